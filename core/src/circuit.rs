@@ -1,0 +1,91 @@
+//! The backend circuit: closed while the authority answers, open after an
+//! error or timeout; while open, callers apply the failure policy and one
+//! probe at a time is let through with exponential backoff.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+
+/// First probe delay after the circuit opens, and the cap of the backoff.
+const BACKOFF_MIN_MS: u64 = 50;
+const BACKOFF_MAX_MS: u64 = 5_000;
+
+pub(crate) struct Circuit {
+    open: AtomicBool,
+    probing: AtomicBool,
+    next_probe: AtomicU64,
+    backoff: AtomicU64,
+}
+
+/// A change of state the caller must report (log, metric, event).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Transition {
+    Opened,
+    Closed,
+}
+
+impl Default for Circuit {
+    fn default() -> Self {
+        Circuit {
+            open: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+            next_probe: AtomicU64::new(0),
+            backoff: AtomicU64::new(BACKOFF_MIN_MS),
+        }
+    }
+}
+
+impl Circuit {
+    #[inline]
+    pub fn is_open(&self) -> bool {
+        self.open.load(Relaxed)
+    }
+
+    /// Milliseconds until the next probe may go out (0 when closed or due).
+    pub fn ms_to_probe(&self, now: u64) -> u64 {
+        if !self.is_open() {
+            return 0;
+        }
+        self.next_probe.load(Relaxed).saturating_sub(now)
+    }
+
+    /// While open: true for exactly one caller once the backoff has passed.
+    pub fn take_probe(&self, now: u64) -> bool {
+        self.is_open() && now >= self.next_probe.load(Relaxed) && !self.probing.swap(true, AcqRel)
+    }
+
+    pub fn on_success(&self) -> Option<Transition> {
+        self.probing.store(false, Release);
+        self.backoff.store(BACKOFF_MIN_MS, Relaxed);
+        self.open.swap(false, AcqRel).then_some(Transition::Closed)
+    }
+
+    pub fn on_failure(&self, now: u64) -> Option<Transition> {
+        let backoff = self.backoff.load(Relaxed);
+        self.next_probe.store(now + backoff, Relaxed);
+        self.backoff.store((backoff * 2).min(BACKOFF_MAX_MS), Relaxed);
+        self.probing.store(false, Release);
+        (!self.open.swap(true, AcqRel)).then_some(Transition::Opened)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_probes_with_backoff_and_closes() {
+        let c = Circuit::default();
+        assert!(!c.take_probe(0));
+        assert_eq!(c.on_failure(100), Some(Transition::Opened));
+        assert_eq!(c.on_failure(100), None);
+        // second failure doubled the backoff: next probe at 100 + 100
+        assert!(!c.take_probe(150));
+        assert!(c.take_probe(200));
+        assert!(!c.take_probe(200), "only one probe at a time");
+        assert_eq!(c.on_failure(200), None);
+        assert_eq!(c.ms_to_probe(200), 200);
+        assert!(c.take_probe(400));
+        assert_eq!(c.on_success(), Some(Transition::Closed));
+        assert!(!c.is_open());
+        assert_eq!(c.on_success(), None);
+    }
+}

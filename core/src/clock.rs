@@ -1,0 +1,65 @@
+//! Time for the limiter. The admit path reads a coarse atomic clock (no
+//! syscall); the broker's ticker and every cold path refresh it.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+use crate::config::ClockKind;
+
+pub(crate) struct Clock {
+    now: AtomicU64,
+    manual: bool,
+    epoch: Instant,
+}
+
+impl Clock {
+    pub fn new(kind: ClockKind) -> Self {
+        match kind {
+            ClockKind::System => Clock {
+                now: AtomicU64::new(1),
+                manual: false,
+                epoch: Instant::now(),
+            },
+            ClockKind::Manual { start_ms } => Clock {
+                now: AtomicU64::new(start_ms),
+                manual: true,
+                epoch: Instant::now(),
+            },
+        }
+    }
+
+    pub fn is_manual(&self) -> bool {
+        self.manual
+    }
+
+    /// The last reading: good to a few milliseconds, costs one atomic load.
+    #[inline]
+    pub fn coarse(&self) -> u64 {
+        self.now.load(Relaxed)
+    }
+
+    /// A fresh reading (also refreshes the coarse one).
+    pub fn precise(&self) -> u64 {
+        if self.manual {
+            return self.now.load(Relaxed);
+        }
+        let t = 1 + self.epoch.elapsed().as_millis() as u64;
+        self.now.fetch_max(t, Relaxed);
+        t
+    }
+
+    /// The time an authority should be told: `Some` for a manual clock (Redis
+    /// scripts then take it instead of Redis `TIME`).
+    pub fn explicit_now(&self) -> Option<u64> {
+        self.manual.then(|| self.now.load(Relaxed))
+    }
+
+    /// Move a manual clock forward. Returns false for the system clock.
+    pub fn advance(&self, ms: u64) -> bool {
+        if !self.manual {
+            return false;
+        }
+        self.now.fetch_add(ms, Relaxed);
+        true
+    }
+}

@@ -1,0 +1,72 @@
+//! Typed errors. Every binding maps [`ErrorKind`] to its own exception or
+//! status code, so the same mistake reads the same way in every language.
+
+/// Everything that can go wrong when building or calling a limiter.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A configuration value is invalid; `field` names the option.
+    #[error("invalid configuration: `{field}` {reason}")]
+    Config {
+        /// The option's name, as in DESIGN.md (`limit`, `lease_size`, `url`, ...).
+        field: &'static str,
+        /// What is wrong and what would be accepted.
+        reason: String,
+    },
+    /// The key is empty, too long or not valid for the backend.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    /// The cost is 0 or larger than the key's limit (it could never be admitted).
+    #[error("invalid cost {cost}: must be at least 1 and at most the key's limit ({limit})")]
+    InvalidCost {
+        /// The cost asked for.
+        cost: u64,
+        /// The key's limit.
+        limit: u64,
+    },
+    /// The limiter was closed; build a new one.
+    #[error("the limiter is closed; create a new Limiter")]
+    Closed,
+    /// The backend failed (only for calls that must reach it, such as
+    /// `flush()`; `acquire` never fails for a backend error: it applies the
+    /// failure policy instead).
+    #[error("backend error: {0}")]
+    Backend(String),
+}
+
+/// The category of an [`Error`], stable across languages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// [`Error::Config`]
+    Config,
+    /// [`Error::InvalidKey`]
+    InvalidKey,
+    /// [`Error::InvalidCost`]
+    InvalidCost,
+    /// [`Error::Closed`]
+    Closed,
+    /// [`Error::Backend`]
+    Backend,
+}
+
+impl Error {
+    /// The error's category.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Config { .. } => ErrorKind::Config,
+            Error::InvalidKey(_) => ErrorKind::InvalidKey,
+            Error::InvalidCost { .. } => ErrorKind::InvalidCost,
+            Error::Closed => ErrorKind::Closed,
+            Error::Backend(_) => ErrorKind::Backend,
+        }
+    }
+
+    pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::Config {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

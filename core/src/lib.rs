@@ -1,0 +1,49 @@
+//! # quotalease
+//!
+//! A rate limiter whose limit holds across every instance of a service.
+//! Each process keeps a **local lease** of tokens per key and admits requests
+//! from it with no network call; a **broker** on an internal tokio runtime
+//! borrows chunks of tokens from one **authoritative token bucket** per key
+//! (Redis through one atomic Lua script per lease, or the embedded in-memory
+//! authority), prefetches below a threshold, gives idle tokens back, and
+//! applies an explicit policy when the backend is unreachable.
+//!
+//! ```
+//! use quotalease::Limiter;
+//! let limiter = Limiter::builder().limit(100).window_ms(60_000).build()?;
+//! let d = limiter.acquire("user:42", 1)?;
+//! assert!(d.allowed);
+//! # Ok::<(), quotalease::Error>(())
+//! ```
+//!
+//! The overshoot bound: over any interval, admitted ≤ the token-bucket
+//! allowance + Σ tokens leased and unspent at its start ≤ allowance +
+//! instances × lease_size.
+#![warn(missing_docs)]
+
+mod broker;
+pub mod bucket;
+mod circuit;
+mod clock;
+mod config;
+mod decision;
+mod entry;
+mod error;
+mod events;
+mod fork;
+mod limiter;
+mod memory;
+mod metrics;
+mod redis_authority;
+
+pub use config::{
+    default_lease_size, parse_rate, validate_key, validate_policy, ClockKind, Config, FailurePolicy, Mode, MAX_KEY_LEN,
+};
+pub use decision::{Decision, Reason};
+pub use error::{Error, ErrorKind, Result};
+pub use events::{Event, EventKind, Listener};
+pub use limiter::{Builder, Inspection, Limiter};
+pub use metrics::Metrics;
+
+/// The crate version, as in Cargo.toml.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

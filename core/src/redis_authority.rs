@@ -1,0 +1,360 @@
+//! The Redis authority: one hash per key, `{prefix}:{<key>}` (hash-tagged so
+//! Redis Cluster keeps the key in one slot), changed only by two Lua scripts
+//! that implement [`crate::bucket`]'s math atomically.
+//!
+//! Stored fields: `c` credit units (1/`w` token each), `t` ms up to which
+//! refill is accounted, `w` the window the units refer to. Time is Redis
+//! `TIME` (one clock for the fleet) unless the caller passes `now` (manual
+//! clocks in deterministic tests). The key's PEXPIRE is the time until the
+//! bucket is full again: a missing key reads as a full bucket, so idle keys
+//! vanish without changing any answer.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, Script, Value};
+
+use crate::bucket::{Grant, Policy};
+use crate::config::BackendSpec;
+
+/// Common head of both scripts: read the bucket, bring it to `now`.
+/// ARGV[1] limit, ARGV[2] window_ms, ARGV[5] now_ms or "" for Redis TIME.
+const PRELUDE: &str = r#"
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local now
+local pad = 0
+if ARGV[5] ~= nil and ARGV[5] ~= '' then
+  now = tonumber(ARGV[5])
+  -- a caller-supplied clock is not Redis' clock: keep idle keys longer
+  pad = 600000
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local cap = limit * window
+local s = redis.call('HMGET', KEYS[1], 'c', 't', 'w')
+local credit = tonumber(s[1])
+local ts = tonumber(s[2])
+local w = tonumber(s[3])
+if credit == nil or ts == nil or w == nil or w <= 0 then
+  credit = cap
+  ts = now
+  w = window
+end
+if w ~= window then
+  local whole = math.floor(credit / w)
+  credit = whole * window + math.floor((credit - whole * w) * window / w)
+end
+if now > ts then
+  local e = now - ts
+  if e > window then e = window end
+  credit = credit + e * limit
+  ts = now
+end
+if credit > cap then credit = cap end
+"#;
+
+/// Common tail: store the bucket with an expiry at the time it is full again.
+const STORE: &str = r#"
+redis.call('HSET', KEYS[1], 'c', string.format('%.0f', credit), 't', string.format('%.0f', ts), 'w', window)
+redis.call('PEXPIRE', KEYS[1], math.ceil((cap - credit) / limit) + 1000 + pad)
+"#;
+
+/// Lease: ARGV[3] want, ARGV[4] need. Grants min(whole, want) when at least
+/// `need` whole tokens are there, else 0. Returns {granted, remaining, wait_ms}.
+const LEASE_BODY: &str = r#"
+local want = tonumber(ARGV[3])
+local need = tonumber(ARGV[4])
+if need < 1 then need = 1 end
+if need > limit then need = limit end
+local avail = math.floor(credit / window)
+local granted = 0
+if avail >= need then granted = math.min(avail, want) end
+credit = credit - granted * window
+local wait = 0
+if granted == 0 then wait = math.ceil((need * window - credit) / limit) end
+"#;
+const LEASE_RETURN: &str = "return {granted, math.floor(credit / window), wait}\n";
+
+/// Give back: ARGV[3] tokens. Returns whole tokens remaining.
+const GIVE_BACK_BODY: &str = r#"
+credit = math.min(cap, credit + tonumber(ARGV[3]) * window)
+"#;
+const GIVE_BACK_RETURN: &str = "return math.floor(credit / window)\n";
+
+/// A script's text and its SHA1 (for EVALSHA).
+#[derive(Clone)]
+struct Lua {
+    code: String,
+    sha: String,
+}
+
+impl Lua {
+    fn new(parts: &[&str]) -> Self {
+        let code = parts.concat();
+        let sha = Script::new(&code).get_hash().to_string();
+        Lua { code, sha }
+    }
+}
+
+struct Scripts {
+    lease: Lua,
+    give_back: Lua,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            lease: Lua::new(&[PRELUDE, LEASE_BODY, STORE, LEASE_RETURN]),
+            give_back: Lua::new(&[PRELUDE, GIVE_BACK_BODY, STORE, GIVE_BACK_RETURN]),
+        }
+    }
+}
+
+enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+/// One lease call of a batch.
+pub(crate) struct LeaseCall {
+    pub key: String,
+    pub policy: Policy,
+    pub want: u64,
+    pub need: u64,
+}
+
+/// One give-back call of a batch.
+pub(crate) struct GiveBackCall {
+    pub key: String,
+    pub policy: Policy,
+    pub tokens: u64,
+}
+
+pub(crate) struct RedisAuthority {
+    spec: BackendSpec,
+    prefix: String,
+    timeout: Duration,
+    scripts: Scripts,
+    conn: Option<Conn>,
+}
+
+fn err_text(e: &RedisError) -> String {
+    e.to_string()
+}
+
+impl RedisAuthority {
+    pub fn new(spec: BackendSpec, prefix: &str, timeout: Duration) -> Self {
+        RedisAuthority {
+            spec,
+            prefix: prefix.to_string(),
+            timeout,
+            scripts: Scripts::new(),
+            conn: None,
+        }
+    }
+
+    /// The Redis key of a limiter key.
+    pub fn redis_key(prefix: &str, key: &str) -> String {
+        format!("{prefix}:{{{key}}}")
+    }
+
+    async fn connect(&mut self) -> Result<&mut Conn, String> {
+        if self.conn.is_none() {
+            // rustls needs a process-wide crypto provider for rediss://.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let conn = match &self.spec {
+                BackendSpec::Redis(url) => {
+                    let client = redis::Client::open(url.as_str()).map_err(|e| err_text(&e))?;
+                    let cfg = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(self.timeout))
+                        .set_response_timeout(Some(self.timeout));
+                    Conn::Single(
+                        client
+                            .get_multiplexed_async_connection_with_config(&cfg)
+                            .await
+                            .map_err(|e| format!("connect: {e}"))?,
+                    )
+                }
+                BackendSpec::Cluster(nodes) => {
+                    let client = redis::cluster::ClusterClient::builder(nodes.clone())
+                        .connection_timeout(self.timeout)
+                        .response_timeout(self.timeout)
+                        .retries(1)
+                        .build()
+                        .map_err(|e| err_text(&e))?;
+                    Conn::Cluster(client.get_async_connection().await.map_err(|e| format!("connect: {e}"))?)
+                }
+                BackendSpec::Memory(_) => return Err("not a Redis backend".into()),
+            };
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_mut().expect("connection was just set"))
+    }
+
+    /// Run `cmds` (EVALSHA calls): standalone as one pipelined round trip,
+    /// cluster as concurrent calls (each routed to its key's slot owner).
+    /// On NOSCRIPT the batch is retried once with EVAL, which also caches the
+    /// script on that node.
+    async fn run(&mut self, build: impl Fn(bool) -> Vec<Cmd>) -> Result<Vec<Value>, String> {
+        let timeout = self.timeout;
+        let mut use_eval = false;
+        loop {
+            let cmds = build(use_eval);
+            let conn = self.connect().await?;
+            let fut = async {
+                match conn {
+                    Conn::Single(c) => {
+                        let mut pipe = redis::pipe();
+                        for cmd in &cmds {
+                            pipe.add_command(cmd.clone());
+                        }
+                        pipe.query_async::<Vec<Value>>(c).await
+                    }
+                    Conn::Cluster(c) => {
+                        let futs = cmds.iter().map(|cmd| {
+                            let mut c = c.clone();
+                            async move { c.req_packed_command(cmd).await }
+                        });
+                        join_all(futs).await.into_iter().collect::<Result<Vec<_>, _>>()
+                    }
+                }
+            };
+            let res = match tokio::time::timeout(timeout, fut).await {
+                Ok(r) => r,
+                Err(_) => {
+                    self.conn = None;
+                    return Err(format!("timed out after {} ms", timeout.as_millis()));
+                }
+            };
+            match res {
+                Ok(values) => {
+                    // A script error inside a pipeline comes back as a value.
+                    if let Some(e) = values.iter().find_map(|v| match v {
+                        Value::ServerError(e) => Some(e.clone()),
+                        _ => None,
+                    }) {
+                        let e: RedisError = e.into();
+                        if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) && !use_eval {
+                            use_eval = true;
+                            continue;
+                        }
+                        return Err(err_text(&e));
+                    }
+                    return Ok(values);
+                }
+                Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) && !use_eval => {
+                    use_eval = true;
+                }
+                Err(e) => {
+                    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error() {
+                        self.conn = None;
+                    }
+                    return Err(err_text(&e));
+                }
+            }
+        }
+    }
+
+    fn script_cmd(script: &Lua, eval: bool, key: &str, args: [u64; 4], now: Option<u64>) -> Cmd {
+        let mut cmd = if eval {
+            let mut c = redis::cmd("EVAL");
+            c.arg(&script.code);
+            c
+        } else {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(&script.sha);
+            c
+        };
+        cmd.arg(1).arg(key).arg(&args[..]);
+        match now {
+            Some(n) => cmd.arg(n),
+            None => cmd.arg(""),
+        };
+        cmd
+    }
+
+    pub async fn lease_batch(&mut self, calls: &[LeaseCall], now: Option<u64>) -> Result<Vec<Grant>, String> {
+        let prefix = self.prefix.clone();
+        let lease = self.scripts.lease.clone();
+        let values = self
+            .run(|eval| {
+                calls
+                    .iter()
+                    .map(|c| {
+                        Self::script_cmd(
+                            &lease,
+                            eval,
+                            &Self::redis_key(&prefix, &c.key),
+                            [c.policy.limit, c.policy.window_ms, c.want, c.need],
+                            now,
+                        )
+                    })
+                    .collect()
+            })
+            .await?;
+        values
+            .into_iter()
+            .map(|v| {
+                let (granted, remaining, wait_ms): (u64, u64, u64) =
+                    redis::from_redis_value(v).map_err(|e| format!("unexpected reply from the lease script: {e}"))?;
+                Ok(Grant {
+                    granted,
+                    remaining,
+                    wait_ms,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn give_back_batch(&mut self, calls: &[GiveBackCall], now: Option<u64>) -> Result<Vec<u64>, String> {
+        let prefix = self.prefix.clone();
+        let script = self.scripts.give_back.clone();
+        let values = self
+            .run(|eval| {
+                calls
+                    .iter()
+                    .map(|c| {
+                        Self::script_cmd(
+                            &script,
+                            eval,
+                            &Self::redis_key(&prefix, &c.key),
+                            [c.policy.limit, c.policy.window_ms, c.tokens, 0],
+                            now,
+                        )
+                    })
+                    .collect()
+            })
+            .await?;
+        values
+            .into_iter()
+            .map(|v| redis::from_redis_value(v).map_err(|e| format!("unexpected reply from the give-back script: {e}")))
+            .collect()
+    }
+
+    /// The raw stored fields of a key and its PTTL, for `inspect`.
+    pub async fn inspect(&mut self, key: &str) -> Result<(Option<u64>, Option<u64>, Option<u64>, i64), String> {
+        let k = Self::redis_key(&self.prefix, key);
+        let mut hm = redis::cmd("HMGET");
+        hm.arg(&k).arg("c").arg("t").arg("w");
+        let mut pttl = redis::cmd("PTTL");
+        pttl.arg(&k);
+        let conn = self.connect().await?;
+        let (fields, ttl): ((Option<u64>, Option<u64>, Option<u64>), i64) = match conn {
+            Conn::Single(c) => {
+                let f = hm.query_async(c).await.map_err(|e| err_text(&e))?;
+                let t = pttl.query_async(c).await.map_err(|e| err_text(&e))?;
+                (f, t)
+            }
+            Conn::Cluster(c) => {
+                let f = hm.query_async(c).await.map_err(|e| err_text(&e))?;
+                let t = pttl.query_async(c).await.map_err(|e| err_text(&e))?;
+                (f, t)
+            }
+        };
+        Ok((fields.0, fields.1, fields.2, ttl))
+    }
+}
