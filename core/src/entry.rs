@@ -21,6 +21,8 @@ pub(crate) struct Entry {
     pub retired: AtomicBool,
     /// Until this clock reading the authority said: empty (denials are local).
     pub exhausted_until: AtomicU64,
+    /// ...for requests needing at least this many tokens from the authority.
+    pub exhausted_need: AtomicU64,
     /// Tokens the authority had left after the last grant (for `remaining`).
     pub auth_remaining: AtomicU64,
     /// The key's policy (config default or `set_limit` override).
@@ -39,6 +41,7 @@ impl Entry {
             in_flight: AtomicBool::new(false),
             retired: AtomicBool::new(false),
             exhausted_until: AtomicU64::new(0),
+            exhausted_need: AtomicU64::new(1),
             auth_remaining: AtomicU64::new(policy.limit),
             limit: AtomicU64::new(policy.limit),
             window_ms: AtomicU64::new(policy.window_ms),

@@ -260,6 +260,8 @@ impl Limiter {
         if let Some(e) = self.inner.table.pin().get(key) {
             e.limit.store(p.limit, Relaxed);
             e.window_ms.store(p.window_ms, Relaxed);
+            // The authority's last "empty" was under the old policy.
+            e.exhausted_until.store(0, Relaxed);
             // Local tokens above the new limit go back.
             let t = e.tokens.load(Relaxed);
             if t > p.limit {
@@ -549,7 +551,7 @@ impl Inner {
                 let now = self.clock.precise();
                 let g = auth.lease(&e.key, p, want, need, now);
                 Counters::add(&self.counters.backend_calls, 1);
-                self.apply_grant(e, g, now);
+                self.apply_grant(e, g, need, now);
                 e.in_flight.store(false, Release);
             }
             Backend::Redis(_) => {
@@ -592,13 +594,16 @@ impl Inner {
         }
     }
 
-    fn apply_grant(&self, e: &Entry, g: Grant, now: u64) {
+    fn apply_grant(&self, e: &Entry, g: Grant, need: u64, now: u64) {
         Counters::add(&self.counters.tokens_leased, g.granted);
         e.auth_remaining.store(g.remaining, Relaxed);
         if g.granted == 0 {
+            e.exhausted_need.store(need, Relaxed);
             e.exhausted_until.store(now + g.wait_ms.max(1), Relaxed);
         } else {
             e.exhausted_until.store(0, Relaxed);
+            // Fresh tokens start their lease TTL now.
+            e.touch(now);
             e.tokens.fetch_add(g.granted, AcqRel);
             if e.retired.load(Acquire) {
                 let back = e.tokens.swap(0, AcqRel);
@@ -791,10 +796,7 @@ impl Inner {
             return Ok(Step::Done(self.admit(e, p, left, self.admit_reason(), now)));
         }
         let local = e.tokens.load(Relaxed);
-        let exhausted_until = e.exhausted_until.load(Relaxed);
-        if exhausted_until > now {
-            let more = cost.saturating_sub(local + 1);
-            let retry = exhausted_until - now + p.ms_for_tokens(more);
+        if let Some(retry) = self.exhausted_for(e, p, cost - local, now) {
             return Ok(Step::Done(self.deny(e, p, local, Reason::Exhausted, retry)));
         }
         if self.circuit.is_open() {
@@ -815,9 +817,8 @@ impl Inner {
                 if let Some(left) = e.try_take(cost) {
                     return Ok(Step::Done(self.admit(e, p, left, self.admit_reason(), now)));
                 }
-                let until = e.exhausted_until.load(Relaxed);
                 let local = e.tokens.load(Relaxed);
-                let retry = until.saturating_sub(now) + p.ms_for_tokens(cost.saturating_sub(local + 1));
+                let retry = self.exhausted_for(e, p, cost.saturating_sub(local), now).unwrap_or(1);
                 Ok(Step::Done(self.deny(e, p, local, Reason::Exhausted, retry)))
             }
             Backend::Redis(_) => {
@@ -828,6 +829,14 @@ impl Inner {
                 Ok(Step::Wait)
             }
         }
+    }
+
+    /// `Some(retry_after_ms)` when the authority said it cannot give `need`
+    /// tokens yet: the denial costs no network call.
+    fn exhausted_for(&self, e: &Entry, p: Policy, need: u64, now: u64) -> Option<u64> {
+        let until = e.exhausted_until.load(Relaxed);
+        let known = e.exhausted_need.load(Relaxed);
+        (until > now && need >= known).then(|| until - now + p.ms_for_tokens(need - known))
     }
 
     fn step_exact(&self, e: &Arc<Entry>, p: Policy, cost: u64, waiting: Waiting, now: u64) -> Result<Step> {
@@ -983,6 +992,20 @@ impl Inner {
             }
         }
         let mut failure: Option<String> = None;
+        // Give-backs first: tokens returned can serve the leases of the same batch.
+        if !backs.is_empty() {
+            Counters::add(&self.counters.backend_calls, backs.len() as u64);
+            match auth.give_back_batch(&backs, now).await {
+                Ok(_) => {
+                    let total: u64 = backs.iter().map(|b| b.tokens).sum();
+                    Counters::add(&self.counters.tokens_returned, total);
+                }
+                Err(err) => {
+                    Counters::add(&self.counters.backend_errors, backs.len() as u64);
+                    failure = Some(err);
+                }
+            }
+        }
         if !leases.is_empty() {
             let calls: Vec<LeaseCall> = leases
                 .iter()
@@ -993,40 +1016,35 @@ impl Inner {
                     need: *need,
                 })
                 .collect();
-            Counters::add(&self.counters.backend_calls, calls.len() as u64);
-            let res = auth.lease_batch(&calls, now).await;
+            let res = match &failure {
+                // The give-backs just failed: do not wait out a second timeout.
+                Some(err) => Err(err.clone()),
+                None => {
+                    Counters::add(&self.counters.backend_calls, calls.len() as u64);
+                    auth.lease_batch(&calls, now).await
+                }
+            };
             let t = self.clock.precise();
             match res {
                 Ok(grants) => {
-                    for ((e, _, _, reply), g) in leases.into_iter().zip(grants) {
+                    for ((e, _, need, reply), g) in leases.into_iter().zip(grants) {
                         match reply {
                             Some(r) => r.send(Ok(g)),
-                            None => self.apply_grant(&e, g, t),
+                            None => self.apply_grant(&e, g, need, t),
                         }
                         e.in_flight.store(false, Release);
                     }
                 }
                 Err(err) => {
-                    Counters::add(&self.counters.backend_errors, calls.len() as u64);
+                    if failure.is_none() {
+                        Counters::add(&self.counters.backend_errors, calls.len() as u64);
+                    }
                     for (e, _, _, reply) in leases {
                         if let Some(r) = reply {
                             r.send(Err(err.clone()));
                         }
                         e.in_flight.store(false, Release);
                     }
-                    failure = Some(err);
-                }
-            }
-        }
-        if !backs.is_empty() && failure.is_none() {
-            Counters::add(&self.counters.backend_calls, backs.len() as u64);
-            match auth.give_back_batch(&backs, now).await {
-                Ok(_) => {
-                    let total: u64 = backs.iter().map(|b| b.tokens).sum();
-                    Counters::add(&self.counters.tokens_returned, total);
-                }
-                Err(err) => {
-                    Counters::add(&self.counters.backend_errors, backs.len() as u64);
                     failure = Some(err);
                 }
             }

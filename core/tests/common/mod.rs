@@ -1,0 +1,84 @@
+//! Shared by the integration tests: real redis-server processes through the
+//! project's one harness script, `tests/harness/redisctl`.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn redisctl(args: &[&str]) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/harness/redisctl");
+    let out = Command::new(&script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "redisctl {args:?} failed: {}\n(is redis-server installed? `make test` installs it; or `apt-get install redis-server`)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A real redis-server on a free loopback port, stopped on drop.
+pub struct RedisServer {
+    pub port: u16,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let port = redisctl(&["start"]).parse().expect("redisctl start prints a port");
+        RedisServer { port }
+    }
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+    fn ctl(&self, cmd: &str) {
+        redisctl(&[cmd, &self.port.to_string()]);
+    }
+    pub fn kill(&self) {
+        self.ctl("kill")
+    }
+    pub fn pause(&self) {
+        self.ctl("pause")
+    }
+    pub fn resume(&self) {
+        self.ctl("resume")
+    }
+    /// Kill and start again on the same port with empty data.
+    pub fn restart(&self) {
+        self.ctl("restart")
+    }
+    /// Run a redis-cli command against this server.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/harness/redisctl"))
+            .args(["stop", &self.port.to_string()])
+            .output();
+    }
+}
+
+/// A prefix no other test uses.
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}{}x{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Poll `cond` until it holds (bounded at 30 s, a hang guard, not a timing assertion).
+pub fn await_cond(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "gave up waiting for: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
