@@ -150,11 +150,25 @@ mod tests {
     fn new_bucket_is_full_and_grants_whole_tokens() {
         let mut b = BucketState::full(P, 0);
         let g = b.take(P, 4, 1, 0);
-        assert_eq!(g, Grant { granted: 4, remaining: 6, wait_ms: 0 });
+        assert_eq!(
+            g,
+            Grant {
+                granted: 4,
+                remaining: 6,
+                wait_ms: 0
+            }
+        );
         let g = b.take(P, 20, 1, 0);
         assert_eq!(g.granted, 6);
         let g = b.take(P, 1, 1, 0);
-        assert_eq!(g, Grant { granted: 0, remaining: 0, wait_ms: 100 });
+        assert_eq!(
+            g,
+            Grant {
+                granted: 0,
+                remaining: 0,
+                wait_ms: 100
+            }
+        );
     }
 
     #[test]
@@ -172,7 +186,14 @@ mod tests {
         let mut b = BucketState::full(P, 0);
         b.take(P, 8, 1, 0);
         let g = b.take(P, 5, 5, 0);
-        assert_eq!(g, Grant { granted: 0, remaining: 2, wait_ms: 300 });
+        assert_eq!(
+            g,
+            Grant {
+                granted: 0,
+                remaining: 2,
+                wait_ms: 300
+            }
+        );
     }
 
     #[test]

@@ -208,9 +208,7 @@ pub fn parse_rate(rate: &str) -> Result<(u64, u64)> {
     let bad = || {
         Error::config(
             "rate",
-            format!(
-                "must look like \"600/min\", \"10/s\", \"100/30s\" or \"5000/hour\" (got {rate:?})"
-            ),
+            format!("must look like \"600/min\", \"10/s\", \"100/30s\" or \"5000/hour\" (got {rate:?})"),
         )
     };
     let (n, per) = rate.trim().split_once('/').ok_or_else(bad)?;
@@ -261,7 +259,9 @@ fn parse_url(url: &str) -> Result<BackendSpec> {
                 .map(|h| format!("{plain}{auth}{h}{tail}"))
                 .collect();
             if nodes.is_empty() {
-                return Err(bad(format!("{url:?} names no cluster node (expected {scheme}host:port[,host:port...])")));
+                return Err(bad(format!(
+                    "{url:?} names no cluster node (expected {scheme}host:port[,host:port...])"
+                )));
             }
             for n in &nodes {
                 redis::Client::open(n.as_str()).map_err(|e| bad(format!("{url:?} is not a valid cluster URL: {e}")))?;
@@ -317,7 +317,10 @@ impl Config {
         if self.key_prefix.len() > MAX_PREFIX_LEN || self.key_prefix.contains(['{', '}']) {
             return Err(Error::config(
                 "key_prefix",
-                format!("must be at most {MAX_PREFIX_LEN} bytes with no '{{' or '}}' (got {:?})", self.key_prefix),
+                format!(
+                    "must be at most {MAX_PREFIX_LEN} bytes with no '{{' or '}}' (got {:?})",
+                    self.key_prefix
+                ),
             ));
         }
         if self.max_keys == 0 {
@@ -365,20 +368,100 @@ mod tests {
     fn every_invalid_value_names_its_field() {
         assert_eq!(field_of(cfg(0).resolve()), "limit");
         assert_eq!(field_of(Config { window_ms: 0, ..cfg(5) }.resolve()), "window_ms");
-        assert_eq!(field_of(Config { window_ms: u64::MAX, ..cfg(5) }.resolve()), "limit");
-        assert_eq!(field_of(Config { lease_size: Some(6), ..cfg(5) }.resolve()), "lease_size");
-        assert_eq!(field_of(Config { lease_size: Some(0), ..cfg(5) }.resolve()), "lease_size");
         assert_eq!(
-            field_of(Config { lease_size: Some(2), refill_threshold: Some(3), ..cfg(5) }.resolve()),
+            field_of(
+                Config {
+                    window_ms: u64::MAX,
+                    ..cfg(5)
+                }
+                .resolve()
+            ),
+            "limit"
+        );
+        assert_eq!(
+            field_of(
+                Config {
+                    lease_size: Some(6),
+                    ..cfg(5)
+                }
+                .resolve()
+            ),
+            "lease_size"
+        );
+        assert_eq!(
+            field_of(
+                Config {
+                    lease_size: Some(0),
+                    ..cfg(5)
+                }
+                .resolve()
+            ),
+            "lease_size"
+        );
+        assert_eq!(
+            field_of(
+                Config {
+                    lease_size: Some(2),
+                    refill_threshold: Some(3),
+                    ..cfg(5)
+                }
+                .resolve()
+            ),
             "refill_threshold"
         );
-        assert_eq!(field_of(Config { lease_ttl_ms: 0, ..cfg(5) }.resolve()), "lease_ttl_ms");
-        assert_eq!(field_of(Config { expected_replicas: 0, ..cfg(5) }.resolve()), "expected_replicas");
-        assert_eq!(field_of(Config { backend_timeout_ms: 0, ..cfg(5) }.resolve()), "backend_timeout_ms");
-        assert_eq!(field_of(Config { key_prefix: "a{b".into(), ..cfg(5) }.resolve()), "key_prefix");
+        assert_eq!(
+            field_of(
+                Config {
+                    lease_ttl_ms: 0,
+                    ..cfg(5)
+                }
+                .resolve()
+            ),
+            "lease_ttl_ms"
+        );
+        assert_eq!(
+            field_of(
+                Config {
+                    expected_replicas: 0,
+                    ..cfg(5)
+                }
+                .resolve()
+            ),
+            "expected_replicas"
+        );
+        assert_eq!(
+            field_of(
+                Config {
+                    backend_timeout_ms: 0,
+                    ..cfg(5)
+                }
+                .resolve()
+            ),
+            "backend_timeout_ms"
+        );
+        assert_eq!(
+            field_of(
+                Config {
+                    key_prefix: "a{b".into(),
+                    ..cfg(5)
+                }
+                .resolve()
+            ),
+            "key_prefix"
+        );
         assert_eq!(field_of(Config { max_keys: 0, ..cfg(5) }.resolve()), "max_keys");
         for url in ["http://x", "redis://:99999999", "redis+cluster://", "", "memory:/x"] {
-            assert_eq!(field_of(Config { url: url.into(), ..cfg(5) }.resolve()), "url", "{url}");
+            assert_eq!(
+                field_of(
+                    Config {
+                        url: url.into(),
+                        ..cfg(5)
+                    }
+                    .resolve()
+                ),
+                "url",
+                "{url}"
+            );
         }
         assert_eq!("sideways".parse::<Mode>().unwrap_err().kind(), crate::ErrorKind::Config);
         assert!("panic".parse::<FailurePolicy>().is_err());
@@ -386,9 +469,20 @@ mod tests {
 
     #[test]
     fn urls_parse() {
-        let r = |u: &str| Config { url: u.into(), ..cfg(5) }.resolve().unwrap().backend;
+        let r = |u: &str| {
+            Config {
+                url: u.into(),
+                ..cfg(5)
+            }
+            .resolve()
+            .unwrap()
+            .backend
+        };
         assert_eq!(r("memory://shared"), BackendSpec::Memory(Some("shared".into())));
-        assert_eq!(r("redis://127.0.0.1:6379/0"), BackendSpec::Redis("redis://127.0.0.1:6379/0".into()));
+        assert_eq!(
+            r("redis://127.0.0.1:6379/0"),
+            BackendSpec::Redis("redis://127.0.0.1:6379/0".into())
+        );
         assert_eq!(
             r("redis+cluster://:pw@127.0.0.1:7000,127.0.0.1:7001"),
             BackendSpec::Cluster(vec![

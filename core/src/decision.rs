@@ -68,11 +68,19 @@ impl Decision {
         let mut h = Vec::with_capacity(3);
         h.push((
             "RateLimit-Policy",
-            format!("\"default\";q={};w={}", self.limit, self.window_ms.div_ceil(1000).max(1)),
+            format!(
+                "\"default\";q={};w={}",
+                self.limit,
+                self.window_ms.div_ceil(1000).max(1)
+            ),
         ));
         h.push((
             "RateLimit",
-            format!("\"default\";r={};t={}", self.remaining, self.reset_after_ms.div_ceil(1000)),
+            format!(
+                "\"default\";r={};t={}",
+                self.remaining,
+                self.reset_after_ms.div_ceil(1000)
+            ),
         ));
         if !self.allowed {
             h.push(("Retry-After", self.retry_after_ms.div_ceil(1000).max(1).to_string()));
@@ -104,7 +112,11 @@ mod tests {
                 ("Retry-After", "2".to_string()),
             ]
         );
-        let ok = Decision { allowed: true, retry_after_ms: 0, ..d };
+        let ok = Decision {
+            allowed: true,
+            retry_after_ms: 0,
+            ..d
+        };
         assert_eq!(ok.headers().len(), 2);
     }
 }

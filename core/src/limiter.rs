@@ -250,6 +250,32 @@ impl Limiter {
             .map_err(|_| Error::Closed)?
     }
 
+    /// Callback form of [`acquire_async`](Self::acquire_async), for bindings
+    /// with their own event loop (Python asyncio, ...): returns
+    /// `Ok(Some(decision))` when decided without waiting (local tokens, the
+    /// in-memory authority, a local denial); otherwise `Ok(None)` and `done`
+    /// is called once, later, from the broker thread.
+    pub fn acquire_or_notify(
+        &self,
+        key: &str,
+        cost: u64,
+        done: impl FnOnce(Result<Decision>) + Send + 'static,
+    ) -> Result<Option<Decision>> {
+        if let Some(d) = self.inner.admit_local(key, cost)? {
+            return Ok(Some(d));
+        }
+        if matches!(self.inner.backend, Backend::Memory(_)) {
+            return self.inner.acquire_slow(key, cost, Waiting::Yes).map(Some);
+        }
+        let broker = self.inner.broker()?;
+        let inner = self.inner.clone();
+        let key = key.to_owned();
+        broker
+            .runtime()
+            .spawn(async move { done(inner.acquire_slow_async(&key, cost).await) });
+        Ok(None)
+    }
+
     /// Override the policy of one key. Takes effect at the next lease; the
     /// authority clamps stored tokens to a lowered limit.
     pub fn set_limit(&self, key: &str, limit: u64, window_ms: u64) -> Result<()> {
@@ -337,7 +363,10 @@ impl Limiter {
         self.inner.check_open()?;
         validate_key(key)?;
         let inner = &self.inner;
-        let policy = lock(&inner.overrides).get(key).copied().unwrap_or_else(|| inner.r.policy());
+        let policy = lock(&inner.overrides)
+            .get(key)
+            .copied()
+            .unwrap_or_else(|| inner.r.policy());
         let now = inner.clock.precise();
         let mut out = Inspection {
             limit: policy.limit,
@@ -454,7 +483,10 @@ impl Inner {
             }
             Counters::add(&self.counters.tokens_expired, dropped);
             self.pending_jobs.store(0, Release);
-            tracing::info!(dropped, "quotalease: fork detected; the child dropped the parent's leased tokens");
+            tracing::info!(
+                dropped,
+                "quotalease: fork detected; the child dropped the parent's leased tokens"
+            );
         }
         true
     }
@@ -514,7 +546,15 @@ impl Inner {
     }
 
     #[inline]
-    fn decision(&self, e: &Entry, p: Policy, allowed: bool, local: u64, retry_after_ms: u64, reason: Reason) -> Decision {
+    fn decision(
+        &self,
+        e: &Entry,
+        p: Policy,
+        allowed: bool,
+        local: u64,
+        retry_after_ms: u64,
+        reason: Reason,
+    ) -> Decision {
         let remaining = (local + e.auth_remaining.load(Relaxed)).min(p.limit);
         Decision {
             allowed,
@@ -637,7 +677,10 @@ impl Inner {
         if guard.len() >= self.r.cfg.max_keys {
             self.evict_one();
         }
-        let policy = lock(&self.overrides).get(key).copied().unwrap_or_else(|| self.r.policy());
+        let policy = lock(&self.overrides)
+            .get(key)
+            .copied()
+            .unwrap_or_else(|| self.r.policy());
         let now = self.clock.precise();
         guard
             .get_or_insert_with(key.into(), || Arc::new(Entry::new(key, policy, now)))
@@ -987,7 +1030,12 @@ impl Inner {
         let mut backs = Vec::new();
         for job in jobs {
             match job {
-                Job::Lease { entry, want, need, reply } => leases.push((entry, want, need, reply)),
+                Job::Lease {
+                    entry,
+                    want,
+                    need,
+                    reply,
+                } => leases.push((entry, want, need, reply)),
                 Job::GiveBack { key, policy, tokens } => backs.push(GiveBackCall { key, policy, tokens }),
             }
         }
@@ -1053,7 +1101,10 @@ impl Inner {
         match failure {
             None => {
                 if self.circuit.on_success() == Some(Transition::Closed) {
-                    self.transition(EventKind::Recovered, "the backend answers again; back to leasing".into());
+                    self.transition(
+                        EventKind::Recovered,
+                        "the backend answers again; back to leasing".into(),
+                    );
                 }
             }
             Some(err) => {
@@ -1061,7 +1112,9 @@ impl Inner {
                     let policy = self.r.cfg.on_backend_failure.as_str();
                     self.transition(
                         EventKind::Degraded,
-                        format!("backend unreachable ({err}); local leases are spent first, then policy {policy:?} applies"),
+                        format!(
+                            "backend unreachable ({err}); local leases are spent first, then policy {policy:?} applies"
+                        ),
                     );
                 }
             }

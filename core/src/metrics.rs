@@ -39,14 +39,49 @@ impl Metrics {
             ("admitted", "Requests admitted.", true, self.admitted),
             ("denied", "Requests denied.", true, self.denied),
             ("backend_calls", "Authority script calls.", true, self.backend_calls),
-            ("backend_errors", "Authority calls that failed or timed out.", true, self.backend_errors),
-            ("tokens_leased", "Tokens granted by the authority.", true, self.tokens_leased),
-            ("tokens_returned", "Tokens given back to the authority.", true, self.tokens_returned),
-            ("tokens_expired", "Leased tokens dropped locally unused.", true, self.tokens_expired),
-            ("fallback_active", "1 while the backend failure policy is in force.", false, self.fallback_active),
-            ("fallback_transitions", "Entries into and exits from the failure policy.", true, self.fallback_transitions),
+            (
+                "backend_errors",
+                "Authority calls that failed or timed out.",
+                true,
+                self.backend_errors,
+            ),
+            (
+                "tokens_leased",
+                "Tokens granted by the authority.",
+                true,
+                self.tokens_leased,
+            ),
+            (
+                "tokens_returned",
+                "Tokens given back to the authority.",
+                true,
+                self.tokens_returned,
+            ),
+            (
+                "tokens_expired",
+                "Leased tokens dropped locally unused.",
+                true,
+                self.tokens_expired,
+            ),
+            (
+                "fallback_active",
+                "1 while the backend failure policy is in force.",
+                false,
+                self.fallback_active,
+            ),
+            (
+                "fallback_transitions",
+                "Entries into and exits from the failure policy.",
+                true,
+                self.fallback_transitions,
+            ),
             ("keys_tracked", "Keys tracked locally.", false, self.keys_tracked),
-            ("overshoot_bound", "Leased tokens held unspent: this instance's share of the overshoot bound.", false, self.overshoot_bound),
+            (
+                "overshoot_bound",
+                "Leased tokens held unspent: this instance's share of the overshoot bound.",
+                false,
+                self.overshoot_bound,
+            ),
         ]
     }
 

@@ -119,6 +119,11 @@ enum Conn {
     Cluster(ClusterConnection),
 }
 
+/// The stored fields `c`, `t`, `w` of a bucket.
+type StoredFields = (Option<u64>, Option<u64>, Option<u64>);
+/// Stored fields and PTTL.
+pub(crate) type RawBucket = (Option<u64>, Option<u64>, Option<u64>, i64);
+
 /// One lease call of a batch.
 pub(crate) struct LeaseCall {
     pub key: String,
@@ -186,7 +191,12 @@ impl RedisAuthority {
                         .retries(1)
                         .build()
                         .map_err(|e| err_text(&e))?;
-                    Conn::Cluster(client.get_async_connection().await.map_err(|e| format!("connect: {e}"))?)
+                    Conn::Cluster(
+                        client
+                            .get_async_connection()
+                            .await
+                            .map_err(|e| format!("connect: {e}"))?,
+                    )
                 }
                 BackendSpec::Memory(_) => return Err("not a Redis backend".into()),
             };
@@ -336,14 +346,14 @@ impl RedisAuthority {
     }
 
     /// The raw stored fields of a key and its PTTL, for `inspect`.
-    pub async fn inspect(&mut self, key: &str) -> Result<(Option<u64>, Option<u64>, Option<u64>, i64), String> {
+    pub async fn inspect(&mut self, key: &str) -> Result<RawBucket, String> {
         let k = Self::redis_key(&self.prefix, key);
         let mut hm = redis::cmd("HMGET");
         hm.arg(&k).arg("c").arg("t").arg("w");
         let mut pttl = redis::cmd("PTTL");
         pttl.arg(&k);
         let conn = self.connect().await?;
-        let (fields, ttl): ((Option<u64>, Option<u64>, Option<u64>), i64) = match conn {
+        let (fields, ttl): (StoredFields, i64) = match conn {
             Conn::Single(c) => {
                 let f = hm.query_async(c).await.map_err(|e| err_text(&e))?;
                 let t = pttl.query_async(c).await.map_err(|e| err_text(&e))?;

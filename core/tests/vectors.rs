@@ -28,7 +28,10 @@ fn config_from(json: &Map<String, Value>, url: &str, prefix: &str) -> Result<Con
         ..Config::default()
     };
     for (k, v) in json {
-        let n = || v.as_u64().unwrap_or_else(|| panic!("{k} must be a non-negative integer"));
+        let n = || {
+            v.as_u64()
+                .unwrap_or_else(|| panic!("{k} must be a non-negative integer"))
+        };
         let s = || v.as_str().unwrap_or_else(|| panic!("{k} must be a string")).to_string();
         match k.as_str() {
             "limit" => c.limit = n(),
@@ -52,7 +55,10 @@ fn config_from(json: &Map<String, Value>, url: &str, prefix: &str) -> Result<Con
 fn key_of(step: &Value) -> String {
     match &step["key"] {
         Value::String(s) => s.clone(),
-        Value::Object(o) => o["repeat"].as_str().unwrap().repeat(o["times"].as_u64().unwrap() as usize),
+        Value::Object(o) => o["repeat"]
+            .as_str()
+            .unwrap()
+            .repeat(o["times"].as_u64().unwrap() as usize),
         _ => "k".to_string(),
     }
 }
@@ -90,7 +96,9 @@ fn run_vector(path: &PathBuf, backend: &str, redis_url: Option<&str>) -> usize {
     let name = v["name"].as_str().unwrap();
     let base = v["config"].as_object().cloned().unwrap_or_default();
     let ns = common::unique("v");
-    let url = redis_url.map(str::to_string).unwrap_or_else(|| format!("memory://{name}-{ns}"));
+    let url = redis_url
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("memory://{name}-{ns}"));
     let instances = v["instances"].as_u64().unwrap_or(1) as usize;
     let limiters: Vec<Limiter> = (0..instances)
         .map(|_| Limiter::new(config_from(&base, &url, &ns).unwrap()).unwrap_or_else(|e| panic!("{name}: {e}")))
@@ -128,11 +136,7 @@ fn run_vector(path: &PathBuf, backend: &str, redis_url: Option<&str>) -> usize {
                     }
                     settle(&limiters);
                 }
-                assert_eq!(
-                    serde_json::json!({"allowed": a, "denied": d}),
-                    step["expect"],
-                    "{ctx}"
-                );
+                assert_eq!(serde_json::json!({"allowed": a, "denied": d}), step["expect"], "{ctx}");
                 None
             }
             "advance" => {
