@@ -638,8 +638,19 @@ impl Inner {
         Counters::add(&self.counters.tokens_leased, g.granted);
         e.auth_remaining.store(g.remaining, Relaxed);
         if g.granted == 0 {
+            // Come back when half a lease has refilled, not at the first token:
+            // at saturation, instances then lease chunks instead of racing
+            // for single tokens (fewer Redis calls; the budget is still all
+            // used, since the bucket keeps what accumulates meanwhile).
+            let p = e.policy();
+            let (lease, _) = self.lease_params(p);
+            let settle = if self.r.cfg.mode == Mode::Lease {
+                p.ms_for_tokens(lease / 2)
+            } else {
+                0
+            };
             e.exhausted_need.store(need, Relaxed);
-            e.exhausted_until.store(now + g.wait_ms.max(1), Relaxed);
+            e.exhausted_until.store(now + g.wait_ms.max(1) + settle, Relaxed);
         } else {
             e.exhausted_until.store(0, Relaxed);
             // Fresh tokens start their lease TTL now.
