@@ -231,6 +231,15 @@ impl Limiter {
         self.inner.acquire_slow(key, cost, Waiting::No)
     }
 
+    /// The hot path alone, for bindings that hold an interpreter lock
+    /// (Python's GIL): `Ok(Some(decision))` when local tokens decided (no
+    /// wait, no network), `Ok(None)` when the cold path is needed; the
+    /// binding then releases its lock and calls [`acquire`](Self::acquire).
+    #[inline]
+    pub fn acquire_local(&self, key: &str, cost: u64) -> Result<Option<Decision>> {
+        self.inner.admit_local(key, cost)
+    }
+
     /// Like [`acquire`](Self::acquire), awaiting the lease request instead of
     /// blocking. Works from any executor: the wait runs on the limiter's own runtime.
     pub async fn acquire_async(&self, key: &str, cost: u64) -> Result<Decision> {
