@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench redis
+.PHONY: help demo test test-rust lint fmt bench bench-rust redis install test-c test-go bench-c-go
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
@@ -26,7 +26,23 @@ fmt:
 test-rust: redis lint
 	$(CARGO) test
 
-test: test-rust
+## C ABI: liblease.so/.a, include/lease.h and lease.pc into PREFIX (DESTDIR honoured).
+install:
+	PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" CARGO="$(CARGO)" bash scripts/install-c.sh
 
-bench:
-	$(CARGO) bench -p quotalease --bench hot_path
+## C tests (plain and AddressSanitizer) and Go tests, each against an installed liblease.
+test-c: redis
+	bash scripts/test-c.sh
+
+test-go: redis
+	bash scripts/test-go.sh
+
+bench-c-go:
+	bash scripts/bench-c-go.sh
+
+test: test-rust test-c test-go
+
+bench: bench-rust bench-c-go
+
+bench-rust:
+	bash scripts/bench-rust.sh

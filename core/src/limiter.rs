@@ -141,7 +141,7 @@ pub(crate) struct Inner {
     /// Fork generation this limiter's state belongs to; `u64::MAX` once closed.
     gen: AtomicU64,
     closed: AtomicBool,
-    table: papaya::HashMap<Box<str>, Arc<Entry>>,
+    table: papaya::HashMap<Box<str>, Arc<Entry>, foldhash::fast::RandomState>,
     overrides: Mutex<HashMap<String, Policy>>,
     backend: Backend,
     /// Static-share buckets while the backend is down.
@@ -195,7 +195,7 @@ impl Limiter {
             clock: Clock::new(r.cfg.clock),
             gen: AtomicU64::new(fork::generation()),
             closed: AtomicBool::new(false),
-            table: papaya::HashMap::new(),
+            table: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
             overrides: Mutex::new(HashMap::new()),
             backend,
             fallback: MemoryAuthority::default(),

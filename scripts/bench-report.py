@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Turn criterion's estimates (target/criterion) and callgrind counts into the
+Rust section of docs/benchmarks.md (between the rust-bench markers)."""
+import json
+import pathlib
+import platform
+import subprocess
+import sys
+import datetime
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CRIT = ROOT / "target" / "criterion"
+DOC = ROOT / "docs" / "benchmarks.md"
+GROUPS = ["1_thread_warm_key", "2_threads_one_key", "2_threads_distinct_keys", "1_thread_100k_keys"]
+WHO = ["quotalease", "governor", "mutex_hashmap"]
+START, END = "<!-- rust-bench:start -->", "<!-- rust-bench:end -->"
+
+
+def ns(group, who):
+    p = CRIT / group / who / "new" / "estimates.json"
+    if not p.exists():
+        return None
+    return json.loads(p.read_text())["median"]["point_estimate"]
+
+
+def main():
+    instr = dict(kv.split("=") for kv in sys.argv[1].split()) if len(sys.argv) > 1 and sys.argv[1].strip() else {}
+    lines = [
+        START,
+        "## Rust engine (admit path)",
+        "",
+        "Command: `make bench` (runs `scripts/bench-rust.sh`: `cargo bench -p quotalease --bench hot_path`,",
+        "then callgrind on `core/examples/hot_loop.rs`). Median ns per admitted request, all contenders",
+        "measured in the same run; the machine is a shared 2-core VM, so read the ratios.",
+        f"Run: {datetime.date.today()} on {platform.machine()}, `{subprocess.run(['rustc', '--version'], capture_output=True, text=True).stdout.strip()}`.",
+        "",
+        "| case | quotalease ns | governor ns | Mutex<HashMap> ns | quotalease / governor |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for g in GROUPS:
+        v = [ns(g, w) for w in WHO]
+        ratio = f"{v[0] / v[1]:.2f}" if v[0] and v[1] else "n/a"
+        cells = [f"{x:.1f}" if x else "n/a" for x in v]
+        lines.append(f"| {g} | {cells[0]} | {cells[1]} | {cells[2]} | {ratio} |")
+    if instr:
+        lines += [
+            "",
+            "Instructions per admitted request on a warm key (callgrind, difference of 200k and 100k",
+            "iterations; repeatable whatever else the machine does):",
+            "",
+            "| quotalease | governor | Mutex<HashMap> |",
+            "| ---: | ---: | ---: |",
+            f"| {instr.get('quotalease', 'n/a')} | {instr.get('governor', 'n/a')} | {instr.get('mutex', 'n/a')} |",
+        ]
+    ss = CRIT / "steady_state.txt"
+    if ss.exists():
+        admitted, calls, per = ss.read_text().split()
+        lines += [
+            "",
+            f"Backend calls per admitted request at steady state (600/min key, lease_size 12,",
+            f"refill_threshold 3, one request every 110 ms for 100 000 requests): **{per}**",
+            f"({calls} calls for {admitted} admitted). A prefetch tops the lease up to lease_size,",
+            "so each call brings lease_size − refill_threshold + 1 = 10 tokens: 1/10, against the",
+            "issue's goal of 1/lease_size + 5 % = 0.0875. Topping up (rather than adding a whole",
+            "lease) is what keeps every instance's holding ≤ lease_size, the overshoot bound.",
+        ]
+    lines.append(END)
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\n"
+    block = "\n".join(lines) + "\n"
+    if START in text and END in text:
+        a, rest = text.split(START, 1)
+        _, b = rest.split(END, 1)
+        text = a + block + b.lstrip("\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    DOC.write_text(text)
+    print(block)
+
+
+if __name__ == "__main__":
+    main()
