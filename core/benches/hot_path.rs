@@ -13,7 +13,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, BenchmarkId, Criterion};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use quotalease::{ClockKind, Limiter};
 
