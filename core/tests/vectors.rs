@@ -226,3 +226,14 @@ fn vectors_redis() {
     }
     assert!(steps > 100, "only {steps} steps ran");
 }
+
+#[test]
+fn vectors_redis_cluster() {
+    let cluster = common::RedisCluster::start();
+    let mut steps = 0;
+    for f in vector_files() {
+        // Same expectations as the standalone server: the scripts see one key each.
+        steps += run_vector(&f, "redis", Some(&cluster.url()));
+    }
+    assert!(steps > 100, "only {steps} steps ran");
+}

@@ -82,3 +82,47 @@ pub fn await_cond(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// A real local Redis Cluster (3 masters, 1 replica each), stopped on drop.
+pub struct RedisCluster {
+    pub ports: Vec<u16>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let ports = redisctl(&["cluster-start", "3", "1"])
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        RedisCluster { ports }
+    }
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self.ports[..3].iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+    pub fn masters(&self) -> &[u16] {
+        &self.ports[..3]
+    }
+    /// Promote a replica of `master` (a graceful CLUSTER FAILOVER); returns the new master.
+    pub fn failover(&self, master: u16) -> u16 {
+        let replica: u16 = redisctl(&["cluster-replica-of", &master.to_string()]).parse().unwrap();
+        redisctl(&["failover", &replica.to_string()]);
+        replica
+    }
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/harness/redisctl"))
+            .args(["cluster-stop", &self.ports[0].to_string()])
+            .output();
+    }
+}
