@@ -126,3 +126,44 @@ impl Drop for RedisCluster {
             .output();
     }
 }
+
+/// tests/harness/faultproxy in front of a server: latency, black hole, resets.
+pub struct FaultProxy {
+    pub port: u16,
+}
+
+fn faultproxy(args: &[&str]) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/harness/faultproxy");
+    let out = Command::new(&script).args(args).output().expect("run faultproxy");
+    assert!(
+        out.status.success(),
+        "faultproxy {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl FaultProxy {
+    pub fn start(target: u16) -> Self {
+        let port = faultproxy(&["start", &target.to_string()]).parse().unwrap();
+        FaultProxy { port }
+    }
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+    /// `pass`, `latency MS`, `drop` or `reset`.
+    pub fn set(&self, mode: &str) {
+        let mut args = vec!["set".to_string(), self.port.to_string()];
+        args.extend(mode.split_whitespace().map(str::to_string));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        faultproxy(&args);
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        let _ = Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/harness/faultproxy"))
+            .args(["stop", &self.port.to_string()])
+            .output();
+    }
+}
