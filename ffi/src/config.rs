@@ -1,0 +1,283 @@
+//! `lease_config`: every option of DESIGN.md, with `lease_config_init` filling the defaults.
+
+use std::ffi::c_char;
+
+use quotalease::{ClockKind, Config, FailurePolicy, Mode};
+
+use crate::error::{c_str, fail, lease_status, lease_status::*};
+
+/// Coordination mode: one of the `LEASE_MODE_*` constants.
+pub type lease_mode = u32;
+/// Local leases borrowed from the authority in chunks (default).
+pub const LEASE_MODE_LEASE: lease_mode = 0;
+/// One authority call per request: exact, for modest traffic.
+pub const LEASE_MODE_EXACT: lease_mode = 1;
+/// An in-process bucket of `limit / expected_replicas`, no coordination.
+pub const LEASE_MODE_LOCAL: lease_mode = 2;
+
+/// What the limiter does while the backend is unreachable and local tokens
+/// are spent: one of the `LEASE_FAILURE_*` constants.
+pub type lease_failure_policy = u32;
+/// A local bucket of `limit / expected_replicas` per key (default).
+pub const LEASE_FAILURE_STATIC_SHARE: lease_failure_policy = 0;
+/// Admit everything until the backend is back.
+pub const LEASE_FAILURE_ALLOW: lease_failure_policy = 1;
+/// Deny everything until the backend is back.
+pub const LEASE_FAILURE_DENY: lease_failure_policy = 2;
+
+/// Where time comes from: one of the `LEASE_CLOCK_*` constants.
+pub type lease_clock = u32;
+/// The process' monotonic clock; Redis scripts use Redis `TIME` (default).
+pub const LEASE_CLOCK_SYSTEM: lease_clock = 0;
+/// A manual clock starting at `clock_start_ms`, moved only by
+/// `lease_advance_clock`: for deterministic tests.
+pub const LEASE_CLOCK_MANUAL: lease_clock = 1;
+
+/// `lease_size` / `refill_threshold` value meaning "derive it from `limit`".
+pub const LEASE_AUTO: u64 = u64::MAX;
+
+/// Every option a limiter takes. Always start from `lease_config_init`, then
+/// set what you need: a zero is passed on as zero (and rejected where it is
+/// invalid), never silently replaced by a default.
+///
+/// The struct belongs to the caller; liblease copies what it needs in
+/// `lease_limiter_new`, so the strings may be freed after that call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct lease_config {
+    /// NUL-terminated UTF-8. Default "memory://" (an in-process authority
+    /// private to the limiter); "memory://NAME" is shared by every limiter of
+    /// the process with that NAME; "redis://[user:pass@]host:port[/db]",
+    /// "rediss://" (TLS), "redis+cluster://host:port[,host:port...]".
+    pub url: *const c_char,
+    /// Tokens per window for every key (required: the default 0 is rejected).
+    pub limit: u64,
+    /// Window in milliseconds (default 60000).
+    pub window_ms: u64,
+    /// Tokens borrowed per lease (default `LEASE_AUTO`: 2 % of `limit`,
+    /// between 1 and 20). Must be between 1 and `limit`.
+    pub lease_size: u64,
+    /// Prefetch when local tokens drop below this (default `LEASE_AUTO`: a
+    /// quarter of `lease_size`, at least 1). 0 disables prefetch.
+    pub refill_threshold: u64,
+    /// Leased tokens unused this long are given back (default 2000).
+    pub lease_ttl_ms: u64,
+    /// `LEASE_FAILURE_STATIC_SHARE` (default), `LEASE_FAILURE_ALLOW` or `LEASE_FAILURE_DENY`.
+    pub on_backend_failure: lease_failure_policy,
+    /// `LEASE_MODE_LEASE` (default), `LEASE_MODE_EXACT` or `LEASE_MODE_LOCAL`.
+    pub mode: lease_mode,
+    /// Instances expected to share a key; sizes the static share (default 1).
+    pub expected_replicas: u64,
+    /// Bound on every backend round trip and on a cold acquire's wait, in ms
+    /// (default 250, at most 60000).
+    pub backend_timeout_ms: u64,
+    /// NUL-terminated UTF-8 prefix of every Redis key (default "ql"; at most
+    /// 64 bytes, no '{' or '}').
+    pub key_prefix: *const c_char,
+    /// Most keys tracked locally; idle ones are evicted (default 100000).
+    pub max_keys: u64,
+    /// `LEASE_CLOCK_SYSTEM` (default) or `LEASE_CLOCK_MANUAL` (tests).
+    pub clock: lease_clock,
+    /// With `LEASE_CLOCK_MANUAL`: the clock's first reading in ms (default 0).
+    pub clock_start_ms: u64,
+    /// Reserved for options added in later minor versions; `lease_config_init`
+    /// sets them, leave them alone.
+    pub _reserved: [u64; 4],
+}
+
+/// Fill `config` with every default (see each field). `limit` is left at 0:
+/// set it (and `window_ms`) before `lease_limiter_new`.
+///
+/// The default strings point to static storage owned by liblease.
+///
+/// # Safety
+/// `config` is NULL or points to a writable `lease_config`.
+#[no_mangle]
+pub unsafe extern "C" fn lease_config_init(config: *mut lease_config) -> lease_status {
+    ffi_boundary! {
+        if config.is_null() {
+            return crate::error::null_arg("lease_config_init", "config");
+        }
+        let d = Config::default();
+        let c = lease_config {
+            url: c"memory://".as_ptr(),
+            limit: d.limit,
+            window_ms: d.window_ms,
+            lease_size: LEASE_AUTO,
+            refill_threshold: LEASE_AUTO,
+            lease_ttl_ms: d.lease_ttl_ms,
+            on_backend_failure: LEASE_FAILURE_STATIC_SHARE,
+            mode: LEASE_MODE_LEASE,
+            expected_replicas: d.expected_replicas,
+            backend_timeout_ms: d.backend_timeout_ms,
+            key_prefix: c"ql".as_ptr(),
+            max_keys: d.max_keys as u64,
+            clock: LEASE_CLOCK_SYSTEM,
+            clock_start_ms: 0,
+            _reserved: [0; 4],
+        };
+        unsafe { config.write(c) };
+        LEASE_OK
+    }
+}
+
+fn bad_enum(fname: &str, field: &str, got: u32, allowed: &str) -> lease_status {
+    fail(
+        LEASE_ERR_CONFIG,
+        format!("{fname}: invalid configuration: `{field}` must be one of {allowed} (got {got})"),
+    )
+}
+
+/// Translate a C configuration into the engine's, checking every enum value.
+///
+/// # Safety
+/// `c` points to a readable `lease_config` whose strings are NULL or valid.
+pub(crate) unsafe fn to_config(fname: &str, c: *const lease_config) -> Result<Config, lease_status> {
+    // Every field is an integer or a pointer, so any bit pattern is a valid
+    // copy; the enum values are checked below.
+    let c = unsafe { c.read() };
+    let mode = match c.mode {
+        LEASE_MODE_LEASE => Mode::Lease,
+        LEASE_MODE_EXACT => Mode::Exact,
+        LEASE_MODE_LOCAL => Mode::Local,
+        other => {
+            return Err(bad_enum(
+                fname,
+                "mode",
+                other,
+                "LEASE_MODE_LEASE (0), LEASE_MODE_EXACT (1), LEASE_MODE_LOCAL (2)",
+            ))
+        }
+    };
+    let on_backend_failure = match c.on_backend_failure {
+        LEASE_FAILURE_STATIC_SHARE => FailurePolicy::StaticShare,
+        LEASE_FAILURE_ALLOW => FailurePolicy::Allow,
+        LEASE_FAILURE_DENY => FailurePolicy::Deny,
+        other => {
+            return Err(bad_enum(
+                fname,
+                "on_backend_failure",
+                other,
+                "LEASE_FAILURE_STATIC_SHARE (0), LEASE_FAILURE_ALLOW (1), LEASE_FAILURE_DENY (2)",
+            ))
+        }
+    };
+    let clock = match c.clock {
+        LEASE_CLOCK_SYSTEM => ClockKind::System,
+        LEASE_CLOCK_MANUAL => ClockKind::Manual {
+            start_ms: c.clock_start_ms,
+        },
+        other => {
+            return Err(bad_enum(
+                fname,
+                "clock",
+                other,
+                "LEASE_CLOCK_SYSTEM (0), LEASE_CLOCK_MANUAL (1)",
+            ))
+        }
+    };
+    let max_keys = usize::try_from(c.max_keys).map_err(|_| {
+        fail(
+            LEASE_ERR_CONFIG,
+            format!("{fname}: invalid configuration: `max_keys` {} is too large", c.max_keys),
+        )
+    })?;
+    let auto = |v: u64| (v != LEASE_AUTO).then_some(v);
+    Ok(Config {
+        url: unsafe { c_str(fname, "config->url", c.url) }?.to_string(),
+        limit: c.limit,
+        window_ms: c.window_ms,
+        lease_size: auto(c.lease_size),
+        refill_threshold: auto(c.refill_threshold),
+        lease_ttl_ms: c.lease_ttl_ms,
+        on_backend_failure,
+        expected_replicas: c.expected_replicas,
+        backend_timeout_ms: c.backend_timeout_ms,
+        key_prefix: unsafe { c_str(fname, "config->key_prefix", c.key_prefix) }?.to_string(),
+        max_keys,
+        mode,
+        clock,
+    })
+}
+
+/// Parse a mode name ("lease", "exact", "local") into `*out`, e.g. from a
+/// configuration file. An unknown name is `LEASE_ERR_CONFIG`.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lease_mode_parse(name: *const c_char, out: *mut lease_mode) -> lease_status {
+    ffi_boundary! {
+        let out = arg_mut!("lease_mode_parse", out);
+        let s = match unsafe { c_str("lease_mode_parse", "name", name) } {
+            Ok(s) => s,
+            Err(st) => return st,
+        };
+        match s.parse::<Mode>() {
+            Ok(m) => {
+                *out = match m {
+                    Mode::Lease => LEASE_MODE_LEASE,
+                    Mode::Exact => LEASE_MODE_EXACT,
+                    Mode::Local => LEASE_MODE_LOCAL,
+                };
+                LEASE_OK
+            }
+            Err(e) => crate::error::fail_with("lease_mode_parse", &e),
+        }
+    }
+}
+
+/// Parse a failure policy name ("static-share", "allow", "deny") into `*out`.
+/// An unknown name is `LEASE_ERR_CONFIG`.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lease_failure_policy_parse(
+    name: *const c_char,
+    out: *mut lease_failure_policy,
+) -> lease_status {
+    ffi_boundary! {
+        let out = arg_mut!("lease_failure_policy_parse", out);
+        let s = match unsafe { c_str("lease_failure_policy_parse", "name", name) } {
+            Ok(s) => s,
+            Err(st) => return st,
+        };
+        match s.parse::<FailurePolicy>() {
+            Ok(p) => {
+                *out = match p {
+                    FailurePolicy::StaticShare => LEASE_FAILURE_STATIC_SHARE,
+                    FailurePolicy::Allow => LEASE_FAILURE_ALLOW,
+                    FailurePolicy::Deny => LEASE_FAILURE_DENY,
+                };
+                LEASE_OK
+            }
+            Err(e) => crate::error::fail_with("lease_failure_policy_parse", &e),
+        }
+    }
+}
+
+/// Parse a rate such as "600/min", "10/s", "100/30s" or "5000/hour" into a
+/// limit and a window. An invalid rate is `LEASE_ERR_CONFIG`.
+///
+/// # Safety
+/// `rate` is NULL or a NUL-terminated string; `limit` and `window_ms` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lease_parse_rate(rate: *const c_char, limit: *mut u64, window_ms: *mut u64) -> lease_status {
+    ffi_boundary! {
+        let limit = arg_mut!("lease_parse_rate", limit);
+        let window_ms = arg_mut!("lease_parse_rate", window_ms);
+        let s = match unsafe { c_str("lease_parse_rate", "rate", rate) } {
+            Ok(s) => s,
+            Err(st) => return st,
+        };
+        match quotalease::parse_rate(s) {
+            Ok((l, w)) => {
+                *limit = l;
+                *window_ms = w;
+                LEASE_OK
+            }
+            Err(e) => crate::error::fail_with("lease_parse_rate", &e),
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Status codes, the thread-local last error, and the panic boundary's fallback values.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+
+use quotalease::{Error, ErrorKind};
+
+/// The result of every liblease function. The numbers are fixed forever:
+/// new codes get new numbers, and a retired one is never reused.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum lease_status {
+    /// Success.
+    LEASE_OK = 0,
+    /// A required pointer argument was NULL (or a key pointer was NULL with a
+    /// non-zero length).
+    LEASE_ERR_NULL = 1,
+    /// An invalid configuration value (the message names the option), or an
+    /// invalid `limit` / `window_ms` given to `lease_set_limit`.
+    LEASE_ERR_CONFIG = 2,
+    /// The key is empty or longer than 512 bytes.
+    LEASE_ERR_INVALID_KEY = 3,
+    /// The cost is 0 or larger than the key's limit.
+    LEASE_ERR_INVALID_COST = 4,
+    /// The limiter was closed with `lease_close`.
+    LEASE_ERR_CLOSED = 5,
+    /// The backend failed a call that must reach it (`lease_flush`,
+    /// `lease_close`). `lease_acquire` never returns this: it applies the
+    /// failure policy instead.
+    LEASE_ERR_BACKEND = 6,
+    /// A key or string argument is not valid UTF-8.
+    LEASE_ERR_UTF8 = 7,
+    /// The caller's buffer is too small; the size needed was written to `*needed`.
+    LEASE_ERR_BUFFER_TOO_SMALL = 8,
+    /// A bug inside liblease was caught at the boundary (please report it
+    /// with the message from `lease_last_error()`).
+    LEASE_ERR_PANIC = 9,
+}
+
+use lease_status::*;
+
+impl lease_status {
+    pub(crate) fn of(e: &Error) -> lease_status {
+        match e.kind() {
+            ErrorKind::Config => LEASE_ERR_CONFIG,
+            ErrorKind::InvalidKey => LEASE_ERR_INVALID_KEY,
+            ErrorKind::InvalidCost => LEASE_ERR_INVALID_COST,
+            ErrorKind::Closed => LEASE_ERR_CLOSED,
+            ErrorKind::Backend => LEASE_ERR_BACKEND,
+        }
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Record `message` as this thread's last error and return `status`.
+#[cold]
+pub(crate) fn fail(status: lease_status, message: impl Into<String>) -> lease_status {
+    let mut m: String = message.into();
+    if m.contains('\0') {
+        m = m.replace('\0', "\\0");
+    }
+    let c = CString::new(m).unwrap_or_default();
+    let _ = LAST_ERROR.try_with(|slot| *slot.borrow_mut() = c);
+    status
+}
+
+/// Record a core error, prefixed with the function's name.
+#[cold]
+pub(crate) fn fail_with(fname: &str, e: &Error) -> lease_status {
+    fail(lease_status::of(e), format!("{fname}: {e}"))
+}
+
+#[cold]
+pub(crate) fn null_arg(fname: &str, arg: &str) -> lease_status {
+    fail(LEASE_ERR_NULL, format!("{fname}: `{arg}` is NULL"))
+}
+
+/// The message of the last failure on the calling thread: what went wrong
+/// and what to fix, e.g. "lease_limiter_new: invalid configuration: `limit`
+/// must be at least 1: every limiter needs a limit (tokens per window)".
+///
+/// Never NULL: "" when nothing has failed on this thread yet. Successful calls
+/// leave it unchanged. The string belongs to liblease; it stays valid until
+/// the calling thread makes its next liblease call (copy it if you need it
+/// longer). Each thread has its own.
+#[no_mangle]
+pub extern "C" fn lease_last_error() -> *const c_char {
+    ffi_boundary! {
+        LAST_ERROR
+            .try_with(|slot| slot.borrow().as_ptr())
+            .unwrap_or(c"".as_ptr())
+    }
+}
+
+/// What an exported function returns when its body panicked.
+pub(crate) trait Panicked {
+    fn panicked(payload: Box<dyn std::any::Any + Send>) -> Self;
+}
+
+fn record_panic(payload: Box<dyn std::any::Any + Send>) {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string());
+    fail(
+        LEASE_ERR_PANIC,
+        format!("internal error (a bug in liblease, please report it): {what}"),
+    );
+}
+
+impl Panicked for lease_status {
+    fn panicked(payload: Box<dyn std::any::Any + Send>) -> Self {
+        record_panic(payload);
+        LEASE_ERR_PANIC
+    }
+}
+
+impl Panicked for () {
+    fn panicked(payload: Box<dyn std::any::Any + Send>) -> Self {
+        record_panic(payload);
+    }
+}
+
+impl Panicked for *const c_char {
+    fn panicked(payload: Box<dyn std::any::Any + Send>) -> Self {
+        record_panic(payload);
+        c"".as_ptr()
+    }
+}
+
+/// Write `s` and a terminating NUL into the caller's buffer.
+///
+/// `*needed` (when `needed` is not NULL) always receives `strlen(s) + 1`. A
+/// buffer smaller than that gets "" (when `cap > 0`) and the call returns
+/// `LEASE_ERR_BUFFER_TOO_SMALL`; `buf = NULL, cap = 0` is the way to ask for
+/// the size.
+///
+/// # Safety
+/// `buf` is NULL or points to `cap` writable bytes; `needed` is NULL or valid.
+pub(crate) unsafe fn write_str(fname: &str, s: &str, buf: *mut c_char, cap: usize, needed: *mut usize) -> lease_status {
+    let need = s.len() + 1;
+    if let Some(n) = unsafe { needed.as_mut() } {
+        *n = need;
+    }
+    if buf.is_null() && cap > 0 {
+        return null_arg(fname, "buf");
+    }
+    if cap < need {
+        if cap > 0 {
+            unsafe { *buf = 0 };
+        }
+        return fail(
+            LEASE_ERR_BUFFER_TOO_SMALL,
+            format!("{fname}: the buffer holds {cap} bytes but {need} are needed (the size was written to *needed)"),
+        );
+    }
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
+        *buf.add(s.len()) = 0;
+    }
+    LEASE_OK
+}
+
+/// Borrow a NUL-terminated UTF-8 string argument.
+///
+/// # Safety
+/// `p` is NULL or a valid NUL-terminated string.
+pub(crate) unsafe fn c_str<'a>(fname: &str, arg: &str, p: *const c_char) -> Result<&'a str, lease_status> {
+    if p.is_null() {
+        return Err(null_arg(fname, arg));
+    }
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|e| fail(LEASE_ERR_UTF8, format!("{fname}: `{arg}` is not valid UTF-8 ({e})")))
+}
+
+/// Borrow a key given as pointer + length.
+///
+/// # Safety
+/// `key` is NULL or points to `len` readable bytes.
+#[inline]
+pub(crate) unsafe fn key_str<'a>(fname: &str, key: *const u8, len: usize) -> Result<&'a str, lease_status> {
+    if key.is_null() {
+        if len == 0 {
+            return Ok("");
+        }
+        return Err(null_arg(fname, "key"));
+    }
+    if len > isize::MAX as usize {
+        return Err(fail(
+            LEASE_ERR_INVALID_KEY,
+            format!("{fname}: key_len {len} is not a length"),
+        ));
+    }
+    let bytes = unsafe { std::slice::from_raw_parts(key, len) };
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Ok(s),
+        Err(e) => Err(fail(
+            LEASE_ERR_UTF8,
+            format!("{fname}: the key is not valid UTF-8 ({e}); keys are UTF-8 byte strings"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn last() -> String {
+        unsafe { CStr::from_ptr(lease_last_error()) }
+            .to_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// A panic inside an exported body becomes LEASE_ERR_PANIC (or the
+    /// return type's fallback) with a message, never an unwind into C.
+    #[test]
+    fn the_boundary_turns_panics_into_status_codes() {
+        let status: lease_status = ffi_boundary! {
+            if last().is_empty() {
+                panic!("boom");
+            }
+            LEASE_OK
+        };
+        assert_eq!(status, LEASE_ERR_PANIC);
+        assert!(last().contains("boom"), "{}", last());
+        let p: *const c_char = ffi_boundary! { panic!("{}", String::from("owned message")) };
+        assert_eq!(unsafe { CStr::from_ptr(p) }.to_bytes(), b"");
+        assert!(last().contains("owned message"));
+        let () = ffi_boundary! { panic!("in a void function") };
+        assert!(last().contains("void function"));
+    }
+
+    #[test]
+    fn buffers_report_the_size_they_need() {
+        let mut buf = [b'x' as c_char; 4];
+        let mut needed = 0usize;
+        let s = unsafe { write_str("f", "abcd", buf.as_mut_ptr(), buf.len(), &mut needed) };
+        assert_eq!((s, needed, buf[0]), (LEASE_ERR_BUFFER_TOO_SMALL, 5, 0));
+        let mut big = [0 as c_char; 5];
+        let s = unsafe { write_str("f", "abcd", big.as_mut_ptr(), big.len(), std::ptr::null_mut()) };
+        assert_eq!(s, LEASE_OK);
+        assert_eq!(unsafe { CStr::from_ptr(big.as_ptr()) }.to_bytes(), b"abcd");
+        let s = unsafe { write_str("f", "abcd", std::ptr::null_mut(), 0, &mut needed) };
+        assert_eq!((s, needed), (LEASE_ERR_BUFFER_TOO_SMALL, 5));
+        let s = unsafe { write_str("f", "abcd", std::ptr::null_mut(), 9, &mut needed) };
+        assert_eq!(s, LEASE_ERR_NULL);
+        assert_eq!(fail(LEASE_ERR_CONFIG, "a\0b"), LEASE_ERR_CONFIG);
+        assert_eq!(last(), "a\\0b");
+    }
+}

@@ -1,0 +1,322 @@
+//! The opaque `lease_limiter` and every call on it.
+
+use std::ffi::{c_char, c_void};
+
+use quotalease::Limiter;
+
+use crate::config::{lease_config, to_config};
+use crate::decision::lease_decision;
+use crate::error::{fail_with, key_str, lease_status, lease_status::*, null_arg, write_str};
+use crate::events::{self, lease_event_callback, SharedSink};
+use crate::metrics::lease_metrics;
+
+/// A distributed rate limiter (opaque). Create it with `lease_limiter_new`,
+/// release it with `lease_limiter_free`.
+///
+/// Thread safety: every function taking a `lease_limiter*` may be called
+/// from many threads at once on the same limiter, except `lease_limiter_free`,
+/// which must be the last call on it (no call may run or start during or
+/// after it).
+pub struct lease_limiter {
+    limiter: Limiter,
+    events: SharedSink,
+}
+
+/// Validate `config` and create a limiter in `*out` (NULL on failure).
+/// Nothing starts until the first call: no thread, no connection; a Redis
+/// URL is checked for syntax here and reached on first use.
+///
+/// Errors: `LEASE_ERR_NULL`, `LEASE_ERR_CONFIG` (the message names the
+/// option and what would be accepted), `LEASE_ERR_UTF8`.
+///
+/// # Safety
+/// `config` is NULL or a readable `lease_config` (from `lease_config_init`)
+/// whose strings are NULL or NUL-terminated; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lease_limiter_new(config: *const lease_config, out: *mut *mut lease_limiter) -> lease_status {
+    ffi_boundary! {
+        let out = arg_mut!("lease_limiter_new", out);
+        *out = std::ptr::null_mut();
+        if config.is_null() {
+            return null_arg("lease_limiter_new", "config");
+        }
+        let cfg = match unsafe { to_config("lease_limiter_new", config) } {
+            Ok(c) => c,
+            Err(st) => return st,
+        };
+        let limiter = match Limiter::new(cfg) {
+            Ok(l) => l,
+            Err(e) => return fail_with("lease_limiter_new", &e),
+        };
+        let sink = events::new_sink();
+        let s = sink.clone();
+        limiter.on_event(move |e| events::deliver(&s, e));
+        *out = Box::into_raw(Box::new(lease_limiter { limiter, events: sink }));
+        LEASE_OK
+    }
+}
+
+/// Release a limiter. NULL is a no-op. It does not give leased tokens back
+/// (call `lease_close` first for a graceful shutdown; otherwise the lease
+/// TTL and the authority's refill recover them). Once it returns, the event
+/// callback is not running and will not be called again.
+///
+/// # Safety
+/// `limiter` is NULL or came from `lease_limiter_new` and was not freed; no
+/// other call on it may run during or after this one.
+#[no_mangle]
+pub unsafe extern "C" fn lease_limiter_free(limiter: *mut lease_limiter) {
+    ffi_boundary! {
+        if limiter.is_null() {
+            return;
+        }
+        let l = unsafe { Box::from_raw(limiter) };
+        events::set(&l.events, None, std::ptr::null_mut());
+        drop(l);
+    }
+}
+
+#[inline(always)]
+unsafe fn acquire_impl(
+    fname: &str,
+    limiter: *const lease_limiter,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    out: *mut lease_decision,
+    wait: bool,
+) -> lease_status {
+    let Some(l) = (unsafe { limiter.as_ref() }) else {
+        return null_arg(fname, "limiter");
+    };
+    if out.is_null() {
+        return null_arg(fname, "out");
+    }
+    let key = match unsafe { key_str(fname, key, key_len) } {
+        Ok(k) => k,
+        Err(st) => return st,
+    };
+    let r = if wait {
+        l.limiter.acquire(key, cost)
+    } else {
+        l.limiter.try_acquire(key, cost)
+    };
+    match r {
+        Ok(d) => {
+            unsafe { out.write(d.into()) };
+            LEASE_OK
+        }
+        Err(e) => fail_with(fname, &e),
+    }
+}
+
+/// Take `cost` tokens for `key` and write the decision to `*out`. A denial is
+/// `LEASE_OK` with `out->allowed == false`; only bad input or a closed
+/// limiter is an error.
+///
+/// The key is `key_len` bytes of UTF-8 at `key` (no NUL needed), 1 to 512
+/// bytes. With local tokens this is a map lookup and an atomic update;
+/// otherwise it waits for a lease request (at most `backend_timeout_ms`) or
+/// applies the failure policy.
+///
+/// Errors: `LEASE_ERR_NULL` (limiter, out, or key with `key_len > 0`),
+/// `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`, `LEASE_ERR_INVALID_COST`
+/// (0 or above the key's limit), `LEASE_ERR_CLOSED`. `*out` is written only
+/// on `LEASE_OK`.
+///
+/// # Safety
+/// `limiter` is NULL or live; `key` is NULL or has `key_len` readable
+/// bytes; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lease_acquire(
+    limiter: *const lease_limiter,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    out: *mut lease_decision,
+) -> lease_status {
+    ffi_boundary! {
+        unsafe { acquire_impl("lease_acquire", limiter, key, key_len, cost, out, true) }
+    }
+}
+
+/// Like `lease_acquire` but never waits: with no local tokens and a lease
+/// request needed, it starts one and denies with reason `LEASE_REASON_PENDING`.
+///
+/// # Safety
+/// As for `lease_acquire`.
+#[no_mangle]
+pub unsafe extern "C" fn lease_try_acquire(
+    limiter: *const lease_limiter,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    out: *mut lease_decision,
+) -> lease_status {
+    ffi_boundary! {
+        unsafe { acquire_impl("lease_try_acquire", limiter, key, key_len, cost, out, false) }
+    }
+}
+
+/// Override the policy of one key: `limit` tokens per `window_ms`. Takes
+/// effect at the key's next lease; the authority clamps stored tokens to a
+/// lowered limit.
+///
+/// Errors: `LEASE_ERR_NULL`, `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`,
+/// `LEASE_ERR_CONFIG` (limit or window 0, or their product above 2^52),
+/// `LEASE_ERR_CLOSED`.
+///
+/// # Safety
+/// `limiter` is NULL or live; `key` is NULL or has `key_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn lease_set_limit(
+    limiter: *const lease_limiter,
+    key: *const u8,
+    key_len: usize,
+    limit: u64,
+    window_ms: u64,
+) -> lease_status {
+    ffi_boundary! {
+        let l = arg_ref!("lease_set_limit", limiter);
+        let key = match unsafe { key_str("lease_set_limit", key, key_len) } {
+            Ok(k) => k,
+            Err(st) => return st,
+        };
+        match l.limiter.set_limit(key, limit, window_ms) {
+            Ok(()) => LEASE_OK,
+            Err(e) => fail_with("lease_set_limit", &e),
+        }
+    }
+}
+
+/// Write a snapshot of the limiter's counters to `*out` (also after `lease_close`).
+///
+/// # Safety
+/// `limiter` is NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lease_metrics(limiter: *const lease_limiter, out: *mut lease_metrics) -> lease_status {
+    ffi_boundary! {
+        let l = arg_ref!("lease_metrics", limiter);
+        let out = arg_mut!("lease_metrics", out);
+        *out = l.limiter.metrics().into();
+        LEASE_OK
+    }
+}
+
+/// Write the counters in Prometheus text format (names prefixed
+/// `quotalease_`) into `buf`, NUL-terminated.
+///
+/// `*needed` (when `needed` is not NULL) receives the size the text needs,
+/// NUL included. When `cap` is smaller, `buf` gets "" (if `cap > 0`) and the
+/// call returns `LEASE_ERR_BUFFER_TOO_SMALL`: call again with a buffer of at
+/// least `*needed` bytes (counters grow, so allow some slack, e.g. 4096
+/// bytes). `buf = NULL, cap = 0` asks for the size only.
+///
+/// # Safety
+/// `limiter` is NULL or live; `buf` is NULL or has `cap` writable bytes;
+/// `needed` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lease_metrics_prometheus(
+    limiter: *const lease_limiter,
+    buf: *mut c_char,
+    cap: usize,
+    needed: *mut usize,
+) -> lease_status {
+    ffi_boundary! {
+        let l = arg_ref!("lease_metrics_prometheus", limiter);
+        let text = l.limiter.metrics_prometheus();
+        unsafe { write_str("lease_metrics_prometheus", &text, buf, cap, needed) }
+    }
+}
+
+/// Give every leased token back now and wait for the authority to take them
+/// (graceful shutdown). Errors: `LEASE_ERR_NULL`, `LEASE_ERR_CLOSED`,
+/// `LEASE_ERR_BACKEND`.
+///
+/// # Safety
+/// `limiter` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn lease_flush(limiter: *const lease_limiter) -> lease_status {
+    ffi_boundary! {
+        let l = arg_ref!("lease_flush", limiter);
+        match l.limiter.flush() {
+            Ok(()) => LEASE_OK,
+            Err(e) => fail_with("lease_flush", &e),
+        }
+    }
+}
+
+/// Flush, then stop the limiter's broker. Every later call on it returns
+/// `LEASE_ERR_CLOSED` (except `lease_metrics*`, `lease_close` and
+/// `lease_limiter_free`). Idempotent. The handle stays valid until
+/// `lease_limiter_free`. Errors: `LEASE_ERR_NULL`, `LEASE_ERR_BACKEND` (the
+/// flush failed; the limiter is closed anyway).
+///
+/// # Safety
+/// `limiter` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn lease_close(limiter: *const lease_limiter) -> lease_status {
+    ffi_boundary! {
+        let l = arg_ref!("lease_close", limiter);
+        match l.limiter.close() {
+            Ok(()) => LEASE_OK,
+            Err(e) => fail_with("lease_close", &e),
+        }
+    }
+}
+
+/// Register `callback` for backend transitions (degraded / recovered),
+/// replacing any earlier one; NULL unregisters. The callback runs on the
+/// limiter's internal broker thread, with `user` as given here, and must not
+/// block for long nor call `lease_set_event_callback` or
+/// `lease_limiter_free` on this limiter. Once this function returns, the
+/// previous callback is not running and will not be called again.
+/// Transitions are also counted in `lease_metrics` (`fallback_transitions`).
+///
+/// # Safety
+/// `limiter` is NULL or live; `callback` and `user` stay valid, and usable
+/// from another thread, until replaced or until `lease_limiter_free`.
+#[no_mangle]
+pub unsafe extern "C" fn lease_set_event_callback(
+    limiter: *const lease_limiter,
+    callback: lease_event_callback,
+    user: *mut c_void,
+) -> lease_status {
+    ffi_boundary! {
+        let l = arg_ref!("lease_set_event_callback", limiter);
+        events::set(&l.events, callback, user);
+        LEASE_OK
+    }
+}
+
+/// For deterministic tests, with `clock = LEASE_CLOCK_MANUAL`: move the
+/// limiter's clock forward by `ms`. `LEASE_ERR_CONFIG` with the system clock.
+///
+/// # Safety
+/// `limiter` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn lease_advance_clock(limiter: *const lease_limiter, ms: u64) -> lease_status {
+    ffi_boundary! {
+        let l = arg_ref!("lease_advance_clock", limiter);
+        match l.limiter.advance_clock(ms) {
+            Ok(()) => LEASE_OK,
+            Err(e) => fail_with("lease_advance_clock", &e),
+        }
+    }
+}
+
+/// For deterministic tests: run lease-TTL maintenance now, then wait until no
+/// lease or give-back request is in flight (at most 10 s).
+///
+/// # Safety
+/// `limiter` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn lease_settle(limiter: *const lease_limiter) -> lease_status {
+    ffi_boundary! {
+        let l = arg_ref!("lease_settle", limiter);
+        match l.limiter.settle() {
+            Ok(()) => LEASE_OK,
+            Err(e) => fail_with("lease_settle", &e),
+        }
+    }
+}
