@@ -438,7 +438,14 @@ impl Drop for Limiter {
         // Stop the runtime from the caller's thread; leased tokens are not
         // given back here (call `close()` for that): the authority refills.
         if let Some(b) = self.inner.broker.swap(None) {
-            drop(b);
+            let g = self.inner.gen.load(Relaxed);
+            if g != u64::MAX && g != fork::current() {
+                // Inherited from the parent across fork(): its threads do not
+                // exist here, so the runtime must be forgotten, not shut down.
+                std::mem::forget(b);
+            } else {
+                drop(b);
+            }
         }
     }
 }
