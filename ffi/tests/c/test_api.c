@@ -1,0 +1,498 @@
+/* API coverage and every bad input of liblease, on the in-memory authority. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static lease_limiter *manual_limiter(uint64_t limit, uint64_t window_ms, uint64_t lease_size) {
+  lease_config c;
+  lease_limiter *l = NULL;
+  lease_config_init(&c);
+  c.limit = limit;
+  c.window_ms = window_ms;
+  c.lease_size = lease_size;
+  c.clock = LEASE_CLOCK_MANUAL;
+  c.clock_start_ms = 1000000;
+  if (lease_limiter_new(&c, &l) != LEASE_OK) {
+    fprintf(stderr, "lease_limiter_new: %s\n", lease_last_error());
+    exit(2);
+  }
+  return l;
+}
+
+static void version_matches_header(void) {
+  char expect[64];
+  snprintf(expect, sizeof expect, "%d.%d.%d", LEASE_VERSION_MAJOR, LEASE_VERSION_MINOR, LEASE_VERSION_PATCH);
+  CHECK(strcmp(lease_version(), LEASE_VERSION_STRING) == 0, "library %s, header %s", lease_version(),
+        LEASE_VERSION_STRING);
+  CHECK(strcmp(expect, LEASE_VERSION_STRING) == 0, "%s vs %s", expect, LEASE_VERSION_STRING);
+#ifdef EXPECT_VERSION
+  /* The test script passes the version from ffi/Cargo.toml's workspace. */
+  CHECK(strcmp(lease_version(), EXPECT_VERSION) == 0, "library %s, Cargo.toml %s", lease_version(), EXPECT_VERSION);
+#endif
+}
+
+static void config_init_fills_documented_defaults(void) {
+  lease_config c;
+  memset(&c, 0xAB, sizeof c);
+  EXPECT(lease_config_init(&c), LEASE_OK);
+  CHECK(strcmp(c.url, "memory://") == 0, "url %s", c.url);
+  CHECK(c.limit == 0, "limit %llu", (unsigned long long)c.limit);
+  CHECK(c.window_ms == 60000, "window");
+  CHECK(c.lease_size == LEASE_AUTO, "lease_size");
+  CHECK(c.refill_threshold == LEASE_AUTO, "refill_threshold");
+  CHECK(c.lease_ttl_ms == 2000, "lease_ttl_ms");
+  CHECK(c.on_backend_failure == LEASE_FAILURE_STATIC_SHARE, "policy");
+  CHECK(c.mode == LEASE_MODE_LEASE, "mode");
+  CHECK(c.expected_replicas == 1, "expected_replicas");
+  CHECK(c.backend_timeout_ms == 250, "backend_timeout_ms");
+  CHECK(strcmp(c.key_prefix, "ql") == 0, "key_prefix %s", c.key_prefix);
+  CHECK(c.max_keys == 100000, "max_keys");
+  CHECK(c.clock == LEASE_CLOCK_SYSTEM, "clock");
+  CHECK(c.clock_start_ms == 0, "clock_start_ms");
+}
+
+static void acquire_until_exhausted(void) {
+  lease_limiter *l = manual_limiter(10, 1000, 4);
+  lease_decision d;
+  int i, admitted = 0;
+  for (i = 0; i < 10; i++) {
+    EXPECT(lease_acquire(l, KEY("user:1"), 1, &d), LEASE_OK);
+    admitted += d.allowed;
+    CHECK(d.limit == 10 && d.window_ms == 1000, "limit %llu window %llu", (unsigned long long)d.limit,
+          (unsigned long long)d.window_ms);
+    CHECK(d.reason == LEASE_REASON_LEASE, "reason %s", lease_reason_name(d.reason));
+    CHECK(d.retry_after_ms == 0, "retry_after_ms %llu", (unsigned long long)d.retry_after_ms);
+    CHECK(d.remaining == (uint64_t)(9 - i), "remaining %llu at %d", (unsigned long long)d.remaining, i);
+  }
+  CHECK(admitted == 10, "admitted %d", admitted);
+  EXPECT(lease_acquire(l, KEY("user:1"), 1, &d), LEASE_OK);
+  CHECK(!d.allowed, "11th admitted");
+  CHECK(d.reason == LEASE_REASON_EXHAUSTED, "reason %s", lease_reason_name(d.reason));
+  CHECK(d.retry_after_ms > 0 && d.retry_after_ms <= 1000, "retry_after_ms %llu", (unsigned long long)d.retry_after_ms);
+  /* Another key is independent. */
+  EXPECT(lease_acquire(l, KEY("user:2"), 3, &d), LEASE_OK);
+  CHECK(d.allowed && d.remaining == 7, "user:2 remaining %llu", (unsigned long long)d.remaining);
+  /* Time refills. */
+  EXPECT(lease_advance_clock(l, 1000), LEASE_OK);
+  EXPECT(lease_settle(l), LEASE_OK);
+  EXPECT(lease_acquire(l, KEY("user:1"), 1, &d), LEASE_OK);
+  CHECK(d.allowed, "refilled key denied");
+  lease_limiter_free(l);
+}
+
+static void keys_are_bytes_not_c_strings(void) {
+  /* Same bytes, no NUL terminator needed: "abc" inside a larger buffer. */
+  lease_limiter *l = manual_limiter(5, 60000, 1);
+  const char buf[] = {'a', 'b', 'c', 'X', 'Y'};
+  lease_decision d;
+  EXPECT(lease_acquire(l, (const uint8_t *)buf, 3, 2, &d), LEASE_OK);
+  EXPECT(lease_acquire(l, KEY("abc"), 1, &d), LEASE_OK);
+  CHECK(d.remaining == 2, "remaining %llu: both calls must hit key \"abc\"", (unsigned long long)d.remaining);
+  /* Multi-byte UTF-8 keys work. */
+  EXPECT(lease_acquire(l, KEY("clé-ключ-鍵"), 1, &d), LEASE_OK);
+  CHECK(d.allowed, "utf-8 key denied");
+  lease_limiter_free(l);
+}
+
+static void try_acquire_and_reasons(void) {
+  lease_limiter *l = manual_limiter(3, 1000, 3);
+  lease_decision d;
+  EXPECT(lease_try_acquire(l, KEY("k"), 3, &d), LEASE_OK);
+  CHECK(d.allowed, "memory authority answers inline");
+  EXPECT(lease_try_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  CHECK(!d.allowed && d.reason == LEASE_REASON_EXHAUSTED, "reason %s", lease_reason_name(d.reason));
+  CHECK(strcmp(lease_reason_name(LEASE_REASON_LEASE), "lease") == 0, "lease");
+  CHECK(strcmp(lease_reason_name(LEASE_REASON_EXHAUSTED), "exhausted") == 0, "exhausted");
+  CHECK(strcmp(lease_reason_name(LEASE_REASON_FALLBACK), "fallback") == 0, "fallback");
+  CHECK(strcmp(lease_reason_name(LEASE_REASON_PENDING), "pending") == 0, "pending");
+  CHECK(strcmp(lease_reason_name(LEASE_REASON_EXACT), "exact") == 0, "exact");
+  CHECK(strcmp(lease_reason_name(LEASE_REASON_LOCAL), "local") == 0, "local");
+  CHECK(strcmp(lease_reason_name(99), "unknown") == 0, "99");
+  lease_limiter_free(l);
+}
+
+static void modes_by_config(void) {
+  lease_config c;
+  lease_limiter *l;
+  lease_decision d;
+  lease_config_init(&c);
+  c.limit = 4;
+  c.clock = LEASE_CLOCK_MANUAL;
+  c.mode = LEASE_MODE_EXACT;
+  EXPECT(lease_limiter_new(&c, &l), LEASE_OK);
+  EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  CHECK(d.allowed && d.reason == LEASE_REASON_EXACT && d.remaining == 3, "exact: %s %llu",
+        lease_reason_name(d.reason), (unsigned long long)d.remaining);
+  lease_limiter_free(l);
+  c.mode = LEASE_MODE_LOCAL;
+  c.expected_replicas = 2;
+  EXPECT(lease_limiter_new(&c, &l), LEASE_OK);
+  EXPECT(lease_acquire(l, KEY("k"), 2, &d), LEASE_OK);
+  CHECK(d.allowed && d.reason == LEASE_REASON_LOCAL, "local: %s", lease_reason_name(d.reason));
+  EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  CHECK(!d.allowed, "local share is limit / expected_replicas = 2");
+  lease_limiter_free(l);
+}
+
+static void set_limit_overrides_one_key(void) {
+  lease_limiter *l = manual_limiter(10, 1000, 2);
+  lease_decision d;
+  EXPECT(lease_set_limit(l, KEY("vip"), 100, 1000), LEASE_OK);
+  EXPECT(lease_acquire(l, KEY("vip"), 50, &d), LEASE_OK);
+  CHECK(d.allowed && d.limit == 100, "vip limit %llu", (unsigned long long)d.limit);
+  EXPECT(lease_acquire(l, KEY("other"), 1, &d), LEASE_OK);
+  CHECK(d.limit == 10, "other limit %llu", (unsigned long long)d.limit);
+  EXPECT_ERR(lease_set_limit(l, KEY("vip"), 0, 1000), LEASE_ERR_CONFIG, "limit");
+  EXPECT_ERR(lease_set_limit(l, KEY("vip"), 10, 0), LEASE_ERR_CONFIG, "window_ms");
+  EXPECT_ERR(lease_set_limit(l, KEY(""), 10, 10), LEASE_ERR_INVALID_KEY, "empty");
+  lease_limiter_free(l);
+}
+
+static void metrics_count_decisions(void) {
+  lease_limiter *l = manual_limiter(5, 60000, 5);
+  lease_decision d;
+  struct lease_metrics m;
+  int i;
+  for (i = 0; i < 7; i++) EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  memset(&m, 0xFF, sizeof m);
+  EXPECT(lease_metrics(l, &m), LEASE_OK);
+  CHECK(m.admitted == 5 && m.denied == 2, "admitted %llu denied %llu", (unsigned long long)m.admitted,
+        (unsigned long long)m.denied);
+  CHECK(m.tokens_leased == 5, "tokens_leased %llu", (unsigned long long)m.tokens_leased);
+  CHECK(m.keys_tracked == 1, "keys_tracked %llu", (unsigned long long)m.keys_tracked);
+  CHECK(m.backend_calls >= 1 && m.backend_errors == 0, "backend calls %llu errors %llu",
+        (unsigned long long)m.backend_calls, (unsigned long long)m.backend_errors);
+  CHECK(m.fallback_active == 0 && m.fallback_transitions == 0, "fallback");
+  CHECK(m.overshoot_bound == 0, "overshoot_bound %llu", (unsigned long long)m.overshoot_bound);
+  lease_limiter_free(l);
+}
+
+static void prometheus_into_caller_buffer(void) {
+  lease_limiter *l = manual_limiter(5, 60000, 5);
+  lease_decision d;
+  size_t needed = 0, again = 0;
+  char small[16];
+  char *buf;
+  int i;
+  for (i = 0; i < 3; i++) lease_acquire(l, KEY("k"), 1, &d);
+  /* Size query. */
+  EXPECT(lease_metrics_prometheus(l, NULL, 0, &needed), LEASE_ERR_BUFFER_TOO_SMALL);
+  CHECK(needed > 100, "needed %zu", needed);
+  /* Too small: "" and the size. */
+  memset(small, 'x', sizeof small);
+  EXPECT_ERR(lease_metrics_prometheus(l, small, sizeof small, &again), LEASE_ERR_BUFFER_TOO_SMALL, "needed");
+  CHECK(small[0] == '\0', "short buffer not emptied");
+  CHECK(again == needed, "needed %zu then %zu", needed, again);
+  /* One byte short of the NUL. */
+  buf = malloc(needed);
+  EXPECT(lease_metrics_prometheus(l, buf, needed - 1, NULL), LEASE_ERR_BUFFER_TOO_SMALL);
+  /* Exactly enough. */
+  EXPECT(lease_metrics_prometheus(l, buf, needed, &again), LEASE_OK);
+  CHECK(strlen(buf) + 1 == needed, "strlen %zu needed %zu", strlen(buf), needed);
+  CHECK(strstr(buf, "\nquotalease_admitted_total 3\n") != NULL, "text:\n%s", buf);
+  CHECK(strstr(buf, "# TYPE quotalease_overshoot_bound gauge\n") != NULL, "text:\n%s", buf);
+  /* NULL buffer with a capacity is a NULL argument, not a crash. */
+  EXPECT_ERR(lease_metrics_prometheus(l, NULL, 64, &again), LEASE_ERR_NULL, "buf");
+  free(buf);
+  lease_limiter_free(l);
+}
+
+static void decision_headers_follow_the_draft(void) {
+  lease_decision d;
+  char buf[256];
+  size_t needed = 0;
+  memset(&d, 0, sizeof d);
+  d.allowed = false;
+  d.limit = 100;
+  d.remaining = 0;
+  d.retry_after_ms = 1200;
+  d.reset_after_ms = 30500;
+  d.window_ms = 60000;
+  d.reason = LEASE_REASON_EXHAUSTED;
+  EXPECT(lease_decision_headers(&d, buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strcmp(buf,
+               "RateLimit-Policy: \"default\";q=100;w=60\r\n"
+               "RateLimit: \"default\";r=0;t=31\r\n"
+               "Retry-After: 2\r\n") == 0,
+        "got %s", buf);
+  CHECK(needed == strlen(buf) + 1, "needed %zu", needed);
+  d.allowed = true;
+  d.retry_after_ms = 0;
+  EXPECT(lease_decision_headers(&d, buf, sizeof buf, NULL), LEASE_OK);
+  CHECK(strstr(buf, "Retry-After") == NULL, "allowed has no Retry-After: %s", buf);
+  EXPECT(lease_decision_headers(&d, buf, 10, &needed), LEASE_ERR_BUFFER_TOO_SMALL);
+  CHECK(buf[0] == '\0' && needed > 10, "needed %zu", needed);
+  EXPECT_ERR(lease_decision_headers(NULL, buf, sizeof buf, NULL), LEASE_ERR_NULL, "decision");
+}
+
+static void flush_and_close(void) {
+  lease_limiter *l = manual_limiter(10, 60000, 4);
+  lease_decision d;
+  struct lease_metrics m;
+  size_t needed;
+  EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  EXPECT(lease_flush(l), LEASE_OK);
+  EXPECT(lease_metrics(l, &m), LEASE_OK);
+  CHECK(m.tokens_returned == 3, "tokens_returned %llu", (unsigned long long)m.tokens_returned);
+  EXPECT(lease_close(l), LEASE_OK);
+  EXPECT(lease_close(l), LEASE_OK); /* idempotent */
+  memset(&d, 0x5A, sizeof d);
+  EXPECT_ERR(lease_acquire(l, KEY("k"), 1, &d), LEASE_ERR_CLOSED, "closed");
+  CHECK(((unsigned char *)&d)[0] == 0x5A, "out written on failure");
+  EXPECT_ERR(lease_try_acquire(l, KEY("k"), 1, &d), LEASE_ERR_CLOSED, "closed");
+  EXPECT_ERR(lease_set_limit(l, KEY("k"), 5, 1000), LEASE_ERR_CLOSED, "closed");
+  EXPECT_ERR(lease_flush(l), LEASE_ERR_CLOSED, "closed");
+  EXPECT_ERR(lease_settle(l), LEASE_ERR_CLOSED, "closed");
+  /* Metrics stay readable. */
+  EXPECT(lease_metrics(l, &m), LEASE_OK);
+  CHECK(m.admitted == 1, "admitted %llu", (unsigned long long)m.admitted);
+  EXPECT(lease_metrics_prometheus(l, NULL, 0, &needed), LEASE_ERR_BUFFER_TOO_SMALL);
+  lease_limiter_free(l);
+}
+
+static void memory_name_shares_one_authority(void) {
+  lease_config c;
+  lease_limiter *a, *b;
+  lease_decision d;
+  int i, admitted = 0;
+  lease_config_init(&c);
+  c.url = "memory://c-shared-test";
+  c.limit = 10;
+  c.lease_size = 3;
+  c.clock = LEASE_CLOCK_MANUAL;
+  EXPECT(lease_limiter_new(&c, &a), LEASE_OK);
+  EXPECT(lease_limiter_new(&c, &b), LEASE_OK);
+  for (i = 0; i < 20; i++) {
+    lease_limiter *l = (i % 2) ? a : b;
+    EXPECT(lease_acquire(l, KEY("shared"), 1, &d), LEASE_OK);
+    admitted += d.allowed;
+  }
+  CHECK(admitted == 10, "two limiters on one authority admitted %d of limit 10", admitted);
+  lease_limiter_free(a);
+  lease_limiter_free(b);
+}
+
+static void parse_helpers(void) {
+  lease_mode m = 99;
+  lease_failure_policy p = 99;
+  uint64_t limit = 0, window = 0;
+  EXPECT(lease_mode_parse("exact", &m), LEASE_OK);
+  CHECK(m == LEASE_MODE_EXACT, "mode %u", m);
+  EXPECT(lease_mode_parse("local", &m), LEASE_OK);
+  CHECK(m == LEASE_MODE_LOCAL, "mode %u", m);
+  EXPECT_ERR(lease_mode_parse("fast", &m), LEASE_ERR_CONFIG, "\"lease\"");
+  EXPECT(lease_failure_policy_parse("deny", &p), LEASE_OK);
+  CHECK(p == LEASE_FAILURE_DENY, "policy %u", p);
+  EXPECT(lease_failure_policy_parse("static-share", &p), LEASE_OK);
+  CHECK(p == LEASE_FAILURE_STATIC_SHARE, "policy %u", p);
+  EXPECT_ERR(lease_failure_policy_parse("panic", &p), LEASE_ERR_CONFIG, "on_backend_failure");
+  EXPECT(lease_parse_rate("600/min", &limit, &window), LEASE_OK);
+  CHECK(limit == 600 && window == 60000, "%llu/%llu", (unsigned long long)limit, (unsigned long long)window);
+  EXPECT(lease_parse_rate("100/30s", &limit, &window), LEASE_OK);
+  CHECK(limit == 100 && window == 30000, "%llu/%llu", (unsigned long long)limit, (unsigned long long)window);
+  EXPECT_ERR(lease_parse_rate("10/fortnight", &limit, &window), LEASE_ERR_CONFIG, "rate");
+  EXPECT_ERR(lease_parse_rate(NULL, &limit, &window), LEASE_ERR_NULL, "rate");
+  EXPECT_ERR(lease_parse_rate("1/s", NULL, &window), LEASE_ERR_NULL, "limit");
+  EXPECT_ERR(lease_mode_parse(NULL, &m), LEASE_ERR_NULL, "name");
+  EXPECT_ERR(lease_mode_parse("lease", NULL), LEASE_ERR_NULL, "out");
+  EXPECT_ERR(lease_failure_policy_parse("allow", NULL), LEASE_ERR_NULL, "out");
+  EXPECT_ERR(lease_mode_parse("\xff\xfe", &m), LEASE_ERR_UTF8, "UTF-8");
+}
+
+/* ---- bad input ---- */
+
+static void null_handle_everywhere(void) {
+  lease_decision d;
+  struct lease_metrics m;
+  size_t needed;
+  char buf[8];
+  EXPECT_ERR(lease_acquire(NULL, KEY("k"), 1, &d), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_try_acquire(NULL, KEY("k"), 1, &d), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_set_limit(NULL, KEY("k"), 1, 1), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_metrics(NULL, &m), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_metrics_prometheus(NULL, buf, sizeof buf, &needed), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_flush(NULL), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_close(NULL), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_set_event_callback(NULL, NULL, NULL), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_advance_clock(NULL, 1), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_settle(NULL), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_config_init(NULL), LEASE_ERR_NULL, "config");
+  lease_limiter_free(NULL); /* a no-op */
+}
+
+static void null_out_params(void) {
+  lease_limiter *l = manual_limiter(10, 1000, 2);
+  lease_config c;
+  EXPECT_ERR(lease_acquire(l, KEY("k"), 1, NULL), LEASE_ERR_NULL, "out");
+  EXPECT_ERR(lease_try_acquire(l, KEY("k"), 1, NULL), LEASE_ERR_NULL, "out");
+  EXPECT_ERR(lease_metrics(l, NULL), LEASE_ERR_NULL, "out");
+  lease_config_init(&c);
+  c.limit = 5;
+  EXPECT_ERR(lease_limiter_new(&c, NULL), LEASE_ERR_NULL, "out");
+  lease_limiter_free(l);
+}
+
+static void bad_keys(void) {
+  lease_limiter *l = manual_limiter(10, 1000, 2);
+  lease_decision d;
+  char long_key[600];
+  memset(long_key, 'x', sizeof long_key);
+  EXPECT_ERR(lease_acquire(l, NULL, 3, 1, &d), LEASE_ERR_NULL, "key");
+  EXPECT_ERR(lease_try_acquire(l, NULL, 1, 1, &d), LEASE_ERR_NULL, "key");
+  EXPECT_ERR(lease_set_limit(l, NULL, 4, 1, 1), LEASE_ERR_NULL, "key");
+  EXPECT_ERR(lease_acquire(l, NULL, 0, 1, &d), LEASE_ERR_INVALID_KEY, "empty");
+  EXPECT_ERR(lease_acquire(l, (const uint8_t *)"", 0, 1, &d), LEASE_ERR_INVALID_KEY, "empty");
+  EXPECT_ERR(lease_acquire(l, (const uint8_t *)long_key, 513, 1, &d), LEASE_ERR_INVALID_KEY, "512");
+  EXPECT(lease_acquire(l, (const uint8_t *)long_key, 512, 1, &d), LEASE_OK);
+  EXPECT_ERR(lease_acquire(l, (const uint8_t *)"ab\xff", 3, 1, &d), LEASE_ERR_UTF8, "UTF-8");
+  EXPECT_ERR(lease_set_limit(l, (const uint8_t *)"\xc3", 1, 5, 5), LEASE_ERR_UTF8, "UTF-8");
+  lease_limiter_free(l);
+}
+
+static void bad_costs(void) {
+  lease_limiter *l = manual_limiter(10, 1000, 2);
+  lease_decision d;
+  /* Cold key, then warm key: both checked. */
+  EXPECT_ERR(lease_acquire(l, KEY("k"), 0, &d), LEASE_ERR_INVALID_COST, "cost 0");
+  EXPECT_ERR(lease_acquire(l, KEY("k"), 11, &d), LEASE_ERR_INVALID_COST, "limit (10)");
+  EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  EXPECT_ERR(lease_acquire(l, KEY("k"), 0, &d), LEASE_ERR_INVALID_COST, "cost 0");
+  EXPECT_ERR(lease_acquire(l, KEY("k"), 11, &d), LEASE_ERR_INVALID_COST, "cost 11");
+  EXPECT_ERR(lease_try_acquire(l, KEY("k"), 0, &d), LEASE_ERR_INVALID_COST, "cost 0");
+  EXPECT_ERR(lease_acquire(l, KEY("k"), UINT64_MAX, &d), LEASE_ERR_INVALID_COST, "cost");
+  lease_limiter_free(l);
+}
+
+static lease_status new_with(lease_config *c, lease_limiter **out) {
+  *out = (lease_limiter *)0x1; /* must be reset to NULL on failure */
+  return lease_limiter_new(c, out);
+}
+
+static void bad_configs(void) {
+  lease_config c;
+  lease_limiter *l;
+#define BAD(field_set, status, needle) \
+  do { \
+    lease_config_init(&c); \
+    c.limit = 10; \
+    field_set; \
+    EXPECT_ERR(new_with(&c, &l), status, needle); \
+    CHECK(l == NULL, "out not NULL after a failure"); \
+  } while (0)
+  BAD((void)0; c.limit = 0, LEASE_ERR_CONFIG, "`limit`");
+  BAD(c.window_ms = 0, LEASE_ERR_CONFIG, "`window_ms`");
+  BAD(c.lease_size = 0, LEASE_ERR_CONFIG, "`lease_size`");
+  BAD(c.lease_size = 11, LEASE_ERR_CONFIG, "`lease_size`");
+  BAD(c.lease_size = 4; c.refill_threshold = 5, LEASE_ERR_CONFIG, "`refill_threshold`");
+  BAD(c.lease_ttl_ms = 0, LEASE_ERR_CONFIG, "`lease_ttl_ms`");
+  BAD(c.expected_replicas = 0, LEASE_ERR_CONFIG, "`expected_replicas`");
+  BAD(c.backend_timeout_ms = 0, LEASE_ERR_CONFIG, "`backend_timeout_ms`");
+  BAD(c.max_keys = 0, LEASE_ERR_CONFIG, "`max_keys`");
+  BAD(c.key_prefix = "a{b", LEASE_ERR_CONFIG, "`key_prefix`");
+  BAD(c.url = "http://localhost", LEASE_ERR_CONFIG, "unknown scheme");
+  BAD(c.url = "redis://:99999999", LEASE_ERR_CONFIG, "`url`");
+  BAD(c.url = "", LEASE_ERR_CONFIG, "`url`");
+  BAD(c.url = "memory:/x", LEASE_ERR_CONFIG, "`url`");
+  BAD(c.url = "redis+cluster://", LEASE_ERR_CONFIG, "`url`");
+  BAD(c.url = NULL, LEASE_ERR_NULL, "url");
+  BAD(c.key_prefix = NULL, LEASE_ERR_NULL, "key_prefix");
+  BAD(c.url = "redis://h\xff", LEASE_ERR_UTF8, "url");
+  BAD(c.mode = 7, LEASE_ERR_CONFIG, "`mode`");
+  BAD(c.on_backend_failure = 3, LEASE_ERR_CONFIG, "`on_backend_failure`");
+  BAD(c.clock = 2, LEASE_ERR_CONFIG, "`clock`");
+  BAD(c.limit = 1000000000000ULL; c.window_ms = 10000000, LEASE_ERR_CONFIG, "2^52");
+#undef BAD
+  EXPECT_ERR(new_with(NULL, &l), LEASE_ERR_NULL, "config");
+  CHECK(l == NULL, "out not NULL after a NULL config");
+}
+
+static void advance_clock_needs_manual_clock(void) {
+  lease_config c;
+  lease_limiter *l;
+  lease_config_init(&c);
+  c.limit = 5;
+  EXPECT(lease_limiter_new(&c, &l), LEASE_OK);
+  EXPECT_ERR(lease_advance_clock(l, 10), LEASE_ERR_CONFIG, "manual");
+  lease_limiter_free(l);
+}
+
+static void *fail_in_thread(void *arg) {
+  static char seen[256];
+  (void)arg;
+  /* A fresh thread has no last error, whatever the main thread did. */
+  snprintf(seen, sizeof seen, "%s", lease_last_error());
+  lease_config_init(NULL);
+  return seen;
+}
+
+static void last_error_is_thread_local(void) {
+  pthread_t t;
+  void *seen = NULL;
+  const char *mine;
+  lease_acquire(NULL, KEY("k"), 1, NULL);
+  mine = lease_last_error();
+  CHECK(strstr(mine, "lease_acquire") != NULL, "main thread's error %s", mine);
+  CHECK(pthread_create(&t, NULL, fail_in_thread, NULL) == 0, "pthread_create");
+  pthread_join(t, &seen);
+  CHECK(seen && ((char *)seen)[0] == '\0', "new thread saw \"%s\"", (char *)seen);
+  /* The other thread's failure did not touch this thread's message. */
+  CHECK(strstr(lease_last_error(), "lease_acquire") != NULL, "main thread's error became %s", lease_last_error());
+  /* Successful calls leave it unchanged. */
+  {
+    lease_config c;
+    lease_config_init(&c);
+    CHECK(strstr(lease_last_error(), "lease_acquire") != NULL, "a success cleared the error");
+  }
+}
+
+static void works_after_fork(void) {
+  lease_limiter *l = manual_limiter(10, 60000, 4);
+  lease_decision d;
+  pid_t pid;
+  int status = 0;
+  EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  fflush(NULL);
+  pid = fork();
+  if (pid == 0) {
+    struct lease_metrics m;
+    int ok = lease_acquire(l, KEY("k"), 1, &d) == LEASE_OK && d.allowed && lease_metrics(l, &m) == LEASE_OK &&
+             m.tokens_expired == 3; /* the child dropped the parent's 3 leased tokens */
+    lease_limiter_free(l);
+    _exit(ok ? 0 : 1);
+  }
+  CHECK(pid > 0, "fork");
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d",
+        status);
+  EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  CHECK(d.allowed, "parent denied after fork");
+  lease_limiter_free(l);
+}
+
+int main(void) {
+  RUN(version_matches_header);
+  RUN(config_init_fills_documented_defaults);
+  RUN(acquire_until_exhausted);
+  RUN(keys_are_bytes_not_c_strings);
+  RUN(try_acquire_and_reasons);
+  RUN(modes_by_config);
+  RUN(set_limit_overrides_one_key);
+  RUN(metrics_count_decisions);
+  RUN(prometheus_into_caller_buffer);
+  RUN(decision_headers_follow_the_draft);
+  RUN(flush_and_close);
+  RUN(memory_name_shares_one_authority);
+  RUN(parse_helpers);
+  RUN(null_handle_everywhere);
+  RUN(null_out_params);
+  RUN(bad_keys);
+  RUN(bad_costs);
+  RUN(bad_configs);
+  RUN(advance_clock_needs_manual_clock);
+  RUN(last_error_is_thread_local);
+  RUN(works_after_fork);
+  SUMMARY();
+}

@@ -1,0 +1,229 @@
+/* liblease against a real redis-server started by tests/harness/redisctl:
+ * sharing across limiters, try_acquire's pending, flush/close giving tokens
+ * back, and the degraded / recovered event callback when Redis is killed and
+ * restarted. Needs QL_REDIS_PORT and QL_REDISCTL. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static char url[128];
+static const char *redisctl;
+static const char *port;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void pause_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static lease_limiter *make(const char *prefix, uint64_t limit, uint64_t lease_size, int manual) {
+  lease_config c;
+  lease_limiter *l = NULL;
+  lease_config_init(&c);
+  c.url = url;
+  c.key_prefix = prefix;
+  c.limit = limit;
+  c.window_ms = 60000;
+  c.lease_size = lease_size;
+  c.backend_timeout_ms = 2000;
+  if (manual) {
+    c.clock = LEASE_CLOCK_MANUAL;
+    c.clock_start_ms = 1000000;
+  }
+  if (lease_limiter_new(&c, &l) != LEASE_OK) {
+    fprintf(stderr, "lease_limiter_new: %s\n", lease_last_error());
+    exit(2);
+  }
+  return l;
+}
+
+static void unique_prefix(char *buf, size_t cap, const char *what) {
+  static int n;
+  snprintf(buf, cap, "c%d-%s-%d", (int)getpid(), what, n++);
+}
+
+static void limiters_share_one_bucket(void) {
+  char prefix[64];
+  lease_limiter *a, *b;
+  lease_decision d;
+  struct lease_metrics ma, mb;
+  int i, admitted = 0;
+  unique_prefix(prefix, sizeof prefix, "share");
+  a = make(prefix, 30, 4, 1);
+  b = make(prefix, 30, 4, 1);
+  for (i = 0; i < 60; i++) {
+    EXPECT(lease_acquire((i % 3) ? a : b, KEY("tenant"), 1, &d), LEASE_OK);
+    admitted += d.allowed;
+    lease_settle(a);
+    lease_settle(b);
+  }
+  CHECK(admitted == 30, "admitted %d of 30 across two limiters", admitted);
+  EXPECT(lease_metrics(a, &ma), LEASE_OK);
+  EXPECT(lease_metrics(b, &mb), LEASE_OK);
+  CHECK(ma.backend_calls > 0 && mb.backend_calls > 0, "both leased from Redis");
+  CHECK(ma.backend_errors == 0 && mb.backend_errors == 0, "backend errors");
+  lease_limiter_free(a);
+  lease_limiter_free(b);
+}
+
+static void try_acquire_is_pending_on_a_cold_key(void) {
+  char prefix[64];
+  lease_limiter *l;
+  lease_decision d;
+  double deadline;
+  unique_prefix(prefix, sizeof prefix, "try");
+  l = make(prefix, 100, 10, 0);
+  EXPECT(lease_try_acquire(l, KEY("cold"), 1, &d), LEASE_OK);
+  CHECK(!d.allowed && d.reason == LEASE_REASON_PENDING, "first try_acquire: %s", lease_reason_name(d.reason));
+  /* The lease request it started lands without anyone waiting for it. */
+  deadline = now_s() + 10;
+  do {
+    EXPECT(lease_try_acquire(l, KEY("cold"), 1, &d), LEASE_OK);
+    if (d.allowed) break;
+    pause_ms(5);
+  } while (now_s() < deadline);
+  CHECK(d.allowed && d.reason == LEASE_REASON_LEASE, "never admitted: %s", lease_reason_name(d.reason));
+  lease_limiter_free(l);
+}
+
+static void flush_and_close_give_tokens_back(void) {
+  char prefix[64];
+  lease_limiter *a, *b;
+  lease_decision d;
+  struct lease_metrics m;
+  int i, admitted = 0;
+  unique_prefix(prefix, sizeof prefix, "flush");
+  a = make(prefix, 10, 5, 1);
+  b = make(prefix, 10, 5, 1);
+  EXPECT(lease_acquire(a, KEY("k"), 1, &d), LEASE_OK); /* a holds 4 */
+  EXPECT(lease_flush(a), LEASE_OK);
+  EXPECT(lease_metrics(a, &m), LEASE_OK);
+  CHECK(m.tokens_returned == 4, "flush returned %llu", (unsigned long long)m.tokens_returned);
+  EXPECT(lease_acquire(a, KEY("k"), 1, &d), LEASE_OK); /* a holds 4 again */
+  EXPECT(lease_close(a), LEASE_OK);
+  for (i = 0; i < 10; i++) {
+    EXPECT(lease_acquire(b, KEY("k"), 1, &d), LEASE_OK);
+    admitted += d.allowed;
+    lease_settle(b);
+  }
+  CHECK(admitted == 8, "b admitted %d: all but a's 2 spent tokens", admitted);
+  EXPECT_ERR(lease_acquire(a, KEY("k"), 1, &d), LEASE_ERR_CLOSED, "closed");
+  lease_limiter_free(a);
+  lease_limiter_free(b);
+}
+
+/* ---- events ---- */
+
+typedef struct {
+  pthread_mutex_t mu;
+  int degraded, recovered;
+  char last_message[512];
+} recorder;
+
+static void on_event(void *user, lease_event_kind kind, const char *message) {
+  recorder *r = user;
+  pthread_mutex_lock(&r->mu);
+  if (kind == LEASE_EVENT_DEGRADED) r->degraded++;
+  if (kind == LEASE_EVENT_RECOVERED) r->recovered++;
+  snprintf(r->last_message, sizeof r->last_message, "%s", message ? message : "(null)");
+  pthread_mutex_unlock(&r->mu);
+}
+
+static int count(recorder *r, int recovered) {
+  int n;
+  pthread_mutex_lock(&r->mu);
+  n = recovered ? r->recovered : r->degraded;
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}
+
+static int harness(const char *cmd) {
+  char line[512];
+  snprintf(line, sizeof line, "%s %s %s >/dev/null", redisctl, cmd, port);
+  return system(line);
+}
+
+/* Keep calling acquire (which drives leasing and probing) until `cond`
+ * holds, for at most `seconds`. */
+#define POLL_UNTIL(cond, seconds, key)                       \
+  do {                                                       \
+    double deadline_ = now_s() + (seconds);                  \
+    lease_decision pd_;                                      \
+    while (!(cond) && now_s() < deadline_) {                 \
+      lease_acquire(l, KEY(key), 1, &pd_);                   \
+      pause_ms(10);                                          \
+    }                                                        \
+  } while (0)
+
+static void events_reach_the_callback(void) {
+  char prefix[64];
+  lease_config c;
+  lease_limiter *l;
+  lease_decision d;
+  struct lease_metrics m;
+  recorder first = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
+  recorder second = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
+  unique_prefix(prefix, sizeof prefix, "events");
+  lease_config_init(&c);
+  c.url = url;
+  c.key_prefix = prefix;
+  c.limit = 1000000;
+  c.lease_size = 2;
+  c.backend_timeout_ms = 200;
+  c.on_backend_failure = LEASE_FAILURE_ALLOW;
+  EXPECT(lease_limiter_new(&c, &l), LEASE_OK);
+  EXPECT(lease_set_event_callback(l, on_event, &first), LEASE_OK);
+  EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  CHECK(d.allowed && d.reason == LEASE_REASON_LEASE, "warm-up: %s", lease_reason_name(d.reason));
+
+  CHECK(harness("kill") == 0, "redisctl kill");
+  POLL_UNTIL(count(&first, 0) > 0, 15, "k");
+  CHECK(count(&first, 0) == 1, "degraded events: %d", count(&first, 0));
+  pthread_mutex_lock(&first.mu);
+  CHECK(strstr(first.last_message, "backend unreachable") != NULL, "message: %s", first.last_message);
+  pthread_mutex_unlock(&first.mu);
+  EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  CHECK(d.allowed && d.reason == LEASE_REASON_FALLBACK, "while down: allowed %d reason %s", d.allowed,
+        lease_reason_name(d.reason));
+  EXPECT(lease_metrics(l, &m), LEASE_OK);
+  CHECK(m.fallback_active == 1, "fallback_active %llu", (unsigned long long)m.fallback_active);
+
+  /* Replace the callback: from now on only `second` hears. */
+  EXPECT(lease_set_event_callback(l, on_event, &second), LEASE_OK);
+  CHECK(harness("restart") == 0, "redisctl restart");
+  POLL_UNTIL(count(&second, 1) > 0, 30, "k");
+  CHECK(count(&second, 1) == 1, "recovered events: %d", count(&second, 1));
+  CHECK(count(&first, 1) == 0, "the replaced callback was called");
+  EXPECT(lease_metrics(l, &m), LEASE_OK);
+  CHECK(m.fallback_active == 0 && m.fallback_transitions == 2, "fallback_active %llu transitions %llu",
+        (unsigned long long)m.fallback_active, (unsigned long long)m.fallback_transitions);
+  /* Unregister, then free: nothing is called after free returns. */
+  EXPECT(lease_set_event_callback(l, NULL, NULL), LEASE_OK);
+  EXPECT(lease_close(l), LEASE_OK);
+  lease_limiter_free(l);
+}
+
+int main(void) {
+  const char *p = getenv("QL_REDIS_PORT");
+  redisctl = getenv("QL_REDISCTL");
+  if (!p || !redisctl) {
+    fprintf(stderr, "set QL_REDIS_PORT and QL_REDISCTL (scripts/test-c.sh does)\n");
+    return 2;
+  }
+  port = p;
+  snprintf(url, sizeof url, "redis://127.0.0.1:%s", p);
+  RUN(limiters_share_one_bucket);
+  RUN(try_acquire_is_pending_on_a_cold_key);
+  RUN(flush_and_close_give_tokens_back);
+  RUN(events_reach_the_callback); /* last: it kills and restarts the server */
+  SUMMARY();
+}
