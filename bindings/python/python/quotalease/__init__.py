@@ -1,0 +1,100 @@
+"""quotalease: a rate limiter whose limit holds across every instance of a service.
+
+Each process keeps a local lease of tokens per key and admits requests from it
+with no network call; a broker thread borrows chunks of tokens from one
+authoritative token bucket per key (Redis, or the in-process ``memory://``).
+
+    from quotalease import Limiter
+
+    limiter = Limiter("redis://127.0.0.1:6379", rate="600/min")
+    decision = limiter.acquire("user:42")
+    if not decision:
+        ...  # 429, with decision.headers()
+
+Errors: every exception raised for a wrong *value* derives from
+:class:`QuotaLeaseError` (ConfigError, InvalidKeyError and InvalidCostError are
+also ValueError; ClosedError is also a RuntimeError). A wrong *type* (a key that
+is not a str, a cost that is not an int) raises TypeError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+from types import TracebackType
+
+from . import _native
+from ._native import (
+    BackendError,
+    ClosedError,
+    ConfigError,
+    Decision,
+    InvalidCostError,
+    InvalidKeyError,
+    QuotaLeaseError,
+)
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "BackendError",
+    "ClosedError",
+    "ConfigError",
+    "Decision",
+    "InvalidCostError",
+    "InvalidKeyError",
+    "Limiter",
+    "QuotaLeaseError",
+    "__version__",
+]
+
+# The broker thread calls into Python (asyncio completions, logging): stop it
+# before the interpreter finalises, and forget its in-flight calls after fork.
+atexit.register(_native._shutdown)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_native._after_fork_in_child)
+
+
+class Limiter(_native.Limiter):
+    """A distributed rate limiter.
+
+    ``Limiter(url="memory://", *, limit=None, window_ms=None, rate=None,
+    lease_size=None, refill_threshold=None, lease_ttl_ms=None,
+    on_backend_failure="static-share", expected_replicas=None,
+    backend_timeout_ms=None, key_prefix="ql", max_keys=None, mode="lease",
+    clock=None, on_event=None)``
+
+    Give ``limit`` (tokens per window) and ``window_ms`` (default 60000), or
+    ``rate="600/min"``. Options left as None take the engine's defaults
+    (lease_size: 2 % of limit between 1 and 20; lease_ttl_ms 2000;
+    expected_replicas 1; backend_timeout_ms 250; max_keys 100000).
+    ``on_event(kind, message)`` is called from the broker thread on every
+    backend transition ("degraded" / "recovered"), which is also logged on the
+    ``quotalease`` logger (ERROR / WARNING).
+
+    Thread-safe: share one limiter between threads. Safe across ``os.fork()``:
+    the child drops the parent's leased tokens and starts its own broker.
+    """
+
+    __slots__ = ()
+
+    async def acquire_async(self, key: str, cost: int = 1) -> Decision:
+        """Like :meth:`acquire`, but awaits a pending lease instead of blocking
+        the event loop."""
+        r = self._acquire_or_future(key, cost)
+        if isinstance(r, Decision):
+            return r
+        return await r
+
+    async def __aenter__(self) -> Limiter:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # close() flushes leases back to the backend: keep the loop free.
+        await asyncio.get_running_loop().run_in_executor(None, self.close)

@@ -1,0 +1,99 @@
+"""ASGI middleware for Starlette, FastAPI and any ASGI app.
+
+    from fastapi import FastAPI
+    from quotalease import Limiter
+    from quotalease.asgi import RateLimitMiddleware
+
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=Limiter(rate="100/min"))
+
+Every HTTP response carries the IETF ``RateLimit`` and ``RateLimit-Policy``
+headers; a denied request gets ``429 Too Many Requests`` with ``Retry-After``
+and a small JSON body, and never reaches the app.
+
+``key(request)`` picks the bucket. ``request`` is a
+``starlette.requests.Request`` when Starlette is installed (FastAPI, Starlette),
+otherwise the raw ASGI ``scope`` dict. The default key is the client's address.
+Return None to let a request through without limiting it (health checks).
+``cost`` is an int or a callable taking the same request. WebSocket and
+lifespan messages pass through untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from . import Limiter
+from ._middleware import denied_body, fit_key, header_pairs
+from ._native import Decision
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+try:  # Starlette is optional: without it the key function gets the scope.
+    from starlette.requests import Request as _Request
+except ImportError:  # pragma: no cover - exercised only without starlette
+    _Request = None  # type: ignore[assignment, misc]
+
+
+def client_address(request: Any) -> str | None:
+    """The default key: the peer's address (behind a proxy, pass your own key)."""
+    scope = request.scope if hasattr(request, "scope") else request
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+class RateLimitMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: Limiter,
+        key: Callable[[Any], str | None] = client_address,
+        cost: int | Callable[[Any], int] = 1,
+    ) -> None:
+        if not hasattr(limiter, "acquire_async"):
+            raise TypeError("limiter must be a quotalease.Limiter")
+        self.app = app
+        self.limiter = limiter
+        self.key = key
+        self.cost = cost
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = _Request(scope, receive) if _Request is not None else scope
+        k = self.key(request)
+        if k is None:
+            await self.app(scope, receive, send)
+            return
+        cost = self.cost(request) if callable(self.cost) else self.cost
+        decision: Decision = await self.limiter.acquire_async(fit_key(k), cost)
+        extra = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in header_pairs(decision)]
+        if not decision.allowed:
+            body = denied_body(decision)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 429,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        *extra,
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

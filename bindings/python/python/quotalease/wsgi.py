@@ -1,0 +1,78 @@
+"""WSGI middleware for Flask, Django and any WSGI app.
+
+    from flask import Flask
+    from quotalease import Limiter
+    from quotalease.wsgi import RateLimitMiddleware
+
+    app = Flask(__name__)
+    app.wsgi_app = RateLimitMiddleware(app.wsgi_app, limiter=Limiter(rate="100/min"))
+
+Every response carries the IETF ``RateLimit`` and ``RateLimit-Policy``
+headers; a denied request gets ``429 Too Many Requests`` with ``Retry-After``
+and a small JSON body, and never reaches the app.
+
+``key(request)`` picks the bucket. ``request`` is a ``werkzeug.wrappers.Request``
+when Werkzeug is installed (Flask), otherwise the WSGI ``environ`` dict. The
+default key is ``REMOTE_ADDR``. Return None to let a request through without
+limiting it. ``cost`` is an int or a callable taking the same request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ._middleware import denied_body, fit_key, header_pairs
+from ._native import Limiter
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+try:  # Werkzeug is optional: without it the key function gets the environ.
+    from werkzeug.wrappers import Request as _Request
+except ImportError:  # pragma: no cover - exercised only without werkzeug
+    _Request = None  # type: ignore[assignment, misc]
+
+
+def client_address(request: Any) -> str | None:
+    """The default key: REMOTE_ADDR (behind a proxy, pass your own key)."""
+    environ = request.environ if hasattr(request, "environ") else request
+    return str(environ.get("REMOTE_ADDR") or "unknown")
+
+
+class RateLimitMiddleware:
+    def __init__(
+        self,
+        app: WSGIApp,
+        limiter: Limiter,
+        key: Callable[[Any], str | None] = client_address,
+        cost: int | Callable[[Any], int] = 1,
+    ) -> None:
+        if not hasattr(limiter, "acquire"):
+            raise TypeError("limiter must be a quotalease.Limiter")
+        self.app = app
+        self.limiter = limiter
+        self.key = key
+        self.cost = cost
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        request = _Request(environ) if _Request is not None else environ
+        k = self.key(request)
+        if k is None:
+            return self.app(environ, start_response)
+        cost = self.cost(request) if callable(self.cost) else self.cost
+        decision = self.limiter.acquire(fit_key(k), cost)
+        extra = header_pairs(decision)
+        if not decision.allowed:
+            body = denied_body(decision)
+            start_response(
+                "429 Too Many Requests",
+                [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *extra],
+            )
+            return [body]
+
+        def start_with_headers(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            return start_response(status, [*headers, *extra], exc_info)
+
+        return self.app(environ, start_with_headers)

@@ -1,0 +1,696 @@
+//! `quotalease._native`: the Python face of the quotalease engine.
+//!
+//! A thin translation layer: every rule lives in the `quotalease` crate. What
+//! this file owns is Python-specific: argument conversion with Python
+//! exceptions, releasing the GIL around every call that can wait, completing
+//! asyncio futures from the broker thread, and forwarding backend events to
+//! `logging` without ever touching the interpreter while it shuts down.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
+
+use quotalease as ql;
+
+/// Start of the manual clock (`clock="manual"`), as in the conformance vectors.
+const MANUAL_CLOCK_START_MS: u64 = 1_000_000;
+
+create_exception!(
+    quotalease,
+    QuotaLeaseError,
+    PyException,
+    "Base class of every quotalease error: `except QuotaLeaseError` catches them all."
+);
+
+/// The specific exception classes. Built at import with two bases each (ours
+/// and the matching built-in), which `create_exception!` cannot express.
+struct ErrorTypes {
+    config: Py<PyType>,
+    invalid_key: Py<PyType>,
+    invalid_cost: Py<PyType>,
+    closed: Py<PyType>,
+    backend: Py<PyType>,
+}
+
+static ERROR_TYPES: PyOnceLock<ErrorTypes> = PyOnceLock::new();
+static RESOLVE_FUTURE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn error_types(py: Python<'_>) -> &ErrorTypes {
+    ERROR_TYPES
+        .get(py)
+        .expect("quotalease._native initialises its exception types at import")
+}
+
+fn make_error_types(py: Python<'_>) -> PyResult<ErrorTypes> {
+    let base = py.get_type::<QuotaLeaseError>();
+    let builtins = py.import("builtins")?;
+    let type_ = builtins.getattr("type")?;
+    let make = |name: &str, extra: Option<Bound<'_, PyType>>, doc: &str| -> PyResult<Py<PyType>> {
+        let bases = match extra {
+            Some(extra) => PyTuple::new(py, [base.clone(), extra])?,
+            None => PyTuple::new(py, [base.clone()])?,
+        };
+        let ns = PyDict::new(py);
+        ns.set_item("__module__", "quotalease")?;
+        ns.set_item("__doc__", doc)?;
+        Ok(type_.call1((name, bases, ns))?.cast_into::<PyType>()?.unbind())
+    };
+    Ok(ErrorTypes {
+        config: make(
+            "ConfigError",
+            Some(py.get_type::<PyValueError>()),
+            "An invalid option (also a ValueError); the message names the option and what it accepts.",
+        )?,
+        invalid_key: make(
+            "InvalidKeyError",
+            Some(py.get_type::<PyValueError>()),
+            "The key is empty or longer than 512 bytes (also a ValueError).",
+        )?,
+        invalid_cost: make(
+            "InvalidCostError",
+            Some(py.get_type::<PyValueError>()),
+            "The cost is below 1 or above the key's limit (also a ValueError).",
+        )?,
+        closed: make(
+            "ClosedError",
+            Some(py.get_type::<PyRuntimeError>()),
+            "The limiter was closed (also a RuntimeError); create a new Limiter.",
+        )?,
+        backend: make(
+            "BackendError",
+            None,
+            "The backend failed a call that must reach it (flush, settle, inspect).",
+        )?,
+    })
+}
+
+fn to_pyerr(py: Python<'_>, e: ql::Error) -> PyErr {
+    let t = error_types(py);
+    let ty = match e.kind() {
+        ql::ErrorKind::Config => &t.config,
+        ql::ErrorKind::InvalidKey => &t.invalid_key,
+        ql::ErrorKind::InvalidCost => &t.invalid_cost,
+        ql::ErrorKind::Closed => &t.closed,
+        ql::ErrorKind::Backend => &t.backend,
+    };
+    PyErr::from_type(ty.bind(py).clone(), e.to_string())
+}
+
+fn config_error(py: Python<'_>, msg: String) -> PyErr {
+    PyErr::from_type(error_types(py).config.bind(py).clone(), msg)
+}
+
+// ---------------------------------------------------------------------------
+// Calling Python from the broker thread.
+
+/// Set by `_shutdown` (registered with `atexit`): from then on the broker
+/// thread never attaches to the interpreter.
+static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+/// Broker-thread calls between their shutdown check and their end.
+static IN_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// Run `f` attached to the interpreter from a non-Python thread, unless the
+/// interpreter is shutting down (then `None`: nothing runs).
+fn with_python<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
+    IN_CALLS.fetch_add(1, SeqCst);
+    let r = if SHUTTING_DOWN.load(SeqCst) {
+        None
+    } else {
+        Python::try_attach(f)
+    };
+    IN_CALLS.fetch_sub(1, SeqCst);
+    r
+}
+
+/// `atexit` hook: stop calling into Python from the broker thread, and wait
+/// (GIL released, at most 2 s) for calls already past the check.
+#[pyfunction]
+fn _shutdown(py: Python<'_>) {
+    SHUTTING_DOWN.store(true, SeqCst);
+    py.detach(|| {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while IN_CALLS.load(SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+}
+
+/// `os.register_at_fork(after_in_child=...)`: calls that were in flight in
+/// the parent's broker thread do not exist in the child.
+#[pyfunction]
+fn _after_fork_in_child() {
+    IN_CALLS.store(0, SeqCst);
+}
+
+/// Scheduled on the event loop with `call_soon_threadsafe`: completes `fut`
+/// unless it was cancelled meanwhile.
+#[pyfunction]
+fn _resolve_future(fut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = fut.py();
+    if fut.call_method0(intern!(py, "done"))?.is_truthy()? {
+        return Ok(());
+    }
+    let method = if ok {
+        intern!(py, "set_result")
+    } else {
+        intern!(py, "set_exception")
+    };
+    fut.call_method1(method, (value,))?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Argument conversion.
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A non-negative integer option: bool and non-int are TypeError; negative
+/// or too large is a ConfigError.
+fn option_u64(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<u64> {
+    let py = obj.py();
+    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "`{field}` must be an int (got {})",
+            type_name(obj)
+        )));
+    }
+    obj.extract::<u64>().map_err(|_| {
+        config_error(
+            py,
+            format!("invalid configuration: `{field}` must be a non-negative integer below 2^64 (got {obj})"),
+        )
+    })
+}
+
+fn opt_option_u64(obj: Option<&Bound<'_, PyAny>>, field: &str) -> PyResult<Option<u64>> {
+    obj.filter(|o| !o.is_none()).map(|o| option_u64(o, field)).transpose()
+}
+
+/// The `cost` argument: an int from 1 to the key's limit (the engine checks
+/// the upper bound). Negative or huge ints are InvalidCostError, other types
+/// TypeError.
+struct Cost(u64);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Cost {
+    type Error = PyErr;
+
+    #[inline]
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if !obj.is_instance_of::<PyBool>() {
+            if let Ok(v) = obj.extract::<u64>() {
+                return Ok(Cost(v));
+            }
+        }
+        let py = obj.py();
+        let obj = obj.to_owned();
+        if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
+            return Err(PyErr::from_type(
+                error_types(py).invalid_cost.bind(py).clone(),
+                format!("invalid cost {obj}: must be at least 1 and at most the key's limit"),
+            ));
+        }
+        Err(PyTypeError::new_err(format!(
+            "`cost` must be an int (got {})",
+            type_name(&obj)
+        )))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Decision.
+
+/// The outcome of one acquire. Immutable; true when allowed.
+#[pyclass(frozen, eq, module = "quotalease._native", name = "Decision")]
+#[derive(PartialEq)]
+struct Decision(ql::Decision);
+
+fn reason_str<'py>(py: Python<'py>, r: ql::Reason) -> Bound<'py, pyo3::types::PyString> {
+    match r {
+        ql::Reason::Lease => intern!(py, "lease").clone(),
+        ql::Reason::Exhausted => intern!(py, "exhausted").clone(),
+        ql::Reason::Fallback => intern!(py, "fallback").clone(),
+        ql::Reason::Pending => intern!(py, "pending").clone(),
+        ql::Reason::Exact => intern!(py, "exact").clone(),
+        ql::Reason::Local => intern!(py, "local").clone(),
+    }
+}
+
+#[pymethods]
+impl Decision {
+    /// Whether the request is admitted.
+    #[getter]
+    fn allowed(&self) -> bool {
+        self.0.allowed
+    }
+    /// The key's limit (tokens per window).
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.0.limit
+    }
+    /// Best estimate of tokens left for this key across the fleet.
+    #[getter]
+    fn remaining(&self) -> u64 {
+        self.0.remaining
+    }
+    /// When denied: milliseconds until a retry can succeed (0 when allowed).
+    #[getter]
+    fn retry_after_ms(&self) -> u64 {
+        self.0.retry_after_ms
+    }
+    /// Milliseconds until the key's bucket would be full again.
+    #[getter]
+    fn reset_after_ms(&self) -> u64 {
+        self.0.reset_after_ms
+    }
+    /// The key's window in milliseconds.
+    #[getter]
+    fn window_ms(&self) -> u64 {
+        self.0.window_ms
+    }
+    /// lease, exhausted, fallback, pending, exact or local.
+    #[getter]
+    fn reason<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyString> {
+        reason_str(py, self.0.reason)
+    }
+
+    /// IETF RateLimit-Policy and RateLimit response headers, plus Retry-After
+    /// (whole seconds) when denied.
+    fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in self.0.headers() {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    fn __bool__(&self) -> bool {
+        self.0.allowed
+    }
+
+    fn __repr__(&self) -> String {
+        let d = &self.0;
+        format!(
+            "Decision(allowed={}, reason='{}', limit={}, remaining={}, retry_after_ms={}, reset_after_ms={}, window_ms={})",
+            if d.allowed { "True" } else { "False" },
+            d.reason.as_str(),
+            d.limit,
+            d.remaining,
+            d.retry_after_ms,
+            d.reset_after_ms,
+            d.window_ms
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Limiter.
+
+/// Where an `acquire_or_notify` answer meets the asyncio future waiting for it.
+enum Slot {
+    Empty,
+    Done(ql::Result<ql::Decision>),
+    Waiting(Py<PyAny>, Py<PyAny>),
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs on the broker thread once a pending acquire is decided.
+fn complete(slot: &Mutex<Slot>, res: ql::Result<ql::Decision>) {
+    let (event_loop, fut) = {
+        let mut g = lock(slot);
+        match std::mem::replace(&mut *g, Slot::Empty) {
+            Slot::Waiting(l, f) => (l, f),
+            _ => {
+                *g = Slot::Done(res);
+                return;
+            }
+        }
+    };
+    with_python(move |py| {
+        let (ok, value) = match res {
+            Ok(d) => match Py::new(py, Decision(d)) {
+                Ok(obj) => (true, obj.into_any()),
+                Err(e) => (false, e.into_value(py).into_any()),
+            },
+            Err(e) => (false, to_pyerr(py, e).into_value(py).into_any()),
+        };
+        let Some(resolve) = RESOLVE_FUTURE.get(py) else { return };
+        // Fails only when the loop is closed: nobody waits any more.
+        let _ = event_loop.call_method1(
+            py,
+            intern!(py, "call_soon_threadsafe"),
+            (resolve.clone_ref(py), fut, ok, value),
+        );
+    });
+}
+
+fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((_, host)) => format!("{scheme}://***@{host}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+/// A distributed rate limiter (see `quotalease.Limiter`).
+#[pyclass(subclass, frozen, module = "quotalease._native", name = "Limiter")]
+struct Limiter {
+    inner: ql::Limiter,
+}
+
+impl Limiter {
+    #[inline]
+    fn decide(&self, py: Python<'_>, r: ql::Result<ql::Decision>) -> PyResult<Decision> {
+        r.map(Decision).map_err(|e| to_pyerr(py, e))
+    }
+}
+
+#[pymethods]
+impl Limiter {
+    #[new]
+    #[pyo3(signature = (
+        url = "memory://",
+        *,
+        limit = None,
+        window_ms = None,
+        rate = None,
+        lease_size = None,
+        refill_threshold = None,
+        lease_ttl_ms = None,
+        on_backend_failure = "static-share",
+        expected_replicas = None,
+        backend_timeout_ms = None,
+        key_prefix = "ql",
+        max_keys = None,
+        mode = "lease",
+        clock = None,
+        on_event = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        limit: Option<&Bound<'_, PyAny>>,
+        window_ms: Option<&Bound<'_, PyAny>>,
+        rate: Option<&str>,
+        lease_size: Option<&Bound<'_, PyAny>>,
+        refill_threshold: Option<&Bound<'_, PyAny>>,
+        lease_ttl_ms: Option<&Bound<'_, PyAny>>,
+        on_backend_failure: &str,
+        expected_replicas: Option<&Bound<'_, PyAny>>,
+        backend_timeout_ms: Option<&Bound<'_, PyAny>>,
+        key_prefix: &str,
+        max_keys: Option<&Bound<'_, PyAny>>,
+        mode: &str,
+        clock: Option<&str>,
+        on_event: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let err = |e: ql::Error| to_pyerr(py, e);
+        let mut c = ql::Config {
+            url: url.to_string(),
+            key_prefix: key_prefix.to_string(),
+            ..ql::Config::default()
+        };
+        let limit = opt_option_u64(limit, "limit")?;
+        let window = opt_option_u64(window_ms, "window_ms")?;
+        if let Some(rate) = rate {
+            if limit.is_some() || window.is_some() {
+                return Err(config_error(
+                    py,
+                    "invalid configuration: give either `rate` (\"600/min\") or `limit` and `window_ms`, not both"
+                        .into(),
+                ));
+            }
+            (c.limit, c.window_ms) = ql::parse_rate(rate).map_err(err)?;
+        }
+        if let Some(v) = limit {
+            c.limit = v;
+        }
+        if let Some(v) = window {
+            c.window_ms = v;
+        }
+        c.lease_size = opt_option_u64(lease_size, "lease_size")?;
+        c.refill_threshold = opt_option_u64(refill_threshold, "refill_threshold")?;
+        if let Some(v) = opt_option_u64(lease_ttl_ms, "lease_ttl_ms")? {
+            c.lease_ttl_ms = v;
+        }
+        c.on_backend_failure = on_backend_failure.parse().map_err(err)?;
+        if let Some(v) = opt_option_u64(expected_replicas, "expected_replicas")? {
+            c.expected_replicas = v;
+        }
+        if let Some(v) = opt_option_u64(backend_timeout_ms, "backend_timeout_ms")? {
+            c.backend_timeout_ms = v;
+        }
+        if let Some(v) = opt_option_u64(max_keys, "max_keys")? {
+            c.max_keys = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        c.mode = mode.parse().map_err(err)?;
+        c.clock = match clock {
+            None | Some("system") => ql::ClockKind::System,
+            Some("manual") => ql::ClockKind::Manual {
+                start_ms: MANUAL_CLOCK_START_MS,
+            },
+            Some(other) => {
+                return Err(config_error(
+                    py,
+                    format!("invalid configuration: `clock` must be None, \"system\" or \"manual\" (got {other:?})"),
+                ))
+            }
+        };
+        let callback = match on_event {
+            Some(cb) if !cb.is_none() => {
+                if !cb.is_callable() {
+                    return Err(PyTypeError::new_err(format!(
+                        "`on_event` must be a callable taking (kind, message) (got {})",
+                        type_name(cb)
+                    )));
+                }
+                Some(cb.clone().unbind())
+            }
+            _ => None,
+        };
+        let inner = ql::Limiter::new(c).map_err(err)?;
+        inner.on_event(move |ev: &ql::Event| {
+            with_python(|py| forward_event(py, ev, callback.as_ref()));
+        });
+        Ok(Limiter { inner })
+    }
+
+    /// Take `cost` tokens for `key`; waits (GIL released, at most
+    /// backend_timeout_ms) only when the key has no local lease.
+    #[pyo3(signature = (key, cost = Cost(1)), text_signature = "($self, key, cost=1)")]
+    #[inline]
+    fn acquire(&self, py: Python<'_>, key: &str, cost: Cost) -> PyResult<Decision> {
+        match self.inner.acquire_local(key, cost.0) {
+            Ok(Some(d)) => Ok(Decision(d)),
+            Ok(None) => {
+                let r = py.detach(|| self.inner.acquire(key, cost.0));
+                self.decide(py, r)
+            }
+            Err(e) => Err(to_pyerr(py, e)),
+        }
+    }
+
+    /// Like acquire, but never waits: with no local tokens and a lease
+    /// request needed, it starts one and denies with reason "pending".
+    #[pyo3(signature = (key, cost = Cost(1)), text_signature = "($self, key, cost=1)")]
+    fn try_acquire(&self, py: Python<'_>, key: &str, cost: Cost) -> PyResult<Decision> {
+        let r = self.inner.try_acquire(key, cost.0);
+        self.decide(py, r)
+    }
+
+    /// For `Limiter.acquire_async`: a Decision when decided now, else an
+    /// asyncio future of the running loop, completed from the broker thread.
+    #[pyo3(signature = (key, cost = Cost(1)), text_signature = "($self, key, cost=1)")]
+    fn _acquire_or_future<'py>(&self, py: Python<'py>, key: &str, cost: Cost) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(d) = self.inner.acquire_local(key, cost.0).map_err(|e| to_pyerr(py, e))? {
+            return Ok(Bound::new(py, Decision(d))?.into_any());
+        }
+        let slot = Arc::new(Mutex::new(Slot::Empty));
+        let theirs = slot.clone();
+        let now = self
+            .inner
+            .acquire_or_notify(key, cost.0, move |res| complete(&theirs, res))
+            .map_err(|e| to_pyerr(py, e))?;
+        if let Some(d) = now {
+            return Ok(Bound::new(py, Decision(d))?.into_any());
+        }
+        let event_loop = py
+            .import(intern!(py, "asyncio"))?
+            .call_method0(intern!(py, "get_running_loop"))?;
+        let fut = event_loop.call_method0(intern!(py, "create_future"))?;
+        let mut g = lock(&slot);
+        match std::mem::replace(&mut *g, Slot::Empty) {
+            Slot::Done(res) => {
+                drop(g);
+                let d = self.decide(py, res)?;
+                Ok(Bound::new(py, d)?.into_any())
+            }
+            _ => {
+                *g = Slot::Waiting(event_loop.unbind(), fut.clone().unbind());
+                Ok(fut)
+            }
+        }
+    }
+
+    /// Override one key's policy (window_ms defaults to the limiter's).
+    #[pyo3(signature = (key, limit, window_ms = None))]
+    fn set_limit(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        limit: &Bound<'_, PyAny>,
+        window_ms: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let limit = option_u64(limit, "limit")?;
+        let window = opt_option_u64(window_ms, "window_ms")?.unwrap_or(self.inner.config().window_ms);
+        py.detach(|| self.inner.set_limit(key, limit, window))
+            .map_err(|e| to_pyerr(py, e))
+    }
+
+    /// A snapshot of the counters, by their DESIGN.md names.
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (name, _, _, v) in self.inner.metrics().fields() {
+            d.set_item(name, v)?;
+        }
+        Ok(d)
+    }
+
+    /// The counters in Prometheus text format (prefix `quotalease_`).
+    fn metrics_prometheus(&self) -> String {
+        self.inner.metrics_prometheus()
+    }
+
+    /// Give every leased token back now and wait for the backend to take them.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.flush()).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// Flush and stop; later calls raise ClosedError. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.close()).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// For tests with clock="manual": move the clock forward by `ms`.
+    fn advance_clock(&self, py: Python<'_>, ms: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ms = option_u64(ms, "ms")?;
+        self.inner.advance_clock(ms).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// For tests: run lease-TTL maintenance, then wait until no backend
+    /// request is in flight.
+    fn settle(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.settle()).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// What the limiter and the authority know about `key` ("why was this denied?").
+    fn inspect<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyDict>> {
+        let i = py.detach(|| self.inner.inspect(key)).map_err(|e| to_pyerr(py, e))?;
+        let d = PyDict::new(py);
+        d.set_item("limit", i.limit)?;
+        d.set_item("window_ms", i.window_ms)?;
+        d.set_item("authority_tokens", i.authority_tokens)?;
+        d.set_item("authority_refilled_at_ms", i.authority_refilled_at_ms)?;
+        d.set_item("authority_ttl_ms", i.authority_ttl_ms)?;
+        d.set_item("local_tokens", i.local_tokens)?;
+        d.set_item("lease_in_flight", i.lease_in_flight)?;
+        d.set_item("exhausted_for_ms", i.exhausted_for_ms)?;
+        d.set_item("admitted", i.admitted)?;
+        d.set_item("denied", i.denied)?;
+        Ok(d)
+    }
+
+    /// Tokens borrowed per lease request (resolved default included).
+    #[getter]
+    fn lease_size(&self) -> u64 {
+        self.inner.lease_size()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let c = self.inner.config();
+        format!(
+            "Limiter(url='{}', limit={}, window_ms={}, lease_size={}, mode='{}')",
+            redact(&c.url),
+            c.limit,
+            c.window_ms,
+            self.inner.lease_size(),
+            c.mode.as_str()
+        )
+    }
+}
+
+fn forward_event(py: Python<'_>, ev: &ql::Event, callback: Option<&Py<PyAny>>) {
+    let kind = ev.kind.as_str();
+    // logging.ERROR when degraded, logging.WARNING when recovered.
+    let level = match ev.kind {
+        ql::EventKind::Degraded => 40,
+        ql::EventKind::Recovered => 30,
+    };
+    let logged = py.import("logging").and_then(|logging| {
+        let logger = logging.call_method1("getLogger", ("quotalease",))?;
+        logger.call_method1("log", (level, "quotalease %s: %s", kind, &ev.message))
+    });
+    if let Err(e) = logged {
+        e.write_unraisable(py, None);
+    }
+    if let Some(cb) = callback {
+        if let Err(e) = cb.call1(py, (kind, &ev.message)) {
+            e.write_unraisable(py, Some(cb.bind(py)));
+        }
+    }
+}
+
+/// The engine's version.
+#[pyfunction]
+fn version() -> &'static str {
+    ql::VERSION
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let types = ERROR_TYPES.get_or_try_init(py, || make_error_types(py))?;
+    m.add("QuotaLeaseError", py.get_type::<QuotaLeaseError>())?;
+    m.add("ConfigError", types.config.clone_ref(py))?;
+    m.add("InvalidKeyError", types.invalid_key.clone_ref(py))?;
+    m.add("InvalidCostError", types.invalid_cost.clone_ref(py))?;
+    m.add("ClosedError", types.closed.clone_ref(py))?;
+    m.add("BackendError", types.backend.clone_ref(py))?;
+    m.add_class::<Limiter>()?;
+    m.add_class::<Decision>()?;
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
+    let resolve = wrap_pyfunction!(_resolve_future, m)?;
+    m.add_function(resolve.clone())?;
+    let _ = RESOLVE_FUTURE.set(py, resolve.into_any().unbind());
+    m.add("__version__", ql::VERSION)?;
+    Ok(())
+}

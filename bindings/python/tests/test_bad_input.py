@@ -1,0 +1,178 @@
+"""Every bad input raises the right exception, with a message that says what
+to fix: wrong Python types are TypeError; wrong values are QuotaLeaseError
+subclasses (ConfigError / InvalidKeyError / InvalidCostError are also
+ValueError); use after close is ClosedError."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from quotalease import (
+    ClosedError,
+    ConfigError,
+    InvalidCostError,
+    InvalidKeyError,
+    Limiter,
+    QuotaLeaseError,
+)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({}, "every limiter needs a limit"),
+        ({"limit": 0}, "`limit` must be at least 1"),
+        ({"limit": -1}, "`limit` must be a non-negative integer"),
+        ({"limit": 2**70}, "`limit` must be a non-negative integer"),
+        ({"limit": 10, "window_ms": 0}, "`window_ms` must be at least 1"),
+        ({"limit": 10**12, "window_ms": 10**7}, "at most 2\\^52"),
+        ({"limit": 10, "lease_size": 11}, "`lease_size` must be between 1 and limit \\(10\\)"),
+        ({"limit": 10, "lease_size": 0}, "`lease_size` must be between 1"),
+        ({"limit": 10, "lease_size": 4, "refill_threshold": 5}, "`refill_threshold` must be at most"),
+        ({"limit": 10, "lease_ttl_ms": 0}, "`lease_ttl_ms`"),
+        ({"limit": 10, "expected_replicas": 0}, "`expected_replicas`"),
+        ({"limit": 10, "backend_timeout_ms": 0}, "`backend_timeout_ms`"),
+        ({"limit": 10, "backend_timeout_ms": 60_001}, "`backend_timeout_ms`"),
+        ({"limit": 10, "max_keys": 0}, "`max_keys`"),
+        ({"limit": 10, "key_prefix": "a{b"}, "`key_prefix`"),
+        ({"limit": 10, "mode": "fast"}, "`mode` must be one of"),
+        ({"limit": 10, "on_backend_failure": "panic"}, "`on_backend_failure` must be one of"),
+        ({"limit": 10, "clock": "sundial"}, "`clock` must be"),
+        ({"rate": "10/fortnight"}, "`rate` must look like"),
+        ({"rate": "0/min"}, "`limit` must be at least 1"),
+        ({"rate": "10/min", "limit": 10}, "either `rate`"),
+        ({"rate": "10/min", "window_ms": 10}, "either `rate`"),
+    ],
+)
+def test_bad_config_values(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match) as info:
+        Limiter(**kwargs)
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, QuotaLeaseError)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://localhost", "memory:/x", "", "redis://:99999999", "redis+cluster://", "localhost:6379"],
+)
+def test_bad_urls(url: str) -> None:
+    with pytest.raises(ConfigError, match="`url`"):
+        Limiter(url, limit=10)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((), {"limit": "10"}, "`limit` must be an int \\(got str\\)"),
+        ((), {"limit": 10.0}, "`limit` must be an int \\(got float\\)"),
+        ((), {"limit": True}, "`limit` must be an int \\(got bool\\)"),
+        ((), {"limit": 10, "window_ms": "1s"}, "`window_ms` must be an int"),
+        ((), {"limit": 10, "lease_size": [1]}, "`lease_size` must be an int"),
+        ((5,), {"limit": 10}, "url"),
+        ((), {"limit": 10, "mode": 1}, "mode"),
+        ((), {"limit": 10, "rate": 600}, "rate"),
+        ((), {"limit": 10, "on_event": 5}, "`on_event` must be a callable"),
+        ((), {"limit": 10, "speed": "fast"}, "speed"),
+        (("memory://", 10), {}, "positional"),
+    ],
+)
+def test_bad_config_types(args: tuple[Any, ...], kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        Limiter(*args, **kwargs)
+
+
+@pytest.fixture
+def lim() -> Limiter:
+    return Limiter(limit=10, window_ms=1000, clock="manual")
+
+
+def call(lim: Limiter, method: str, *args: Any) -> Any:
+    if method == "acquire_async":
+        return asyncio.run(lim.acquire_async(*args))
+    return getattr(lim, method)(*args)
+
+
+METHODS = ["acquire", "try_acquire", "acquire_async"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_bad_keys_and_costs(lim: Limiter, method: str, warm: bool) -> None:
+    if warm:
+        assert lim.acquire("k")
+    with pytest.raises(InvalidKeyError, match="the key is empty"):
+        call(lim, method, "")
+    with pytest.raises(InvalidKeyError, match="513 bytes long; at most 512"):
+        call(lim, method, "x" * 513)
+    with pytest.raises(InvalidKeyError):
+        call(lim, method, "é" * 257)  # 514 UTF-8 bytes
+    for cost in (0, 11):
+        with pytest.raises(
+            InvalidCostError,
+            match=f"invalid cost {cost}: must be at least 1 and at most the key's limit \\(10\\)",
+        ):
+            call(lim, method, "k", cost)
+    for cost in (-1, 2**64):
+        with pytest.raises(InvalidCostError, match="invalid cost"):
+            call(lim, method, "k", cost)
+    for key in (5, None, b"k", ["k"]):
+        with pytest.raises(TypeError):
+            call(lim, method, key)
+    for cost in (1.0, "1", True, None):
+        with pytest.raises(TypeError, match="cost"):
+            call(lim, method, "k", cost)
+    with pytest.raises(ValueError):
+        call(lim, method, "\udc80")  # a lone surrogate cannot be encoded
+    assert call(lim, method, "x" * 512)  # the longest key is fine
+    m = lim.metrics()
+    assert m["admitted"] == 1 + int(warm)
+
+
+def test_bad_set_limit(lim: Limiter) -> None:
+    with pytest.raises(ConfigError, match="`limit` must be at least 1"):
+        lim.set_limit("k", 0)
+    with pytest.raises(ConfigError, match="`window_ms` must be at least 1"):
+        lim.set_limit("k", 5, 0)
+    with pytest.raises(ConfigError, match="non-negative"):
+        lim.set_limit("k", -5)
+    with pytest.raises(InvalidKeyError):
+        lim.set_limit("", 5)
+    with pytest.raises(TypeError):
+        lim.set_limit("k", "5")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        lim.set_limit("k")  # type: ignore[call-arg]
+
+
+def test_bad_clock_use() -> None:
+    with pytest.raises(ConfigError, match="advance_clock needs clock = manual"):
+        Limiter(limit=5).advance_clock(10)
+    with pytest.raises(ConfigError):
+        Limiter(limit=5, clock="manual").advance_clock(-10)
+    with pytest.raises(TypeError):
+        Limiter(limit=5, clock="manual").advance_clock(1.5)
+
+
+def test_use_after_close(lim: Limiter) -> None:
+    lim.acquire("k")
+    lim.close()
+    calls = [
+        lambda: lim.acquire("k"),
+        lambda: lim.acquire("other"),
+        lambda: lim.try_acquire("k"),
+        lambda: asyncio.run(lim.acquire_async("k")),
+        lambda: lim.set_limit("k", 5),
+        lambda: lim.flush(),
+        lambda: lim.settle(),
+        lambda: lim.inspect("k"),
+    ]
+    for c in calls:
+        with pytest.raises(ClosedError, match="the limiter is closed; create a new Limiter") as info:
+            c()
+        assert isinstance(info.value, QuotaLeaseError)
+        assert isinstance(info.value, RuntimeError)
+    lim.close()  # idempotent
+    with lim:  # entering a closed limiter is harmless; exiting closes again
+        pass

@@ -1,0 +1,185 @@
+"""The ASGI middleware on a real Starlette app and the WSGI middleware on a
+real Flask app: RateLimit headers on every response, 429 with Retry-After and
+a small JSON body when denied, the key function gets the request."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import flask
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from conftest import RedisServer, unique
+from quotalease import Limiter
+from quotalease import asgi as ql_asgi
+from quotalease import wsgi as ql_wsgi
+
+DAY = 86_400_000
+
+
+def check_denied(status: int, headers: Any, body: bytes) -> None:
+    assert status == 429
+    assert headers["content-type"].startswith("application/json")
+    assert int(headers["retry-after"]) >= 1
+    assert headers["ratelimit"].startswith('"default";r=0;t=')
+    payload = json.loads(body)
+    assert payload["error"] == "rate_limited" and payload["retry_after_ms"] > 0
+    assert len(body) < 200
+
+
+# --- ASGI / Starlette -------------------------------------------------------
+
+
+def starlette_app(limiter: Limiter, calls: list[str]) -> Starlette:
+    async def home(request: Request) -> PlainTextResponse:
+        calls.append("home")
+        return PlainTextResponse("hello", headers={"X-App": "1"})
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    async def upload(request: Request) -> PlainTextResponse:
+        calls.append("upload")
+        return PlainTextResponse("stored")
+
+    app = Starlette(
+        routes=[Route("/", home), Route("/health", health), Route("/upload", upload, methods=["POST"])]
+    )
+    app.add_middleware(
+        ql_asgi.RateLimitMiddleware,
+        limiter=limiter,
+        key=lambda request: None if request.url.path == "/health" else request.headers.get("x-user", "anon"),
+        cost=lambda request: 2 if request.method == "POST" else 1,
+    )
+    return app
+
+
+def test_starlette_headers_and_429() -> None:
+    calls: list[str] = []
+    limiter = Limiter(limit=3, window_ms=60_000)
+    with TestClient(starlette_app(limiter, calls)) as client:  # runs lifespan too
+        ok = [client.get("/", headers={"x-user": "ann"}) for _ in range(3)]
+        for i, r in enumerate(ok):
+            assert r.status_code == 200 and r.text == "hello"
+            assert r.headers["x-app"] == "1"
+            assert r.headers["ratelimit-policy"] == '"default";q=3;w=60'
+            assert r.headers["ratelimit"].startswith(f'"default";r={2 - i};')
+            assert "retry-after" not in r.headers
+        denied = client.get("/", headers={"x-user": "ann"})
+        check_denied(denied.status_code, denied.headers, denied.content)
+        assert calls == ["home"] * 3  # a denied request never reaches the app
+        # Another key has its own bucket.
+        assert client.get("/", headers={"x-user": "bob"}).status_code == 200
+        # key() returning None: not limited, no headers.
+        for _ in range(5):
+            h = client.get("/health")
+            assert h.status_code == 200 and "ratelimit" not in h.headers
+        # cost() from the request: a POST costs 2 of bob's 2 remaining tokens.
+        assert client.post("/upload", headers={"x-user": "bob"}).status_code == 200
+        assert client.post("/upload", headers={"x-user": "bob"}).status_code == 429
+        # A 404 from the app still carries the headers.
+        nf = client.get("/missing", headers={"x-user": "cat"})
+        assert nf.status_code == 404 and "ratelimit" in nf.headers
+
+
+def test_starlette_default_key_is_the_client_address_and_long_keys_are_hashed() -> None:
+    limiter = Limiter(limit=2, window_ms=60_000)
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("x"))])
+    app.add_middleware(ql_asgi.RateLimitMiddleware, limiter=limiter)
+    with TestClient(app) as client:
+        assert [client.get("/").status_code for _ in range(3)] == [200, 200, 429]
+    assert limiter.inspect("testclient")["admitted"] == 2
+
+    long_keys = Starlette(routes=[Route("/", lambda request: PlainTextResponse("x"))])
+    long_keys.add_middleware(
+        ql_asgi.RateLimitMiddleware, limiter=Limiter(limit=5), key=lambda request: request.headers["x-key"]
+    )
+    with TestClient(long_keys) as client:
+        assert client.get("/", headers={"x-key": "k" * 5000}).status_code == 200
+
+
+def test_starlette_with_redis(redis_server: RedisServer) -> None:
+    limiter = Limiter(redis_server.url, limit=5, window_ms=DAY, lease_size=2, key_prefix=unique("asgi"))
+    calls: list[str] = []
+    with TestClient(starlette_app(limiter, calls)) as client:
+        codes = [client.get("/", headers={"x-user": "ann"}).status_code for _ in range(7)]
+    assert codes.count(200) <= 5 and codes[0] == 200 and codes[-1] == 429
+    limiter.close()
+
+
+def test_asgi_middleware_rejects_a_non_limiter() -> None:
+    with pytest.raises(TypeError):
+        ql_asgi.RateLimitMiddleware(Starlette(), limiter=object())  # type: ignore[arg-type]
+
+
+# --- WSGI / Flask -----------------------------------------------------------
+
+
+def flask_app(limiter: Limiter, calls: list[str]) -> flask.Flask:
+    app = flask.Flask("quotalease_test")
+
+    @app.get("/")
+    def home() -> Any:
+        calls.append("home")
+        return "hello", 200, {"X-App": "1"}
+
+    @app.get("/health")
+    def health() -> Any:
+        return {"ok": True}
+
+    app.wsgi_app = ql_wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+        app.wsgi_app,
+        limiter=limiter,
+        key=lambda request: None if request.path == "/health" else request.headers.get("X-User", "anon"),
+    )
+    return app
+
+
+def test_flask_headers_and_429() -> None:
+    calls: list[str] = []
+    limiter = Limiter(limit=3, window_ms=60_000)
+    client = flask_app(limiter, calls).test_client()
+    for i in range(3):
+        r = client.get("/", headers={"X-User": "ann"})
+        assert r.status_code == 200 and r.data == b"hello"
+        assert r.headers["X-App"] == "1"
+        assert r.headers["RateLimit-Policy"] == '"default";q=3;w=60'
+        assert r.headers["RateLimit"].startswith(f'"default";r={2 - i};')
+        assert "Retry-After" not in r.headers
+    denied = client.get("/", headers={"X-User": "ann"})
+    check_denied(denied.status_code, {k.lower(): v for k, v in denied.headers.items()}, denied.data)
+    assert calls == ["home"] * 3
+    assert client.get("/", headers={"X-User": "bob"}).status_code == 200
+    for _ in range(5):
+        h = client.get("/health")
+        assert h.status_code == 200 and "RateLimit" not in h.headers
+    nf = client.get("/missing", headers={"X-User": "cat"})
+    assert nf.status_code == 404 and "RateLimit" in nf.headers
+
+
+def test_flask_default_key_and_cost() -> None:
+    limiter = Limiter(limit=4, window_ms=60_000)
+    app = flask.Flask("quotalease_cost")
+    app.add_url_rule("/", "i", lambda: "x", methods=["GET", "POST"])
+    app.wsgi_app = ql_wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+        app.wsgi_app, limiter=limiter, cost=lambda request: 3 if request.method == "POST" else 1
+    )
+    client = app.test_client()
+    assert client.post("/").status_code == 200
+    assert client.post("/").status_code == 429
+    assert client.get("/").status_code == 200
+    assert limiter.inspect("127.0.0.1")["admitted"] == 2
+
+
+def test_flask_with_redis(redis_server: RedisServer) -> None:
+    limiter = Limiter(redis_server.url, limit=5, window_ms=DAY, lease_size=2, key_prefix=unique("wsgi"))
+    client = flask_app(limiter, []).test_client()
+    codes = [client.get("/", headers={"X-User": "ann"}).status_code for _ in range(7)]
+    assert codes.count(200) <= 5 and codes[0] == 200 and codes[-1] == 429
+    limiter.close()

@@ -1,0 +1,149 @@
+"""Against a real redis-server: instances share one bucket, tokens are
+conserved, flush gives back, and backend transitions reach Python logging."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+
+import pytest
+
+from conftest import RedisServer, unique, wait_for
+from quotalease import ConfigError, Limiter
+
+DAY = 86_400_000
+
+
+def test_instances_share_one_bucket(redis_server: RedisServer) -> None:
+    prefix = unique("share")
+    a = Limiter(redis_server.url, limit=50, window_ms=DAY, lease_size=5, key_prefix=prefix, clock="manual")
+    b = Limiter(redis_server.url, limit=50, window_ms=DAY, lease_size=5, key_prefix=prefix, clock="manual")
+    allowed = 0
+    for _ in range(40):
+        for lim in (a, b):
+            allowed += bool(lim.acquire("k"))
+    a.settle()
+    b.settle()
+    held = a.metrics()["overshoot_bound"] + b.metrics()["overshoot_bound"]
+    authority = a.inspect("k")["authority_tokens"]
+    # Conservation: every token is admitted, held in a lease, or in Redis.
+    assert allowed + held + authority == 50
+    assert allowed <= 50 and allowed >= 50 - 2 * 5
+    # The bucket is stored under the hash-tagged key the design names.
+    assert redis_server.cli("EXISTS", f"{prefix}:{{k}}") == "1"
+
+
+def test_flush_returns_tokens_to_redis(redis_server: RedisServer) -> None:
+    prefix = unique("flush")
+    lim = Limiter(
+        redis_server.url, limit=100, window_ms=DAY, lease_size=10, key_prefix=prefix, clock="manual"
+    )
+    assert lim.acquire("k")
+    lim.settle()
+    assert lim.inspect("k")["authority_tokens"] == 90
+    lim.flush()
+    assert lim.inspect("k")["authority_tokens"] == 99
+    assert lim.metrics()["tokens_returned"] == 9
+    lim.close()
+
+
+def test_exact_mode_calls_redis_every_time(redis_server: RedisServer) -> None:
+    lim = Limiter(redis_server.url, limit=3, window_ms=DAY, mode="exact", key_prefix=unique("exact"))
+    got = [lim.acquire("k") for _ in range(4)]
+    assert [d.allowed for d in got] == [True, True, True, False]
+    assert {d.reason for d in got} == {"exact"}
+    assert lim.metrics()["backend_calls"] == 4
+
+
+def test_unreachable_redis_applies_the_failure_policy() -> None:
+    # Port 1 on loopback: connection refused, immediately.
+    deny = Limiter("redis://127.0.0.1:1", limit=10, on_backend_failure="deny", backend_timeout_ms=200)
+    d = deny.acquire("k")
+    assert not d and d.reason == "fallback"
+    allow = Limiter("redis://127.0.0.1:1", limit=10, on_backend_failure="allow", backend_timeout_ms=200)
+    d = allow.acquire("k")
+    assert d and d.reason == "fallback"
+    share = Limiter("redis://127.0.0.1:1", limit=10, expected_replicas=5, backend_timeout_ms=200)
+    assert sum(bool(share.acquire("k")) for _ in range(10)) == 2  # limit / expected_replicas
+
+
+def test_rediss_and_cluster_urls_are_accepted_without_connecting() -> None:
+    Limiter("rediss://127.0.0.1:1", limit=5)
+    Limiter("redis+cluster://127.0.0.1:1,127.0.0.1:2", limit=5)
+    with pytest.raises(ConfigError):
+        Limiter("redis://127.0.0.1:notaport", limit=5)
+
+
+def test_transitions_are_logged_and_reported(
+    own_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="quotalease")
+    events: list[tuple[str, str]] = []
+    seen = threading.Event()
+
+    def on_event(kind: str, message: str) -> None:
+        events.append((kind, message))
+        seen.set()
+
+    lim = Limiter(
+        own_redis.url,
+        limit=1000,
+        lease_size=1,
+        refill_threshold=0,
+        backend_timeout_ms=200,
+        key_prefix=unique("ev"),
+        on_event=on_event,
+    )
+    assert lim.acquire("k").reason == "lease"
+    own_redis.kill()
+    n = 0
+
+    def degraded() -> bool:
+        nonlocal n
+        n += 1
+        lim.acquire(f"cold{n}")
+        return any(k == "degraded" for k, _ in events)
+
+    wait_for("a degraded event", degraded)
+    assert lim.metrics()["fallback_active"] == 1
+    own_redis.restart()
+    wait_for(
+        "a recovered event", lambda: lim.acquire("k") is not None and any(k == "recovered" for k, _ in events)
+    )
+    assert lim.metrics()["fallback_active"] == 0
+    assert lim.metrics()["fallback_transitions"] >= 2
+    records = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "quotalease"]
+    assert any(level == logging.ERROR and "degraded" in msg for level, msg in records), records
+    assert any(level == logging.WARNING and "recovered" in msg for level, msg in records), records
+    kinds = [k for k, _ in events]
+    assert kinds.index("degraded") < kinds.index("recovered")
+    assert all(message for _, message in events)
+
+
+def test_a_failing_event_callback_does_not_break_the_limiter(
+    own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    reported: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
+
+    def bad(kind: str, message: str) -> None:
+        calls.append(kind)
+        raise RuntimeError("callback bug")
+
+    lim = Limiter(
+        own_redis.url, limit=100, lease_size=1, refill_threshold=0, backend_timeout_ms=200, on_event=bad
+    )
+    own_redis.kill()
+    n = 0
+
+    def fired() -> bool:
+        nonlocal n
+        n += 1
+        lim.acquire(f"k{n}")
+        return bool(calls)
+
+    wait_for("the callback's error to be reported", lambda: fired() and bool(reported))
+    assert isinstance(reported[0], RuntimeError) and str(reported[0]) == "callback bug"
+    assert lim.acquire("again").reason == "fallback"
