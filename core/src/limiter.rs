@@ -332,9 +332,10 @@ impl Limiter {
             return Ok(());
         }
         self.inner.check_fork();
-        let flushed = self.inner.flush();
-        self.inner.closed.store(true, Release);
+        // Refuse new calls first, so nothing is leased while we give back.
         self.inner.gen.store(u64::MAX, Release);
+        self.inner.closed.store(true, Release);
+        let flushed = self.inner.flush();
         if let Some(b) = self.inner.broker.swap(None) {
             drop(b);
         }
@@ -672,7 +673,7 @@ impl Inner {
             // Fresh tokens start their lease TTL now.
             e.touch(now);
             e.tokens.fetch_add(g.granted, AcqRel);
-            if e.retired.load(Acquire) {
+            if e.retired.load(Acquire) || self.closed.load(Acquire) {
                 let back = e.tokens.swap(0, AcqRel);
                 self.give_back(&e.key, e.policy(), back, false);
             }
@@ -1187,6 +1188,11 @@ impl Inner {
     }
 
     fn flush(&self) -> Result<()> {
+        let bound = Duration::from_millis(self.r.cfg.backend_timeout_ms * 4 + 100);
+        if self.redis_spec().is_some() {
+            // Leases in flight land first, so their tokens are given back too.
+            self.wait_idle(bound)?;
+        }
         let guard = self.table.pin();
         for (_, e) in guard.iter() {
             let t = e.tokens.swap(0, AcqRel);
@@ -1194,7 +1200,7 @@ impl Inner {
         }
         drop(guard);
         if self.redis_spec().is_some() {
-            self.wait_idle(Duration::from_millis(self.r.cfg.backend_timeout_ms * 4 + 100))?;
+            self.wait_idle(bound)?;
         }
         Ok(())
     }

@@ -1,0 +1,83 @@
+//! One process of the cross-language system test (tests/system/README.md):
+//! reads a JSON job as its only argument, limits keys through a shared Redis
+//! with deliberately uneven load until the deadline, closes, and prints one
+//! JSON line with what it admitted and its metrics.
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use quotalease::{Config, Limiter};
+use serde_json::{json, Value};
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+fn main() {
+    let job: Value = serde_json::from_str(&std::env::args().nth(1).expect("job JSON")).expect("valid JSON");
+    let n = |k: &str| job[k].as_u64().unwrap_or_else(|| panic!("{k}"));
+    let cfg = Config {
+        url: job["url"].as_str().unwrap().into(),
+        key_prefix: job["key_prefix"].as_str().unwrap().into(),
+        limit: n("limit"),
+        window_ms: n("window_ms"),
+        lease_size: Some(n("lease_size")),
+        on_backend_failure: job["on_backend_failure"].as_str().unwrap().parse().unwrap(),
+        expected_replicas: n("expected_replicas"),
+        backend_timeout_ms: n("backend_timeout_ms"),
+        ..Config::default()
+    };
+    let limiter = Limiter::new(cfg).unwrap();
+    let events = Arc::new(Mutex::new(Vec::<String>::new()));
+    let ev = events.clone();
+    limiter.on_event(move |e| ev.lock().unwrap().push(e.kind.as_str().to_string()));
+    let keys: Vec<String> = job["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap().into())
+        .collect();
+    let weights: Vec<u64> = job["weights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_u64().unwrap())
+        .collect();
+    let schedule: Vec<&String> = keys
+        .iter()
+        .zip(&weights)
+        .flat_map(|(k, w)| std::iter::repeat_n(k, *w as usize))
+        .collect();
+    let pause = Duration::from_micros(n("pause_us"));
+    let (start, end) = (n("start_at_ms"), n("start_at_ms") + n("duration_ms"));
+    while now_ms() < start {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut admitted: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut reasons: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut i = 0usize;
+    let mut max_ms = 0u64;
+    while now_ms() < end {
+        let key = schedule[i % schedule.len()];
+        i += 1;
+        let t = now_ms();
+        let d = limiter.acquire(key, 1).unwrap();
+        max_ms = max_ms.max(now_ms() - t);
+        *reasons.entry(d.reason.as_str()).or_default() += 1;
+        if d.allowed {
+            *admitted.entry(key.as_str()).or_default() += 1;
+        }
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+    }
+    let closed = limiter.close().is_ok();
+    let m = limiter.metrics();
+    let metrics: BTreeMap<_, _> = m.fields().iter().map(|f| (f.0, f.3)).collect();
+    let events = events.lock().unwrap().clone();
+    println!(
+        "{}",
+        json!({"lang": "rust", "admitted": admitted, "reasons": reasons, "metrics": metrics,
+               "events": events, "closed": closed, "max_acquire_ms": max_ms})
+    );
+}
