@@ -863,10 +863,16 @@ impl Inner {
         if self.r.cfg.mode == Mode::Exact {
             return self.step_exact(e, p, cost, waiting, now);
         }
-        if let Some(left) = e.try_take(cost) {
-            return Ok(Step::Done(self.admit(e, p, left, self.admit_reason(), now)));
-        }
-        let local = e.tokens.load(Relaxed);
+        let local = loop {
+            if let Some(left) = e.try_take(cost) {
+                return Ok(Step::Done(self.admit(e, p, left, self.admit_reason(), now)));
+            }
+            // A lease may land between the failed take and this read.
+            let local = e.tokens.load(Relaxed);
+            if local < cost {
+                break local;
+            }
+        };
         if let Some(retry) = self.exhausted_for(e, p, cost - local, now) {
             return Ok(Step::Done(self.deny(e, p, local, Reason::Exhausted, retry)));
         }

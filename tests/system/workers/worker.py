@@ -1,0 +1,75 @@
+"""Python worker of the cross-language system test (see ../README.md)."""
+
+import json
+import sys
+import threading
+import time
+
+from quotalease import Limiter
+
+
+def main() -> None:
+    job = json.loads(sys.argv[1])
+    events: list[str] = []
+    lock = threading.Lock()
+
+    def on_event(kind: str, message: str) -> None:
+        with lock:
+            events.append(kind)
+
+    limiter = Limiter(
+        job["url"],
+        limit=job["limit"],
+        window_ms=job["window_ms"],
+        lease_size=job["lease_size"],
+        key_prefix=job["key_prefix"],
+        on_backend_failure=job["on_backend_failure"],
+        expected_replicas=job["expected_replicas"],
+        backend_timeout_ms=job["backend_timeout_ms"],
+        on_event=on_event,
+    )
+    schedule = [k for k, w in zip(job["keys"], job["weights"]) for _ in range(w)]
+    pause = job["pause_us"] / 1e6
+    start = job["start_at_ms"] / 1000
+    end = start + job["duration_ms"] / 1000
+    while time.time() < start:
+        time.sleep(0.001)
+    admitted: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    max_ms = 0.0
+    i = 0
+    while time.time() < end:
+        key = schedule[i % len(schedule)]
+        i += 1
+        t = time.monotonic()
+        d = limiter.acquire(key)
+        max_ms = max(max_ms, (time.monotonic() - t) * 1000)
+        reasons[d.reason] = reasons.get(d.reason, 0) + 1
+        if d.allowed:
+            admitted[key] = admitted.get(key, 0) + 1
+        if pause:
+            time.sleep(pause)
+    closed = True
+    try:
+        limiter.close()
+    except Exception:
+        closed = False
+    with lock:
+        seen = list(events)
+    print(
+        json.dumps(
+            {
+                "lang": "python",
+                "admitted": admitted,
+                "reasons": reasons,
+                "metrics": limiter.metrics(),
+                "events": seen,
+                "closed": closed,
+                "max_acquire_ms": int(max_ms),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
