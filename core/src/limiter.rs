@@ -160,6 +160,8 @@ enum Step {
     Done(Decision),
     /// A lease request is in flight for this key: wait for it, then step again.
     Wait,
+    /// The state changed under us (another thread spent fresh tokens): step again.
+    Again,
 }
 
 /// How a cold-path caller may wait.
@@ -767,6 +769,8 @@ impl Inner {
         loop {
             match self.step(&e, cost, waiting)? {
                 Step::Done(d) => return Ok(d),
+                Step::Again if Instant::now() < deadline => {}
+                Step::Again => return Ok(self.after_timeout(&e, cost)),
                 Step::Wait => {
                     if !self.wait_blocking(&e, deadline) {
                         return Ok(self.after_timeout(&e, cost));
@@ -786,6 +790,8 @@ impl Inner {
         loop {
             match self.step(&e, cost, Waiting::Yes)? {
                 Step::Done(d) => return Ok(d),
+                Step::Again if tokio::time::Instant::now() < deadline => {}
+                Step::Again => return Ok(self.after_timeout(&e, cost)),
                 Step::Wait => {
                     if !self.wait_async(&e, deadline).await {
                         return Ok(self.after_timeout(&e, cost));
@@ -889,14 +895,23 @@ impl Inner {
         let want = lease.saturating_sub(local).max(need);
         match &self.backend {
             Backend::Memory(_) => {
-                self.start_lease(e, want, need);
-                // Answered inline: either tokens arrived or the key is now exhausted.
+                if !self.start_lease(e, want, need) {
+                    // Another thread is leasing inline for this key: it takes
+                    // microseconds, so wait for it rather than deny falsely.
+                    while e.in_flight.load(Acquire) {
+                        std::thread::yield_now();
+                    }
+                }
+                // Answered inline: tokens arrived, or the key is now exhausted,
+                // or other threads spent what arrived (then go round again).
                 if let Some(left) = e.try_take(cost) {
                     return Ok(Step::Done(self.admit(e, p, left, self.admit_reason(), now)));
                 }
                 let local = e.tokens.load(Relaxed);
-                let retry = self.exhausted_for(e, p, cost.saturating_sub(local), now).unwrap_or(1);
-                Ok(Step::Done(self.deny(e, p, local, Reason::Exhausted, retry)))
+                match self.exhausted_for(e, p, cost.saturating_sub(local), now) {
+                    Some(retry) => Ok(Step::Done(self.deny(e, p, local, Reason::Exhausted, retry))),
+                    None => Ok(Step::Again),
+                }
             }
             Backend::Redis(_) => {
                 self.start_lease(e, want, need);

@@ -16,6 +16,7 @@ fn forked_child_drops_inherited_leases_and_works() {
         .limit(100)
         .window_ms(3_600_000)
         .lease_size(10)
+        .refill_threshold(0) // no prefetch: every backend call below is counted
         .build()
         .unwrap();
     assert!(l.acquire("k", 1).unwrap().allowed); // parent holds 9, Redis 90
