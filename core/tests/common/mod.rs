@@ -67,6 +67,27 @@ impl Drop for RedisServer {
     }
 }
 
+/// A real redis-server that also serves TLS with a self-signed certificate.
+pub struct TlsRedisServer {
+    pub plain: RedisServer,
+    pub tls_port: u16,
+    pub ca_file: String,
+}
+
+impl TlsRedisServer {
+    pub fn start() -> Self {
+        let out = redisctl(&["start-tls"]);
+        let parts: Vec<&str> = out.split_whitespace().collect();
+        TlsRedisServer {
+            plain: RedisServer {
+                port: parts[0].parse().unwrap(),
+            },
+            tls_port: parts[1].parse().unwrap(),
+            ca_file: parts[2].to_string(),
+        }
+    }
+}
+
 /// A prefix no other test uses.
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
