@@ -15,6 +15,12 @@ help:
 redis:
 	@bash scripts/ensure-redis.sh
 
+## The multi-instance problem and the leasing fix, side by side, in virtual
+## time on the embedded authority (no Redis). Dev profile: it shares its build
+## with `cargo test`, and the simulation itself takes about a second.
+demo:
+	$(CARGO) run -p quotalease-cli --bin quotalease -- simulate
+
 ## Rust: formatting, lints, unit/property/integration tests and the vectors.
 lint:
 	$(CARGO) fmt --all -- --check

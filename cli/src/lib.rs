@@ -1,0 +1,369 @@
+//! The `quotalease` command: `simulate` (the multi-instance problem and the
+//! leasing fix, side by side), `inspect` (a key's bucket in Redis) and
+//! `bench` (a load generator against Redis).
+#![warn(missing_docs)]
+
+pub mod bench;
+pub mod chart;
+pub mod histogram;
+pub mod inspect;
+mod progress;
+pub mod redis_util;
+pub mod report;
+pub mod rng;
+pub mod scenario;
+pub mod sim;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "quotalease",
+    version,
+    about = "Distributed rate limiting by quota leasing: simulate, inspect, bench",
+    long_about = "Distributed rate limiting by quota leasing.\n\n\
+        `quotalease simulate` shows, with no Redis, why a per-instance limit lets N times the\n\
+        limit through, why limit/N denies early, and what leasing does instead."
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the article's scenario through four strategies and print the table and a chart.
+    Simulate(SimulateArgs),
+    /// Show a key's authoritative bucket in Redis (tokens, last refill, TTL).
+    Inspect(InspectArgs),
+    /// Load generator: threads calling acquire in lease and exact mode against Redis.
+    Bench(BenchArgs),
+}
+
+/// `limit` and `window_ms`, or a rate.
+#[derive(Args, Debug, Clone)]
+pub struct PolicyArgs {
+    /// Tokens per window for every key.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
+    /// Window in milliseconds.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub window_ms: Option<u64>,
+    /// Limit and window as a rate: 600/min, 10/s, 100/30s, 5000/hour.
+    #[arg(long, value_parser = parse_rate, conflicts_with_all = ["limit", "window_ms"])]
+    pub rate: Option<(u64, u64)>,
+}
+
+impl PolicyArgs {
+    /// The policy, with defaults for what was not given; `None` if nothing was.
+    pub fn resolve(&self, default_limit: Option<u64>, default_window: u64) -> Result<Option<(u64, u64)>, String> {
+        if let Some(r) = self.rate {
+            return Ok(Some(r));
+        }
+        let limit = match (self.limit, default_limit) {
+            (Some(l), _) | (None, Some(l)) => l,
+            (None, None) if self.window_ms.is_some() => {
+                return Err("--window-ms needs --limit (or use --rate, such as 600/min)".into())
+            }
+            (None, None) => return Ok(None),
+        };
+        let window = self.window_ms.unwrap_or(default_window);
+        quotalease::validate_policy(limit, window).map_err(explain)?;
+        Ok(Some((limit, window)))
+    }
+}
+
+/// `quotalease simulate`.
+#[derive(Args, Debug, Clone)]
+pub struct SimulateArgs {
+    /// Most instances running at once (the fleet scales between about half and this).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=200))]
+    pub instances: u64,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub policy: PolicyArgs,
+    /// Tokens per lease [default: 2 % of the limit, between 1 and 20].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lease_size: Option<u64>,
+    /// Prefetch when local tokens drop below this [default: lease size / 4, at least 1].
+    #[arg(long, alias = "threshold")]
+    pub refill_threshold: Option<u64>,
+    /// Give back leased tokens unused this long (ms).
+    #[arg(long, alias = "ttl-ms", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lease_ttl_ms: u64,
+    /// Load-balancer skew: the instance of rank r gets a share of 1/(r+1)^skew of a key's traffic (0 = even).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_skew)]
+    pub skew: f64,
+    /// How much traffic to simulate: 300s, 5m, 90s, 1500ms [default: 5m; 30s with --redis, in real time].
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<u64>,
+    /// Seed of the traffic (same seed, same run).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Round-trip time to the authority used to price its calls (ms; virtual time only).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_rtt)]
+    pub rtt_ms: f64,
+    /// Where to write the SVG chart.
+    #[arg(long, default_value = "target/quotalease-demo.svg")]
+    pub chart: PathBuf,
+    /// Do not write a chart.
+    #[arg(long)]
+    pub no_chart: bool,
+    /// Run the leased and exact strategies against this Redis in real time (redis://host:port).
+    #[arg(long)]
+    pub redis: Option<String>,
+    /// No progress bar (real time only).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// `quotalease inspect`.
+#[derive(Args, Debug, Clone)]
+pub struct InspectArgs {
+    /// Redis URL (redis://host:port).
+    #[arg(long)]
+    pub redis: String,
+    /// The key, as the application passes it to acquire.
+    pub key: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub policy: PolicyArgs,
+    /// The limiter's key_prefix.
+    #[arg(long, default_value = "ql")]
+    pub key_prefix: String,
+}
+
+/// `quotalease bench`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Redis URL (redis://host:port).
+    #[arg(long)]
+    pub redis: String,
+    /// Threads calling acquire.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=512))]
+    pub threads: u64,
+    /// Run time per mode: 5s, 500ms, 1m.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub duration: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub keys: u64,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub policy: PolicyArgs,
+    /// Tokens per lease [default: 2 % of the limit, between 1 and 20].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lease_size: Option<u64>,
+}
+
+/// A library error in the CLI's words: configuration fields become flags.
+pub fn explain(e: quotalease::Error) -> String {
+    match e {
+        quotalease::Error::Config { field, reason } => {
+            let flag = match field {
+                "limit" => "--limit",
+                "window_ms" => "--window-ms",
+                "rate" => "--rate",
+                "lease_size" => "--lease-size",
+                "refill_threshold" => "--refill-threshold",
+                "lease_ttl_ms" => "--lease-ttl-ms",
+                "url" => "--redis",
+                "key_prefix" => "--key-prefix",
+                "expected_replicas" => "--instances",
+                other => other,
+            };
+            format!("{flag} {reason}")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Parse `600/min` into (limit, window_ms).
+pub fn parse_rate(s: &str) -> Result<(u64, u64), String> {
+    quotalease::parse_rate(s).map_err(|e| match e {
+        quotalease::Error::Config { reason, .. } => reason,
+        e => e.to_string(),
+    })
+}
+
+/// Parse `300s`, `5m`, `1500ms`, `1h` or a bare number of seconds into ms.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let bad = || format!("{s:?} is not a duration; use 300s, 5m, 1500ms or 1h");
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: f64 = n.parse().map_err(|_| bad())?;
+    let ms = match unit.trim() {
+        "" | "s" | "sec" => n * 1000.0,
+        "ms" => n,
+        "m" | "min" => n * 60_000.0,
+        "h" => n * 3_600_000.0,
+        _ => return Err(bad()),
+    };
+    if !(1.0..=7.0 * 86_400_000.0).contains(&ms) {
+        return Err(format!("{s:?} must be between 1ms and 7 days"));
+    }
+    Ok(ms.round() as u64)
+}
+
+fn parse_skew(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !(0.0..=10.0).contains(&v) {
+        return Err(format!("{v} must be between 0 (even spread) and 10"));
+    }
+    Ok(v)
+}
+
+fn parse_rtt(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of milliseconds"))?;
+    if !(0.0..=10_000.0).contains(&v) {
+        return Err(format!("{v} must be between 0 and 10000 ms"));
+    }
+    Ok(v)
+}
+
+/// Most requests a virtual run may generate (memory and time stay small).
+pub const MAX_VIRTUAL_REQUESTS: f64 = 20_000_000.0;
+/// Most requests per second a real-time run may ask for (one thread paces them).
+pub const MAX_REAL_RATE: f64 = 5_000.0;
+
+/// Turn `simulate`'s arguments into options, checking every value.
+pub fn simulate_options(a: &SimulateArgs) -> Result<sim::Options, String> {
+    let (limit, window_ms) = a.policy.resolve(Some(600), 60_000)?.unwrap_or((600, 60_000));
+    let duration_ms = a.duration.unwrap_or(if a.redis.is_some() { 30_000 } else { 300_000 });
+    let shape = scenario::Shape {
+        instances: a.instances,
+        limit,
+        window_ms,
+        skew: a.skew,
+        duration_ms,
+        seed: a.seed,
+    };
+    let per_s: f64 = scenario::keys()
+        .iter()
+        .map(|k| k.base * limit as f64 * 1000.0 / window_ms as f64)
+        .sum();
+    let total = per_s * duration_ms as f64 / 1000.0;
+    if a.redis.is_some() && per_s > MAX_REAL_RATE {
+        return Err(format!(
+            "with --redis the scenario runs in real time and would send {per_s:.0} requests/s \
+             (the whale key asks for 10x its limit); keep it under {MAX_REAL_RATE:.0}/s with a lower --limit or a longer --window-ms"
+        ));
+    }
+    if total > MAX_VIRTUAL_REQUESTS {
+        return Err(format!(
+            "this would simulate about {total:.0} requests (the whale key asks for 10x its limit); \
+             keep it under {MAX_VIRTUAL_REQUESTS:.0} with a lower --limit, a longer --window-ms or a shorter --duration"
+        ));
+    }
+    let opts = sim::Options {
+        shape,
+        lease_size: a.lease_size,
+        refill_threshold: a.refill_threshold,
+        lease_ttl_ms: a.lease_ttl_ms,
+        rtt_ms: a.rtt_ms,
+        redis: a.redis.clone(),
+        progress: !a.no_progress,
+    };
+    sim::base_config(&opts)?;
+    Ok(opts)
+}
+
+fn simulate(a: &SimulateArgs) -> Result<(), String> {
+    let opts = simulate_options(a)?;
+    let report = sim::run(&opts)?;
+    print!("{}", report::render(&report));
+    if !a.no_chart {
+        let svg = chart::svg(&report);
+        if let Some(dir) = a.chart.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {} for the chart: {e}", dir.display()))?;
+        }
+        std::fs::write(&a.chart, svg).map_err(|e| format!("cannot write the chart to {}: {e}", a.chart.display()))?;
+        println!("\nchart: {} (open it in a browser)", a.chart.display());
+    }
+    Ok(())
+}
+
+fn inspect(a: &InspectArgs) -> Result<(), String> {
+    let policy = a.policy.resolve(None, 60_000)?;
+    let out = inspect::run(&inspect::Options {
+        redis: a.redis.clone(),
+        key: a.key.clone(),
+        policy,
+        key_prefix: a.key_prefix.clone(),
+    })?;
+    print!("{out}");
+    Ok(())
+}
+
+fn bench(a: &BenchArgs) -> Result<(), String> {
+    let (limit, window_ms) = a
+        .policy
+        .resolve(Some(1_000_000_000), 1_000)?
+        .unwrap_or((1_000_000_000, 1_000));
+    let out = bench::run(&bench::Options {
+        redis: a.redis.clone(),
+        threads: a.threads as usize,
+        duration_ms: a.duration,
+        keys: a.keys,
+        limit,
+        window_ms,
+        lease_size: a.lease_size,
+    })?;
+    print!("{out}");
+    Ok(())
+}
+
+/// Run a parsed command line.
+pub fn run(cli: &Cli) -> Result<(), String> {
+    match &cli.command {
+        Command::Simulate(a) => simulate(a),
+        Command::Inspect(a) => inspect(a),
+        Command::Bench(a) => bench(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("300s"), Ok(300_000));
+        assert_eq!(parse_duration("5m"), Ok(300_000));
+        assert_eq!(parse_duration("1500ms"), Ok(1500));
+        assert_eq!(parse_duration("2"), Ok(2000));
+        assert_eq!(parse_duration("0.5s"), Ok(500));
+        for bad in ["", "s", "5 fortnights", "-1s", "0s", "9999h", "1e400s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn config_errors_name_flags() {
+        let e = quotalease::Config {
+            limit: 10,
+            lease_size: Some(11),
+            ..Default::default()
+        };
+        let msg = explain(quotalease::Limiter::new(e).unwrap_err());
+        assert!(
+            msg.starts_with("--lease-size must be between 1 and limit (10)"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}
