@@ -3,11 +3,14 @@
 //! `bench` (a load generator against Redis).
 #![warn(missing_docs)]
 
+#[cfg(feature = "redis")]
 pub mod bench;
 pub mod chart;
 pub mod histogram;
+#[cfg(feature = "redis")]
 pub mod inspect;
 mod progress;
+#[cfg(feature = "redis")]
 pub mod redis_util;
 pub mod report;
 pub mod rng;
@@ -292,6 +295,21 @@ fn simulate(a: &SimulateArgs) -> Result<(), String> {
     Ok(())
 }
 
+#[cfg(not(feature = "redis"))]
+const NO_REDIS: &str = "this quotalease was built without Redis support (make demo builds it so); \
+     build it with `cargo build --release -p quotalease-cli` to use inspect, bench and simulate --redis";
+
+#[cfg(not(feature = "redis"))]
+fn inspect(_a: &InspectArgs) -> Result<(), String> {
+    Err(NO_REDIS.into())
+}
+
+#[cfg(not(feature = "redis"))]
+fn bench(_a: &BenchArgs) -> Result<(), String> {
+    Err(NO_REDIS.into())
+}
+
+#[cfg(feature = "redis")]
 fn inspect(a: &InspectArgs) -> Result<(), String> {
     let policy = a.policy.resolve(None, 60_000)?;
     let out = inspect::run(&inspect::Options {
@@ -304,6 +322,7 @@ fn inspect(a: &InspectArgs) -> Result<(), String> {
     Ok(())
 }
 
+#[cfg(feature = "redis")]
 fn bench(a: &BenchArgs) -> Result<(), String> {
     let (limit, window_ms) = a
         .policy

@@ -468,6 +468,7 @@ pub fn run(opts: &Options) -> Result<Report, String> {
         Some(_) => (Time::Real, &[Strategy::Exact, Strategy::Leased]),
         None => (Time::Virtual, &Strategy::ALL),
     };
+    #[cfg(feature = "redis")]
     if let Some(url) = &opts.redis {
         crate::redis_util::ping(url)?;
     }

@@ -233,6 +233,16 @@ pub fn parse_rate(rate: &str) -> Result<(u64, u64)> {
     Ok((limit, window_ms))
 }
 
+#[cfg(feature = "redis")]
+fn check_redis_url(url: &str) -> std::result::Result<(), String> {
+    redis::Client::open(url).map(|_| ()).map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "redis"))]
+fn check_redis_url(_url: &str) -> std::result::Result<(), String> {
+    Err("this build of quotalease has no Redis support (enable the crate's `redis` feature)".into())
+}
+
 fn parse_url(url: &str) -> Result<BackendSpec> {
     let bad = |why: String| Error::config("url", why);
     if let Some(rest) = url.strip_prefix("memory://") {
@@ -264,13 +274,13 @@ fn parse_url(url: &str) -> Result<BackendSpec> {
                 )));
             }
             for n in &nodes {
-                redis::Client::open(n.as_str()).map_err(|e| bad(format!("{url:?} is not a valid cluster URL: {e}")))?;
+                check_redis_url(n).map_err(|e| bad(format!("{url:?} is not a valid cluster URL: {e}")))?;
             }
             return Ok(BackendSpec::Cluster(nodes));
         }
     }
     if url.starts_with("redis://") || url.starts_with("rediss://") {
-        redis::Client::open(url).map_err(|e| bad(format!("{url:?} is not a valid Redis URL: {e}")))?;
+        check_redis_url(url).map_err(|e| bad(format!("{url:?} is not a valid Redis URL: {e}")))?;
         return Ok(BackendSpec::Redis(url.to_string()));
     }
     Err(bad(format!(
@@ -468,6 +478,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "redis")]
     fn urls_parse() {
         let r = |u: &str| {
             Config {

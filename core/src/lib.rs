@@ -34,6 +34,10 @@ mod fork;
 mod limiter;
 mod memory;
 mod metrics;
+#[cfg(feature = "redis")]
+mod redis_authority;
+#[cfg(not(feature = "redis"))]
+#[path = "redis_disabled.rs"]
 mod redis_authority;
 
 pub use config::{

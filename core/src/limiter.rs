@@ -524,7 +524,7 @@ impl Inner {
     }
 
     /// The admit path: `Ok(Some)` when local tokens decided, `Ok(None)` for the cold path.
-    #[inline]
+    #[inline(always)]
     fn admit_local(&self, key: &str, cost: u64) -> Result<Option<Decision>> {
         if fork::current() != self.gen.load(Relaxed) {
             self.check_open()?;
