@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench bench-rust redis install test-c test-go bench-c-go
+.PHONY: help demo test test-rust lint fmt bench bench-rust redis install test-c test-go bench-c-go test-python bench-python
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
@@ -14,13 +14,6 @@ help:
 
 redis:
 	@bash scripts/ensure-redis.sh
-
-## The multi-instance problem and the leasing fix, side by side, in virtual
-## time on the embedded authority (no Redis). Built without the Redis client
-## (--no-default-features) in the dev profile, so a fresh clone's first build
-## stays short; the simulation itself takes about a second.
-demo:
-	$(CARGO) run -q -p quotalease-cli --no-default-features --bin quotalease -- simulate
 
 ## Rust: formatting, lints, unit/property/integration tests and the vectors.
 lint:
@@ -47,9 +40,17 @@ test-go: redis
 bench-c-go:
 	bash scripts/bench-c-go.sh
 
-test: test-rust test-c test-go
+test: test-rust test-c test-go test-python
 
-bench: bench-rust bench-c-go
+bench: bench-rust bench-c-go bench-python
 
 bench-rust:
 	bash scripts/bench-rust.sh
+
+## Python: builds the wheel into .venv, stubtest, mypy, ruff, pytest (vectors, Redis,
+## asyncio, threads, fork, gunicorn, middleware); bench: acquire vs limits, into docs/.
+test-python: redis
+	bash scripts/test-python.sh
+
+bench-python: redis
+	bash scripts/bench-python.sh --write-docs docs/benchmarks.md

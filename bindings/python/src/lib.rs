@@ -234,7 +234,9 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Cost {
 /// The outcome of one acquire. Immutable; true when allowed.
 #[pyclass(frozen, eq, module = "quotalease._native", name = "Decision")]
 #[derive(PartialEq)]
-struct Decision(ql::Decision);
+struct Decision {
+    d: ql::Decision,
+}
 
 fn reason_str<'py>(py: Python<'py>, r: ql::Reason) -> Bound<'py, pyo3::types::PyString> {
     match r {
@@ -252,55 +254,55 @@ impl Decision {
     /// Whether the request is admitted.
     #[getter]
     fn allowed(&self) -> bool {
-        self.0.allowed
+        self.d.allowed
     }
     /// The key's limit (tokens per window).
     #[getter]
     fn limit(&self) -> u64 {
-        self.0.limit
+        self.d.limit
     }
     /// Best estimate of tokens left for this key across the fleet.
     #[getter]
     fn remaining(&self) -> u64 {
-        self.0.remaining
+        self.d.remaining
     }
     /// When denied: milliseconds until a retry can succeed (0 when allowed).
     #[getter]
     fn retry_after_ms(&self) -> u64 {
-        self.0.retry_after_ms
+        self.d.retry_after_ms
     }
     /// Milliseconds until the key's bucket would be full again.
     #[getter]
     fn reset_after_ms(&self) -> u64 {
-        self.0.reset_after_ms
+        self.d.reset_after_ms
     }
     /// The key's window in milliseconds.
     #[getter]
     fn window_ms(&self) -> u64 {
-        self.0.window_ms
+        self.d.window_ms
     }
     /// lease, exhausted, fallback, pending, exact or local.
     #[getter]
     fn reason<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyString> {
-        reason_str(py, self.0.reason)
+        reason_str(py, self.d.reason)
     }
 
     /// IETF RateLimit-Policy and RateLimit response headers, plus Retry-After
     /// (whole seconds) when denied.
     fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        for (k, v) in self.0.headers() {
+        for (k, v) in self.d.headers() {
             d.set_item(k, v)?;
         }
         Ok(d)
     }
 
     fn __bool__(&self) -> bool {
-        self.0.allowed
+        self.d.allowed
     }
 
     fn __repr__(&self) -> String {
-        let d = &self.0;
+        let d = &self.d;
         format!(
             "Decision(allowed={}, reason='{}', limit={}, remaining={}, retry_after_ms={}, reset_after_ms={}, window_ms={})",
             if d.allowed { "True" } else { "False" },
@@ -342,7 +344,7 @@ fn complete(slot: &Mutex<Slot>, res: ql::Result<ql::Decision>) {
     };
     with_python(move |py| {
         let (ok, value) = match res {
-            Ok(d) => match Py::new(py, Decision(d)) {
+            Ok(d) => match Py::new(py, Decision { d }) {
                 Ok(obj) => (true, obj.into_any()),
                 Err(e) => (false, e.into_value(py).into_any()),
             },
@@ -377,7 +379,7 @@ struct Limiter {
 impl Limiter {
     #[inline]
     fn decide(&self, py: Python<'_>, r: ql::Result<ql::Decision>) -> PyResult<Decision> {
-        r.map(Decision).map_err(|e| to_pyerr(py, e))
+        r.map(|d| Decision { d }).map_err(|e| to_pyerr(py, e))
     }
 }
 
@@ -498,7 +500,7 @@ impl Limiter {
     #[inline]
     fn acquire(&self, py: Python<'_>, key: &str, cost: Cost) -> PyResult<Decision> {
         match self.inner.acquire_local(key, cost.0) {
-            Ok(Some(d)) => Ok(Decision(d)),
+            Ok(Some(d)) => Ok(Decision { d }),
             Ok(None) => {
                 let r = py.detach(|| self.inner.acquire(key, cost.0));
                 self.decide(py, r)
@@ -520,7 +522,7 @@ impl Limiter {
     #[pyo3(signature = (key, cost = Cost(1)), text_signature = "($self, key, cost=1)")]
     fn _acquire_or_future<'py>(&self, py: Python<'py>, key: &str, cost: Cost) -> PyResult<Bound<'py, PyAny>> {
         if let Some(d) = self.inner.acquire_local(key, cost.0).map_err(|e| to_pyerr(py, e))? {
-            return Ok(Bound::new(py, Decision(d))?.into_any());
+            return Ok(Bound::new(py, Decision { d })?.into_any());
         }
         let slot = Arc::new(Mutex::new(Slot::Empty));
         let theirs = slot.clone();
@@ -529,7 +531,7 @@ impl Limiter {
             .acquire_or_notify(key, cost.0, move |res| complete(&theirs, res))
             .map_err(|e| to_pyerr(py, e))?;
         if let Some(d) = now {
-            return Ok(Bound::new(py, Decision(d))?.into_any());
+            return Ok(Bound::new(py, Decision { d })?.into_any());
         }
         let event_loop = py
             .import(intern!(py, "asyncio"))?

@@ -58,9 +58,7 @@ class RedisServer:
         redisctl("stop", str(self.port))
 
     def cli(self, *args: str) -> str:
-        out = subprocess.run(
-            ["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True, timeout=30
-        )
+        out = subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True, timeout=30)
         return out.stdout.strip()
 
 

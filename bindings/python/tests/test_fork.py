@@ -52,9 +52,7 @@ def run_in_child(fn: Any) -> dict[str, Any]:
 
 
 def test_fork_with_redis_no_hang_no_double_spend(redis_server: RedisServer) -> None:
-    lim = Limiter(
-        redis_server.url, limit=100, window_ms=DAY, lease_size=10, key_prefix=unique("fork"), clock="manual"
-    )
+    lim = Limiter(redis_server.url, limit=100, window_ms=DAY, lease_size=10, key_prefix=unique("fork"), clock="manual")
     assert lim.acquire("k")  # the parent leases 10 and runs its broker
     lim.settle()
     before = lim.metrics()  # the child inherits these counters

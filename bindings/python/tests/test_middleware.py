@@ -48,9 +48,7 @@ def starlette_app(limiter: Limiter, calls: list[str]) -> Starlette:
         calls.append("upload")
         return PlainTextResponse("stored")
 
-    app = Starlette(
-        routes=[Route("/", home), Route("/health", health), Route("/upload", upload, methods=["POST"])]
-    )
+    app = Starlette(routes=[Route("/", home), Route("/health", health), Route("/upload", upload, methods=["POST"])])
     app.add_middleware(
         ql_asgi.RateLimitMiddleware,
         limiter=limiter,

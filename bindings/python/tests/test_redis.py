@@ -36,9 +36,7 @@ def test_instances_share_one_bucket(redis_server: RedisServer) -> None:
 
 def test_flush_returns_tokens_to_redis(redis_server: RedisServer) -> None:
     prefix = unique("flush")
-    lim = Limiter(
-        redis_server.url, limit=100, window_ms=DAY, lease_size=10, key_prefix=prefix, clock="manual"
-    )
+    lim = Limiter(redis_server.url, limit=100, window_ms=DAY, lease_size=10, key_prefix=prefix, clock="manual")
     assert lim.acquire("k")
     lim.settle()
     assert lim.inspect("k")["authority_tokens"] == 90
@@ -75,9 +73,7 @@ def test_rediss_and_cluster_urls_are_accepted_without_connecting() -> None:
         Limiter("redis://127.0.0.1:notaport", limit=5)
 
 
-def test_transitions_are_logged_and_reported(
-    own_redis: RedisServer, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_transitions_are_logged_and_reported(own_redis: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="quotalease")
     events: list[tuple[str, str]] = []
     seen = threading.Event()
@@ -108,9 +104,7 @@ def test_transitions_are_logged_and_reported(
     wait_for("a degraded event", degraded)
     assert lim.metrics()["fallback_active"] == 1
     own_redis.restart()
-    wait_for(
-        "a recovered event", lambda: lim.acquire("k") is not None and any(k == "recovered" for k, _ in events)
-    )
+    wait_for("a recovered event", lambda: lim.acquire("k") is not None and any(k == "recovered" for k, _ in events))
     assert lim.metrics()["fallback_active"] == 0
     assert lim.metrics()["fallback_transitions"] >= 2
     records = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "quotalease"]
@@ -132,9 +126,7 @@ def test_a_failing_event_callback_does_not_break_the_limiter(
         calls.append(kind)
         raise RuntimeError("callback bug")
 
-    lim = Limiter(
-        own_redis.url, limit=100, lease_size=1, refill_threshold=0, backend_timeout_ms=200, on_event=bad
-    )
+    lim = Limiter(own_redis.url, limit=100, lease_size=1, refill_threshold=0, backend_timeout_ms=200, on_event=bad)
     own_redis.kill()
     n = 0
 

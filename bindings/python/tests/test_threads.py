@@ -43,9 +43,7 @@ def test_threads_on_two_redis_instances_conserve_tokens(redis_server: RedisServe
 
 
 def test_the_gil_is_released_while_acquire_waits(own_redis: RedisServer) -> None:
-    lim = Limiter(
-        own_redis.url, limit=100, window_ms=DAY, backend_timeout_ms=60_000, key_prefix=unique("gil")
-    )
+    lim = Limiter(own_redis.url, limit=100, window_ms=DAY, backend_timeout_ms=60_000, key_prefix=unique("gil"))
     own_redis.pause()
     result: list[object] = []
     worker = threading.Thread(target=lambda: result.append(lim.acquire("k")))
