@@ -15,6 +15,13 @@ help:
 redis:
 	@bash scripts/ensure-redis.sh
 
+## The multi-instance problem and the leasing fix, side by side, in virtual
+## time on the embedded authority (no Redis). Built without the Redis client
+## (--no-default-features) in the dev profile, so a fresh clone's first build
+## stays short; the simulation itself takes about a second.
+demo:
+	$(CARGO) run -q -p quotalease-cli --no-default-features --bin quotalease -- simulate
+
 ## Rust: formatting, lints, unit/property/integration tests and the vectors.
 lint:
 	$(CARGO) fmt --all -- --check
