@@ -178,12 +178,49 @@ pub(crate) unsafe fn c_str<'a>(fname: &str, arg: &str, p: *const c_char) -> Resu
         .map_err(|e| fail(LEASE_ERR_UTF8, format!("{fname}: `{arg}` is not valid UTF-8 ({e})")))
 }
 
+/// Whether `b` is ASCII, branch-light for keys up to 16 bytes (overlapping
+/// word loads instead of a byte loop).
+#[inline(always)]
+fn short_ascii(b: &[u8]) -> bool {
+    let n = b.len();
+    if n >= 8 {
+        if n > 16 {
+            return b.is_ascii();
+        }
+        let lo = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
+        let hi = u64::from_le_bytes(b[n - 8..].try_into().unwrap_or_default());
+        return (lo | hi) & 0x8080_8080_8080_8080 == 0;
+    }
+    if n >= 4 {
+        let lo = u32::from_le_bytes(b[..4].try_into().unwrap_or_default());
+        let hi = u32::from_le_bytes(b[n - 4..].try_into().unwrap_or_default());
+        return (lo | hi) & 0x8080_8080 == 0;
+    }
+    b.iter().fold(0u8, |acc, &x| acc | x) < 0x80
+}
+
 /// Borrow a key given as pointer + length.
 ///
 /// # Safety
 /// `key` is NULL or points to `len` readable bytes.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn key_str<'a>(fname: &str, key: *const u8, len: usize) -> Result<&'a str, lease_status> {
+    if !key.is_null() && len <= isize::MAX as usize {
+        let bytes = unsafe { std::slice::from_raw_parts(key, len) };
+        // Most keys are short ASCII ("user:42"): checking that takes a few
+        // instructions, where the general UTF-8 validator takes about a hundred.
+        if short_ascii(bytes) {
+            // SAFETY: ASCII is valid UTF-8.
+            return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
+        }
+    }
+    unsafe { key_str_slow(fname, key, len) }
+}
+
+/// [`key_str`] for NULL keys and non-ASCII bytes.
+#[cold]
+#[inline(never)]
+unsafe fn key_str_slow<'a>(fname: &str, key: *const u8, len: usize) -> Result<&'a str, lease_status> {
     if key.is_null() {
         if len == 0 {
             return Ok("");
@@ -235,6 +272,19 @@ mod tests {
         assert!(last().contains("owned message"));
         let () = ffi_boundary! { panic!("in a void function") };
         assert!(last().contains("void function"));
+    }
+
+    #[test]
+    fn short_ascii_agrees_with_is_ascii() {
+        for len in 0..40 {
+            for pos in 0..len {
+                let mut v = vec![b'a'; len];
+                assert!(short_ascii(&v), "len {len}");
+                v[pos] = 0xC3;
+                assert!(!short_ascii(&v), "len {len} pos {pos}");
+            }
+        }
+        assert!(short_ascii(b""));
     }
 
     #[test]
