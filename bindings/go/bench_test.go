@@ -1,0 +1,102 @@
+package quotalease
+
+import (
+	"strconv"
+	"testing"
+)
+
+// A warm key: the limiter holds local tokens for it and never runs dry (the
+// limit is far above b.N, leases are large), so this measures the admit path
+// plus one cgo call. Compare with the Rust and C figures (scripts/bench-c-go.sh).
+func warmLimiter(b *testing.B) *Limiter {
+	c := DefaultConfig()
+	c.Limit = 1 << 40
+	c.WindowMs = 1000
+	c.LeaseSize = 1 << 30
+	l, err := New(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	if d, err := l.Acquire("bench:warm"); err != nil || !d.Allowed {
+		b.Fatalf("%+v %v", d, err)
+	}
+	return l
+}
+
+func BenchmarkAcquire(b *testing.B) {
+	l := warmLimiter(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := l.Acquire("bench:warm"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAcquireParallel(b *testing.B) {
+	l := warmLimiter(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := l.Acquire("bench:warm"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// Four keys per request: four Acquire calls against one AcquireBatch.
+var batchKeys = []string{"bench:user", "bench:ip", "bench:route", "bench:tenant"}
+
+func BenchmarkFourKeysAcquire(b *testing.B) {
+	l := warmLimiter(b)
+	for _, k := range batchKeys {
+		l.Acquire(k)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, k := range batchKeys {
+			if _, err := l.Acquire(k); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func BenchmarkFourKeysAcquireBatch(b *testing.B) {
+	l := warmLimiter(b)
+	reqs := make([]Request, len(batchKeys))
+	for i, k := range batchKeys {
+		reqs[i] = Request{Key: k, Cost: 1}
+		l.Acquire(k)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, r := range l.AcquireBatch(reqs) {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+	}
+}
+
+func BenchmarkHeaders(b *testing.B) {
+	d := Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfterMs: 1234, WindowMs: 60000, Reason: ReasonLease}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		_ = d.Headers()
+	}
+}
+
+var sink string
+
+func BenchmarkKeyFormatting(b *testing.B) { // reference: what building a key costs in Go
+	for i := 0; i < b.N; i++ {
+		sink = "user:" + strconv.Itoa(i&1023)
+	}
+}

@@ -1,0 +1,8 @@
+package quotalease
+
+// liblease is found with pkg-config (lease.pc from `make install`); the
+// wrappers in cshim.h are compiled into this package.
+
+// #cgo pkg-config: lease
+// #include "cshim.h"
+import "C"

@@ -1,0 +1,85 @@
+/* C wrappers shared by the package's Go files (static inline: each cgo file
+ * gets its own copy). Not part of liblease's ABI. */
+#ifndef QL_CSHIM_H
+#define QL_CSHIM_H
+#include <stdlib.h>
+#include <string.h>
+#include <lease.h>
+
+// liblease's last error is thread-local, and a goroutine may change OS
+// threads between two cgo calls: every wrapper copies the message in the
+// same C call that failed (err is malloc'd; the Go side frees it).
+static inline char *ql_err(lease_status s) {
+	return s == LEASE_OK ? NULL : strdup(lease_last_error());
+}
+
+typedef struct {
+	lease_status status;
+	lease_decision d;
+	char *err;
+} ql_decision_result;
+
+static inline ql_decision_result ql_acquire(const lease_limiter *l, _GoString_ key, uint64_t cost, int wait) {
+	ql_decision_result r;
+	const uint8_t *p = (const uint8_t *)_GoStringPtr(key);
+	size_t n = _GoStringLen(key);
+	r.status = wait ? lease_acquire(l, p, n, cost, &r.d) : lease_try_acquire(l, p, n, cost, &r.d);
+	r.err = r.status == LEASE_OK ? NULL : ql_err(r.status);
+	return r;
+}
+
+typedef struct {
+	lease_status status;
+	char *err;
+} ql_result;
+
+static inline ql_result ql_set_limit(const lease_limiter *l, _GoString_ key, uint64_t limit, uint64_t window_ms) {
+	ql_result r;
+	r.status = lease_set_limit(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), limit, window_ms);
+	r.err = ql_err(r.status);
+	return r;
+}
+
+static inline ql_result ql_new(const lease_config *c, lease_limiter **out) {
+	ql_result r;
+	r.status = lease_limiter_new(c, out);
+	r.err = ql_err(r.status);
+	return r;
+}
+
+static inline ql_result ql_flush(const lease_limiter *l) { ql_result r; r.status = lease_flush(l); r.err = ql_err(r.status); return r; }
+static inline ql_result ql_close(const lease_limiter *l) { ql_result r; r.status = lease_close(l); r.err = ql_err(r.status); return r; }
+static inline ql_result ql_settle(const lease_limiter *l) { ql_result r; r.status = lease_settle(l); r.err = ql_err(r.status); return r; }
+static inline ql_result ql_advance(const lease_limiter *l, uint64_t ms) {
+	ql_result r; r.status = lease_advance_clock(l, ms); r.err = ql_err(r.status); return r;
+}
+static inline ql_result ql_mode_parse(const char *s, lease_mode *out) {
+	ql_result r; r.status = lease_mode_parse(s, out); r.err = ql_err(r.status); return r;
+}
+static inline ql_result ql_policy_parse(const char *s, lease_failure_policy *out) {
+	ql_result r; r.status = lease_failure_policy_parse(s, out); r.err = ql_err(r.status); return r;
+}
+static inline ql_result ql_parse_rate(const char *s, uint64_t *limit, uint64_t *window_ms) {
+	ql_result r; r.status = lease_parse_rate(s, limit, window_ms); r.err = ql_err(r.status); return r;
+}
+static inline ql_result ql_prometheus(const lease_limiter *l, char *buf, size_t cap, size_t *needed) {
+	ql_result r; r.status = lease_metrics_prometheus(l, buf, cap, needed); r.err = ql_err(r.status); return r;
+}
+static inline ql_result ql_headers(lease_decision d, char *buf, size_t cap, size_t *needed) {
+	ql_result r; r.status = lease_decision_headers(&d, buf, cap, needed); r.err = ql_err(r.status); return r;
+}
+static inline lease_status ql_metrics(const lease_limiter *l, struct lease_metrics *out) { return lease_metrics(l, out); }
+
+// Batch: one cgo transition for n keys. Keys are concatenated in one buffer
+// with their lengths; results go to the caller's arrays.
+static inline void ql_acquire_batch(const lease_limiter *l, _GoString_ keys, const size_t *lens, const uint64_t *costs,
+                             size_t n, lease_decision *out, lease_status *status, char **errs) {
+	const uint8_t *p = (const uint8_t *)_GoStringPtr(keys);
+	size_t i;
+	for (i = 0; i < n; i++) {
+		status[i] = lease_acquire(l, p, lens[i], costs[i], &out[i]);
+		errs[i] = status[i] == LEASE_OK ? NULL : ql_err(status[i]);
+		p += lens[i];
+	}
+}
+#endif

@@ -1,0 +1,127 @@
+package quotalease
+
+// #include "cshim.h"
+import "C"
+
+import (
+	"net/http"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// Reason says why a decision came out the way it did.
+type Reason string
+
+// The reasons, named as in every binding.
+const (
+	ReasonLease     Reason = "lease"     // admitted from (or denied with) a local lease
+	ReasonExhausted Reason = "exhausted" // denied: the authoritative bucket is empty until RetryAfterMs
+	ReasonFallback  Reason = "fallback"  // decided by the failure policy while the backend is unreachable
+	ReasonPending   Reason = "pending"   // denied by TryAcquire: a lease request is in flight
+	ReasonExact     Reason = "exact"     // decided by one authority call (ModeExact)
+	ReasonLocal     Reason = "local"     // decided by the in-process bucket (ModeLocal)
+)
+
+func reasonOf(r C.lease_reason) Reason {
+	switch r {
+	case C.LEASE_REASON_LEASE:
+		return ReasonLease
+	case C.LEASE_REASON_EXHAUSTED:
+		return ReasonExhausted
+	case C.LEASE_REASON_FALLBACK:
+		return ReasonFallback
+	case C.LEASE_REASON_PENDING:
+		return ReasonPending
+	case C.LEASE_REASON_EXACT:
+		return ReasonExact
+	case C.LEASE_REASON_LOCAL:
+		return ReasonLocal
+	}
+	return Reason("unknown")
+}
+
+func (r Reason) code() C.lease_reason {
+	switch r {
+	case ReasonExhausted:
+		return C.LEASE_REASON_EXHAUSTED
+	case ReasonFallback:
+		return C.LEASE_REASON_FALLBACK
+	case ReasonPending:
+		return C.LEASE_REASON_PENDING
+	case ReasonExact:
+		return C.LEASE_REASON_EXACT
+	case ReasonLocal:
+		return C.LEASE_REASON_LOCAL
+	}
+	return C.LEASE_REASON_LEASE
+}
+
+// Decision is the outcome of one Acquire. A denial is a Decision with
+// Allowed false, not an error.
+type Decision struct {
+	// Allowed reports whether the request is admitted.
+	Allowed bool
+	// Limit is the key's limit (tokens per window).
+	Limit uint64
+	// Remaining is the best estimate of tokens left for the key across the fleet.
+	Remaining uint64
+	// RetryAfterMs: when denied, milliseconds until a retry can succeed (0 when allowed).
+	RetryAfterMs uint64
+	// ResetAfterMs: milliseconds until the key's bucket would be full again.
+	ResetAfterMs uint64
+	// WindowMs is the key's window in milliseconds.
+	WindowMs uint64
+	// Reason says why.
+	Reason Reason
+}
+
+func decisionOf(d *C.lease_decision) Decision {
+	return Decision{
+		Allowed:      bool(d.allowed),
+		Limit:        uint64(d.limit),
+		Remaining:    uint64(d.remaining),
+		RetryAfterMs: uint64(d.retry_after_ms),
+		ResetAfterMs: uint64(d.reset_after_ms),
+		WindowMs:     uint64(d.window_ms),
+		Reason:       reasonOf(d.reason),
+	}
+}
+
+// RetryAfter is RetryAfterMs as a time.Duration.
+func (d Decision) RetryAfter() time.Duration { return time.Duration(d.RetryAfterMs) * time.Millisecond }
+
+// ResetAfter is ResetAfterMs as a time.Duration.
+func (d Decision) ResetAfter() time.Duration { return time.Duration(d.ResetAfterMs) * time.Millisecond }
+
+// Headers returns the HTTP response headers for this decision: the IETF
+// RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers)
+// plus Retry-After in whole seconds when denied. The text comes from the
+// engine, identical in every language.
+func (d Decision) Headers() http.Header {
+	var buf [256]byte
+	var needed C.size_t
+	c := C.lease_decision{
+		allowed:        C.bool(d.Allowed),
+		reason:         d.Reason.code(),
+		limit:          C.uint64_t(d.Limit),
+		remaining:      C.uint64_t(d.Remaining),
+		retry_after_ms: C.uint64_t(d.RetryAfterMs),
+		reset_after_ms: C.uint64_t(d.ResetAfterMs),
+		window_ms:      C.uint64_t(d.WindowMs),
+	}
+	r := C.ql_headers(c, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &needed)
+	h := make(http.Header, 3)
+	if r.status != C.LEASE_OK {
+		// 256 bytes always suffice (lease.h); never reached.
+		_ = newError(r.status, r.err, ctxKey)
+		return h
+	}
+	text := string(buf[:needed-1])
+	for _, line := range strings.Split(text, "\r\n") {
+		if name, value, ok := strings.Cut(line, ": "); ok {
+			h.Set(name, value)
+		}
+	}
+	return h
+}

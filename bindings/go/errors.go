@@ -1,0 +1,123 @@
+package quotalease
+
+// #include "cshim.h"
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Kind is the category of an Error, stable across languages (the names are
+// the conformance vectors' error kinds).
+type Kind int
+
+const (
+	// KindConfig: an invalid configuration value (the message names the option).
+	KindConfig Kind = iota + 1
+	// KindInvalidKey: the key is empty, longer than 512 bytes, or not valid UTF-8.
+	KindInvalidKey
+	// KindInvalidCost: the cost is 0 or larger than the key's limit.
+	KindInvalidCost
+	// KindClosed: the limiter was closed.
+	KindClosed
+	// KindBackend: the backend failed a call that must reach it (Flush, Close).
+	KindBackend
+	// KindInternal: a bug inside liblease or this package (please report it).
+	KindInternal
+)
+
+// String returns "config", "invalid_key", "invalid_cost", "closed", "backend" or "internal".
+func (k Kind) String() string {
+	switch k {
+	case KindConfig:
+		return "config"
+	case KindInvalidKey:
+		return "invalid_key"
+	case KindInvalidCost:
+		return "invalid_cost"
+	case KindClosed:
+		return "closed"
+	case KindBackend:
+		return "backend"
+	case KindInternal:
+		return "internal"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Error is every error this package returns. Match it with errors.Is against
+// the sentinels (errors.Is(err, quotalease.ErrInvalidKey)) or errors.As to
+// read Kind and Message.
+type Error struct {
+	// Kind is the category.
+	Kind Kind
+	// Message says what went wrong and what to fix.
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "quotalease: " + e.Kind.String()
+	}
+	return "quotalease: " + e.Message
+}
+
+// Is reports whether target is the sentinel of e's Kind.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Message == "" && t.Kind == e.Kind
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrConfig      = &Error{Kind: KindConfig}
+	ErrInvalidKey  = &Error{Kind: KindInvalidKey}
+	ErrInvalidCost = &Error{Kind: KindInvalidCost}
+	ErrClosed      = &Error{Kind: KindClosed}
+	ErrBackend     = &Error{Kind: KindBackend}
+	ErrInternal    = &Error{Kind: KindInternal}
+)
+
+// Where a status came from: LEASE_ERR_UTF8 is an invalid key for a key, and a
+// configuration error for a configuration string.
+type errContext int
+
+const (
+	ctxKey errContext = iota
+	ctxConfig
+)
+
+// newError turns a liblease status and its message (malloc'd by the cgo
+// wrapper, freed here) into an *Error.
+func newError(status C.lease_status, msg *C.char, ctx errContext) error {
+	text := ""
+	if msg != nil {
+		text = C.GoString(msg)
+		C.free(unsafe.Pointer(msg))
+	}
+	kind := KindInternal
+	switch status {
+	case C.LEASE_OK:
+		return nil
+	case C.LEASE_ERR_CONFIG:
+		kind = KindConfig
+	case C.LEASE_ERR_INVALID_KEY:
+		kind = KindInvalidKey
+	case C.LEASE_ERR_INVALID_COST:
+		kind = KindInvalidCost
+	case C.LEASE_ERR_CLOSED:
+		kind = KindClosed
+	case C.LEASE_ERR_BACKEND:
+		kind = KindBackend
+	case C.LEASE_ERR_UTF8:
+		kind = KindInvalidKey
+		if ctx == ctxConfig {
+			kind = KindConfig
+		}
+	}
+	if text == "" {
+		text = fmt.Sprintf("liblease status %d", int(status))
+	}
+	return &Error{Kind: kind, Message: text}
+}

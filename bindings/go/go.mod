@@ -1,0 +1,3 @@
+module github.com/quotalease/quotalease/bindings/go
+
+go 1.19

@@ -1,0 +1,253 @@
+package quotalease
+
+// #include "cshim.h"
+import "C"
+
+import (
+	"runtime"
+	"runtime/cgo"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Limiter is a distributed rate limiter. It is safe for concurrent use by
+// many goroutines. Close it when done; one dropped without Close is freed by
+// a finalizer (without giving its leased tokens back: the authority refills
+// them).
+type Limiter struct {
+	ptr    *C.lease_limiter
+	events cgo.Handle
+	closed atomic.Bool
+}
+
+var errNil = &Error{Kind: KindClosed, Message: "the *Limiter is nil; create one with quotalease.New"}
+
+// New validates cfg and creates a limiter. Nothing starts until first use: no
+// goroutine, thread or connection. Errors are KindConfig, and name the option.
+func New(cfg Config) (*Limiter, error) {
+	hint := func(err error) error {
+		if e, ok := err.(*Error); ok && !cfg.fromDefaults {
+			e.Message += " (start from quotalease.DefaultConfig(): a zero field is passed on as zero, not replaced by a default)"
+		}
+		return err
+	}
+	c, free, err := cfg.toC()
+	if err != nil {
+		return nil, hint(err)
+	}
+	defer free()
+	var p *C.lease_limiter
+	r := C.ql_new(&c, &p)
+	if r.status != C.LEASE_OK {
+		return nil, hint(newError(r.status, r.err, ctxConfig))
+	}
+	l := &Limiter{ptr: p}
+	if cfg.OnEvent != nil {
+		l.events = cgo.NewHandle(cfg.OnEvent)
+		setEventHandle(p, l.events)
+	}
+	runtime.SetFinalizer(l, (*Limiter).finalize)
+	return l, nil
+}
+
+func (l *Limiter) finalize() {
+	l.dropEvents()
+	C.lease_limiter_free(l.ptr)
+	l.ptr = nil
+}
+
+func (l *Limiter) dropEvents() {
+	if l.events != 0 {
+		setEventHandle(l.ptr, 0)
+		l.events.Delete()
+		l.events = 0
+	}
+}
+
+// Acquire takes one token for key. A denial is a Decision with Allowed
+// false; errors are bad input (KindInvalidKey) or a closed limiter. With
+// local tokens it costs one cgo call and no allocation; a key's first call
+// may wait for a lease (at most BackendTimeoutMs).
+func (l *Limiter) Acquire(key string) (Decision, error) { return l.acquire(key, 1, 1) }
+
+// AcquireN takes cost tokens for key (cost between 1 and the key's limit).
+func (l *Limiter) AcquireN(key string, cost uint64) (Decision, error) { return l.acquire(key, cost, 1) }
+
+// TryAcquire is Acquire that never waits: with no local tokens and a lease
+// request needed, it starts one and denies with ReasonPending.
+func (l *Limiter) TryAcquire(key string) (Decision, error) { return l.acquire(key, 1, 0) }
+
+// TryAcquireN is TryAcquire for cost tokens.
+func (l *Limiter) TryAcquireN(key string, cost uint64) (Decision, error) {
+	return l.acquire(key, cost, 0)
+}
+
+func (l *Limiter) acquire(key string, cost uint64, wait C.int) (Decision, error) {
+	if l == nil {
+		return Decision{}, errNil
+	}
+	r := C.ql_acquire(l.ptr, key, C.uint64_t(cost), wait)
+	runtime.KeepAlive(l)
+	if r.status != C.LEASE_OK {
+		return Decision{}, newError(r.status, r.err, ctxKey)
+	}
+	return decisionOf(&r.d), nil
+}
+
+// Request is one key and cost for AcquireBatch.
+type Request struct {
+	Key  string
+	Cost uint64
+}
+
+// Result is the outcome of one Request in AcquireBatch.
+type Result struct {
+	Decision Decision
+	Err      error
+}
+
+// AcquireBatch acquires every request in order, as AcquireN(r.Key, r.Cost)
+// would, in one cgo call: for an HTTP request checked against several keys
+// at once (per user, per IP, per route). Each result has its own error.
+func (l *Limiter) AcquireBatch(reqs []Request) []Result {
+	out := make([]Result, len(reqs))
+	if l == nil {
+		for i := range out {
+			out[i].Err = errNil
+		}
+		return out
+	}
+	if len(reqs) == 0 {
+		return out
+	}
+	n := len(reqs)
+	var keys strings.Builder
+	lens := make([]C.size_t, n)
+	costs := make([]C.uint64_t, n)
+	for i, r := range reqs {
+		keys.WriteString(r.Key)
+		lens[i] = C.size_t(len(r.Key))
+		costs[i] = C.uint64_t(r.Cost)
+	}
+	ds := make([]C.lease_decision, n)
+	statuses := make([]C.lease_status, n)
+	errs := make([]*C.char, n)
+	C.ql_acquire_batch(l.ptr, keys.String(), &lens[0], &costs[0], C.size_t(n), &ds[0], &statuses[0], &errs[0])
+	runtime.KeepAlive(l)
+	for i := range out {
+		if statuses[i] != C.LEASE_OK {
+			out[i].Err = newError(statuses[i], errs[i], ctxKey)
+		} else {
+			out[i].Decision = decisionOf(&ds[i])
+		}
+	}
+	return out
+}
+
+// SetLimit overrides the policy of one key: limit tokens per windowMs.
+// Takes effect at the key's next lease; lowering it clamps stored tokens.
+func (l *Limiter) SetLimit(key string, limit, windowMs uint64) error {
+	if l == nil {
+		return errNil
+	}
+	r := C.ql_set_limit(l.ptr, key, C.uint64_t(limit), C.uint64_t(windowMs))
+	runtime.KeepAlive(l)
+	return newError(r.status, r.err, ctxKey)
+}
+
+// Metrics returns a snapshot of the counters (also after Close).
+func (l *Limiter) Metrics() Metrics {
+	var m C.struct_lease_metrics
+	if l == nil {
+		return Metrics{}
+	}
+	C.ql_metrics(l.ptr, &m)
+	runtime.KeepAlive(l)
+	return Metrics{
+		Admitted:            uint64(m.admitted),
+		Denied:              uint64(m.denied),
+		BackendCalls:        uint64(m.backend_calls),
+		BackendErrors:       uint64(m.backend_errors),
+		TokensLeased:        uint64(m.tokens_leased),
+		TokensReturned:      uint64(m.tokens_returned),
+		TokensExpired:       uint64(m.tokens_expired),
+		FallbackActive:      uint64(m.fallback_active),
+		FallbackTransitions: uint64(m.fallback_transitions),
+		KeysTracked:         uint64(m.keys_tracked),
+		OvershootBound:      uint64(m.overshoot_bound),
+	}
+}
+
+// MetricsPrometheus returns the counters in Prometheus text format, every
+// name prefixed quotalease_.
+func (l *Limiter) MetricsPrometheus() string {
+	if l == nil {
+		return ""
+	}
+	buf := make([]byte, 2048)
+	for {
+		var needed C.size_t
+		r := C.ql_prometheus(l.ptr, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &needed)
+		runtime.KeepAlive(l)
+		if r.status == C.LEASE_OK {
+			return string(buf[:needed-1])
+		}
+		_ = newError(r.status, r.err, ctxKey) // frees the message
+		if r.status != C.LEASE_ERR_BUFFER_TOO_SMALL {
+			return ""
+		}
+		buf = make([]byte, int(needed)+256)
+	}
+}
+
+// Flush gives every leased token back now and waits for the authority to
+// take them (graceful shutdown). Errors: KindClosed, KindBackend.
+func (l *Limiter) Flush() error {
+	if l == nil {
+		return errNil
+	}
+	r := C.ql_flush(l.ptr)
+	runtime.KeepAlive(l)
+	return newError(r.status, r.err, ctxKey)
+}
+
+// Close flushes, stops the limiter's broker and unregisters OnEvent. Every
+// later call returns ErrClosed (Metrics still work). Idempotent: later
+// calls return nil. The error, if any, is KindBackend (the flush failed;
+// the limiter is closed anyway).
+func (l *Limiter) Close() error {
+	if l == nil {
+		return errNil
+	}
+	if l.closed.Swap(true) {
+		return nil
+	}
+	r := C.ql_close(l.ptr)
+	err := newError(r.status, r.err, ctxKey)
+	l.dropEvents()
+	runtime.KeepAlive(l)
+	return err
+}
+
+// AdvanceClock moves a ManualClock limiter's clock forward (deterministic
+// tests). KindConfig with the system clock.
+func (l *Limiter) AdvanceClock(ms uint64) error {
+	if l == nil {
+		return errNil
+	}
+	r := C.ql_advance(l.ptr, C.uint64_t(ms))
+	runtime.KeepAlive(l)
+	return newError(r.status, r.err, ctxKey)
+}
+
+// Settle runs lease-TTL maintenance now and waits until no lease or
+// give-back request is in flight (deterministic tests; at most 10 s).
+func (l *Limiter) Settle() error {
+	if l == nil {
+		return errNil
+	}
+	r := C.ql_settle(l.ptr)
+	runtime.KeepAlive(l)
+	return newError(r.status, r.err, ctxKey)
+}

@@ -1,0 +1,334 @@
+package quotalease
+
+import (
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestDefaultConfigHasTheDocumentedDefaults(t *testing.T) {
+	c := DefaultConfig()
+	want := Config{
+		URL: "memory://", WindowMs: 60000, LeaseSize: Auto, RefillThreshold: Auto, LeaseTTLMs: 2000,
+		OnBackendFailure: PolicyStaticShare, ExpectedReplicas: 1, BackendTimeoutMs: 250, KeyPrefix: "ql",
+		MaxKeys: 100000, Mode: ModeLease, fromDefaults: true,
+	}
+	if c.URL != want.URL || c.Limit != 0 || c.WindowMs != want.WindowMs || c.LeaseSize != Auto ||
+		c.RefillThreshold != Auto || c.LeaseTTLMs != 2000 || c.OnBackendFailure != PolicyStaticShare ||
+		c.ExpectedReplicas != 1 || c.BackendTimeoutMs != 250 || c.KeyPrefix != "ql" || c.MaxKeys != 100000 ||
+		c.Mode != ModeLease || c.ManualClock {
+		t.Fatalf("DefaultConfig() = %+v", c)
+	}
+}
+
+func TestAcquireUntilExhausted(t *testing.T) {
+	c := manual(10, 1000)
+	c.LeaseSize = 4
+	l := mustNew(t, c)
+	for i := 0; i < 10; i++ {
+		d, err := l.Acquire("user:1")
+		if err != nil || !d.Allowed || d.Reason != ReasonLease || d.Remaining != uint64(9-i) || d.Limit != 10 {
+			t.Fatalf("acquire %d: %+v %v", i, d, err)
+		}
+	}
+	d, err := l.Acquire("user:1")
+	if err != nil || d.Allowed || d.Reason != ReasonExhausted || d.RetryAfterMs == 0 || d.RetryAfter() <= 0 {
+		t.Fatalf("11th: %+v %v", d, err)
+	}
+	d, err = l.AcquireN("user:2", 3)
+	if err != nil || !d.Allowed || d.Remaining != 7 {
+		t.Fatalf("other key: %+v %v", d, err)
+	}
+	if err := l.AdvanceClock(1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Acquire("user:1"); !d.Allowed {
+		t.Fatalf("after a window: %+v", d)
+	}
+}
+
+func TestRateSetsLimitAndWindow(t *testing.T) {
+	c := manual(0, 0)
+	c.Rate = "5/s"
+	l := mustNew(t, c)
+	d, err := l.Acquire("k")
+	if err != nil || d.Limit != 5 || d.WindowMs != 1000 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	c.Rate = "5/fortnight"
+	if _, err := New(c); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "rate") {
+		t.Fatalf("bad rate: %v", err)
+	}
+}
+
+func TestTryAcquireModesAndSharedMemory(t *testing.T) {
+	c := manual(4, 60000)
+	c.Mode = ModeExact
+	l := mustNew(t, c)
+	if d, err := l.TryAcquireN("k", 2); err != nil || !d.Allowed || d.Reason != ReasonExact || d.Remaining != 2 {
+		t.Fatalf("exact: %+v %v", d, err)
+	}
+	c = manual(4, 60000)
+	c.Mode = ModeLocal
+	c.ExpectedReplicas = 2
+	l = mustNew(t, c)
+	if d, _ := l.AcquireN("k", 2); !d.Allowed || d.Reason != ReasonLocal {
+		t.Fatalf("local: %+v", d)
+	}
+	if d, _ := l.Acquire("k"); d.Allowed {
+		t.Fatalf("local share is 2: %+v", d)
+	}
+	// Two limiters on memory://NAME share one authority.
+	c = manual(10, 60000)
+	c.LeaseSize = 3
+	a, b := mustNew(t, c), mustNew(t, c)
+	admitted := 0
+	for i := 0; i < 20; i++ {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		if d, _ := l.Acquire("shared"); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("admitted %d of 10", admitted)
+	}
+}
+
+func TestSetLimitMetricsAndPrometheus(t *testing.T) {
+	c := manual(5, 60000)
+	c.LeaseSize = 5
+	l := mustNew(t, c)
+	if err := l.SetLimit("vip", 100, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.AcquireN("vip", 50); !d.Allowed || d.Limit != 100 {
+		t.Fatalf("vip: %+v", d)
+	}
+	for i := 0; i < 7; i++ {
+		l.Acquire("k")
+	}
+	m := l.Metrics()
+	if m.Admitted != 6 || m.Denied != 2 || m.KeysTracked != 2 || m.BackendErrors != 0 {
+		t.Fatalf("metrics %+v", m)
+	}
+	if got := m.Map(); len(got) != 11 || got["admitted"] != 6 || got["denied"] != 2 {
+		t.Fatalf("Map() = %v", got)
+	}
+	text := l.MetricsPrometheus()
+	if !strings.Contains(text, "\nquotalease_admitted_total 6\n") || !strings.Contains(text, "# TYPE quotalease_keys_tracked gauge") {
+		t.Fatalf("prometheus:\n%s", text)
+	}
+}
+
+func TestDecisionHeaders(t *testing.T) {
+	d := Decision{Allowed: false, Limit: 100, Remaining: 0, RetryAfterMs: 1200, ResetAfterMs: 30500, WindowMs: 60000, Reason: ReasonExhausted}
+	h := d.Headers()
+	if h.Get("RateLimit-Policy") != `"default";q=100;w=60` || h.Get("RateLimit") != `"default";r=0;t=31` || h.Get("Retry-After") != "2" || len(h) != 3 {
+		t.Fatalf("headers %v", h)
+	}
+	d.Allowed, d.RetryAfterMs = true, 0
+	if h := d.Headers(); h.Get("Retry-After") != "" || len(h) != 2 {
+		t.Fatalf("allowed headers %v", h)
+	}
+}
+
+func TestCloseIsIdempotentAndLaterCallsFail(t *testing.T) {
+	c := manual(10, 60000)
+	c.LeaseSize = 4
+	l := mustNew(t, c)
+	l.Acquire("k")
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m := l.Metrics(); m.TokensReturned != 3 {
+		t.Fatalf("flush returned %d", m.TokensReturned)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	for name, err := range map[string]error{
+		"Acquire":    second(l.Acquire("k")),
+		"TryAcquire": second(l.TryAcquire("k")),
+		"SetLimit":   l.SetLimit("k", 5, 1000),
+		"Flush":      l.Flush(),
+		"Settle":     l.Settle(),
+	} {
+		var e *Error
+		if !errors.Is(err, ErrClosed) || !errors.As(err, &e) || e.Kind != KindClosed || !strings.Contains(e.Message, "closed") {
+			t.Errorf("%s after Close: %v", name, err)
+		}
+	}
+	if m := l.Metrics(); m.Admitted != 1 {
+		t.Fatalf("metrics after close: %+v", m)
+	}
+}
+
+func second(_ Decision, err error) error { return err }
+
+func TestBadInputIsATypedError(t *testing.T) {
+	c := manual(10, 1000)
+	c.LeaseSize = 2
+	l := mustNew(t, c)
+	cases := []struct {
+		name string
+		err  error
+		want error
+		text string
+	}{
+		{"empty key", second(l.Acquire("")), ErrInvalidKey, "empty"},
+		{"long key", second(l.Acquire(strings.Repeat("x", 513))), ErrInvalidKey, "512"},
+		{"non-UTF-8 key", second(l.Acquire("ab\xff")), ErrInvalidKey, "UTF-8"},
+		{"cost 0", second(l.AcquireN("k", 0)), ErrInvalidCost, "cost 0"},
+		{"cost above limit", second(l.AcquireN("k", 11)), ErrInvalidCost, "limit (10)"},
+		{"try cost 0", second(l.TryAcquireN("k", 0)), ErrInvalidCost, "cost 0"},
+		{"set_limit 0", l.SetLimit("k", 0, 1000), ErrConfig, "limit"},
+		{"set_limit empty key", l.SetLimit("", 5, 1000), ErrInvalidKey, "empty"},
+		{"advance system clock", mustNew(t, func() Config { c := DefaultConfig(); c.Limit = 5; return c }()).AdvanceClock(5), ErrConfig, "manual"},
+	}
+	for _, tc := range cases {
+		if !errors.Is(tc.err, tc.want) || !strings.Contains(tc.err.Error(), tc.text) {
+			t.Errorf("%s: got %v, want %v containing %q", tc.name, tc.err, tc.want, tc.text)
+		}
+	}
+	if d, err := l.Acquire(strings.Repeat("x", 512)); err != nil || !d.Allowed {
+		t.Errorf("512-byte key: %+v %v", d, err)
+	}
+	var nilLimiter *Limiter
+	if _, err := nilLimiter.Acquire("k"); !errors.Is(err, ErrClosed) {
+		t.Errorf("nil limiter: %v", err)
+	}
+}
+
+func TestBadConfigIsATypedError(t *testing.T) {
+	type edit func(*Config)
+	cases := []struct {
+		name  string
+		edit  edit
+		field string
+	}{
+		{"limit 0", func(c *Config) { c.Limit = 0 }, "`limit`"},
+		{"window 0", func(c *Config) { c.WindowMs = 0 }, "`window_ms`"},
+		{"lease 0", func(c *Config) { c.LeaseSize = 0 }, "`lease_size`"},
+		{"lease > limit", func(c *Config) { c.LeaseSize = 11 }, "`lease_size`"},
+		{"threshold > lease", func(c *Config) { c.LeaseSize = 4; c.RefillThreshold = 5 }, "`refill_threshold`"},
+		{"ttl 0", func(c *Config) { c.LeaseTTLMs = 0 }, "`lease_ttl_ms`"},
+		{"replicas 0", func(c *Config) { c.ExpectedReplicas = 0 }, "`expected_replicas`"},
+		{"timeout 0", func(c *Config) { c.BackendTimeoutMs = 0 }, "`backend_timeout_ms`"},
+		{"max keys 0", func(c *Config) { c.MaxKeys = 0 }, "`max_keys`"},
+		{"prefix", func(c *Config) { c.KeyPrefix = "a{b" }, "`key_prefix`"},
+		{"http url", func(c *Config) { c.URL = "http://localhost" }, "unknown scheme"},
+		{"bad port", func(c *Config) { c.URL = "redis://:99999999" }, "`url`"},
+		{"empty url", func(c *Config) { c.URL = "" }, "`url`"},
+		{"non-UTF-8 url", func(c *Config) { c.URL = "redis://h\xff" }, "UTF-8"},
+		{"mode", func(c *Config) { c.Mode = "fast" }, "`mode`"},
+		{"empty mode", func(c *Config) { c.Mode = "" }, "`mode`"},
+		{"policy", func(c *Config) { c.OnBackendFailure = "panic" }, "`on_backend_failure`"},
+		{"2^52", func(c *Config) { c.Limit = 1_000_000_000_000; c.WindowMs = 10_000_000 }, "2^52"},
+	}
+	for _, tc := range cases {
+		c := DefaultConfig()
+		c.Limit = 10
+		tc.edit(&c)
+		l, err := New(c)
+		var e *Error
+		if l != nil || !errors.Is(err, ErrConfig) || !errors.As(err, &e) || e.Kind != KindConfig || !strings.Contains(e.Message, tc.field) {
+			t.Errorf("%s: got %v, want a config error naming %s", tc.name, err, tc.field)
+		}
+	}
+	// A Config literal is not filled with defaults; the error says so.
+	_, err := New(Config{Limit: 10})
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "DefaultConfig") {
+		t.Errorf("literal config: %v", err)
+	}
+}
+
+func TestManyGoroutinesHoldTheLimitExactly(t *testing.T) {
+	l := mustNew(t, manual(3000, 60000))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted, denied := 0, 0
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, d := 0, 0
+			for i := 0; i < 2000; i++ {
+				dec, err := l.Acquire("hot")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if dec.Allowed {
+					a++
+				} else {
+					d++
+				}
+				if i%400 == 0 {
+					// This goroutine's error is its own, even across OS threads.
+					if _, err := l.AcquireN("hot", 0); !errors.Is(err, ErrInvalidCost) || !strings.Contains(err.Error(), "cost 0") {
+						t.Errorf("concurrent bad cost: %v", err)
+					}
+				}
+			}
+			mu.Lock()
+			admitted += a
+			denied += d
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	m := l.Metrics()
+	if admitted != 3000 || denied != 16*2000-3000 || m.Admitted != 3000 || m.Denied != uint64(denied) {
+		t.Fatalf("admitted %d denied %d metrics %+v", admitted, denied, m)
+	}
+}
+
+func TestAcquireBatch(t *testing.T) {
+	c := manual(3, 60000)
+	c.LeaseSize = 3
+	l := mustNew(t, c)
+	res := l.AcquireBatch([]Request{{"a", 1}, {"b", 3}, {"a", 2}, {"a", 1}, {"", 1}, {"b", 0}})
+	want := []struct {
+		allowed bool
+		err     error
+	}{{true, nil}, {true, nil}, {true, nil}, {false, nil}, {false, ErrInvalidKey}, {false, ErrInvalidCost}}
+	if len(res) != len(want) {
+		t.Fatalf("%d results", len(res))
+	}
+	for i, w := range want {
+		if res[i].Decision.Allowed != w.allowed || (w.err == nil) != (res[i].Err == nil) || (w.err != nil && !errors.Is(res[i].Err, w.err)) {
+			t.Errorf("result %d: %+v, want allowed=%v err=%v", i, res[i], w.allowed, w.err)
+		}
+	}
+	if res := l.AcquireBatch(nil); len(res) != 0 {
+		t.Fatalf("empty batch: %v", res)
+	}
+}
+
+func TestFinalizerFreesAnUnclosedLimiter(t *testing.T) {
+	// Limiters dropped without Close are freed by the finalizer; run it many
+	// times (under the race detector and cgocheck this catches misuse).
+	for i := 0; i < 200; i++ {
+		c := DefaultConfig()
+		c.Limit = 5
+		c.OnEvent = func(Event) {}
+		l, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Acquire("k")
+	}
+	runtime.GC()
+	runtime.GC()
+}

@@ -1,0 +1,111 @@
+package quotalease
+
+import (
+	"net"
+	"net/http"
+)
+
+// KeyFunc picks the rate-limit key of a request. Returning "" lets the
+// request through without limiting it (health checks, internal callers).
+type KeyFunc func(*http.Request) string
+
+// ByRemoteIP keys requests by the client's IP address (the host part of
+// r.RemoteAddr). Behind a proxy, key by a trusted header instead.
+func ByRemoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// ByHeader keys requests by the value of a header (an API key, a tenant ID
+// set by your gateway); requests without it are not limited.
+func ByHeader(name string) KeyFunc {
+	return func(r *http.Request) string { return r.Header.Get(name) }
+}
+
+// MiddlewareOption configures Middleware.
+type MiddlewareOption func(*middleware)
+
+type middleware struct {
+	lim     *Limiter
+	key     KeyFunc
+	cost    func(*http.Request) uint64
+	denied  http.Handler
+	onError func(http.ResponseWriter, *http.Request, error)
+}
+
+// WithCost sets the tokens a request takes (default 1).
+func WithCost(f func(*http.Request) uint64) MiddlewareOption {
+	return func(m *middleware) { m.cost = f }
+}
+
+// WithDeniedHandler replaces the default 429 response. The RateLimit and
+// Retry-After headers are already set when it runs.
+func WithDeniedHandler(h http.Handler) MiddlewareOption {
+	return func(m *middleware) { m.denied = h }
+}
+
+// WithErrorHandler decides what happens when the limiter returns an error
+// (a key over 512 bytes, a closed limiter). The default answers 500 with
+// the error; to fail open, call the next handler yourself:
+//
+//	quotalease.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+//		log.Print(err)
+//		next.ServeHTTP(w, r)
+//	})
+func WithErrorHandler(f func(http.ResponseWriter, *http.Request, error)) MiddlewareOption {
+	return func(m *middleware) { m.onError = f }
+}
+
+func defaultDenied(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+}
+
+func defaultError(w http.ResponseWriter, _ *http.Request, err error) {
+	http.Error(w, "rate limiter: "+err.Error(), http.StatusInternalServerError)
+}
+
+// Middleware limits every request by key(r): it sets the IETF
+// RateLimit-Policy and RateLimit headers on every limited response, and
+// answers 429 Too Many Requests with Retry-After when the request is denied.
+//
+//	mux := http.NewServeMux()
+//	http.ListenAndServe(":8080", quotalease.Middleware(lim, quotalease.ByRemoteIP)(mux))
+func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.Handler) http.Handler {
+	m := &middleware{lim: lim, key: key, denied: http.HandlerFunc(defaultDenied), onError: defaultError}
+	if m.key == nil {
+		m.key = ByRemoteIP
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			k := m.key(r)
+			if k == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			cost := uint64(1)
+			if m.cost != nil {
+				cost = m.cost(r)
+			}
+			d, err := m.lim.AcquireN(k, cost)
+			if err != nil {
+				m.onError(w, r, err)
+				return
+			}
+			h := w.Header()
+			for name, values := range d.Headers() {
+				h[name] = values
+			}
+			if !d.Allowed {
+				m.denied.ServeHTTP(w, r)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}

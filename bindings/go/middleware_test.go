@@ -1,0 +1,117 @@
+package quotalease
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func serve(t *testing.T, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, url string, header map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
+var hello = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello") })
+
+func TestMiddlewareHeadersAnd429(t *testing.T) {
+	c := manual(3, 60000)
+	c.LeaseSize = 3
+	l := mustNew(t, c)
+	srv := serve(t, Middleware(l, ByHeader("X-Api-Key"))(hello))
+	for i := 0; i < 3; i++ {
+		resp, body := get(t, srv.URL, map[string]string{"X-Api-Key": "k1"})
+		if resp.StatusCode != 200 || body != "hello" {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+		if got := resp.Header.Get("RateLimit-Policy"); got != `"default";q=3;w=60` {
+			t.Fatalf("RateLimit-Policy %q", got)
+		}
+		if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, `"default";r=`) {
+			t.Fatalf("RateLimit %q", got)
+		}
+		if resp.Header.Get("Retry-After") != "" {
+			t.Fatal("Retry-After on an allowed response")
+		}
+	}
+	resp, body := get(t, srv.URL, map[string]string{"X-Api-Key": "k1"})
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "rate limit exceeded") {
+		t.Fatalf("4th: %d %q", resp.StatusCode, body)
+	}
+	if resp.Header.Get("Retry-After") == "" || resp.Header.Get("RateLimit") != `"default";r=0;t=60` {
+		t.Fatalf("429 headers %v", resp.Header)
+	}
+	// Another key is independent; a request without the header is not limited.
+	if resp, _ := get(t, srv.URL, map[string]string{"X-Api-Key": "k2"}); resp.StatusCode != 200 {
+		t.Fatalf("k2: %d", resp.StatusCode)
+	}
+	if resp, _ := get(t, srv.URL, nil); resp.StatusCode != 200 || resp.Header.Get("RateLimit") != "" {
+		t.Fatalf("unkeyed: %d %v", resp.StatusCode, resp.Header)
+	}
+	if m := l.Metrics(); m.Admitted != 4 || m.Denied != 1 {
+		t.Fatalf("metrics %+v", m)
+	}
+}
+
+func TestMiddlewareByRemoteIPCostAndCustomDenied(t *testing.T) {
+	c := manual(10, 60000)
+	c.LeaseSize = 10
+	l := mustNew(t, c)
+	denied := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "slow down")
+	})
+	mw := Middleware(l, nil, WithCost(func(*http.Request) uint64 { return 4 }), WithDeniedHandler(denied))
+	srv := serve(t, mw(hello))
+	for i, want := range []int{200, 200, 503} {
+		resp, body := get(t, srv.URL, nil)
+		if resp.StatusCode != want {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+		if want == 503 && (body != "slow down" || resp.Header.Get("Retry-After") == "") {
+			t.Fatalf("custom denied: %q %v", body, resp.Header)
+		}
+	}
+	// The key was the client's IP (127.0.0.1): 8 of its 10 tokens are spent.
+	if d, _ := l.AcquireN("127.0.0.1", 2); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("127.0.0.1: %+v", d)
+	}
+}
+
+func TestMiddlewareErrors(t *testing.T) {
+	l := mustNew(t, manual(10, 60000))
+	srv := serve(t, Middleware(l, ByHeader("X-Key"))(hello))
+	resp, body := get(t, srv.URL, map[string]string{"X-Key": strings.Repeat("x", 600)})
+	if resp.StatusCode != 500 || !strings.Contains(body, "512") {
+		t.Fatalf("long key: %d %q", resp.StatusCode, body)
+	}
+	var seen error
+	failOpen := WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+		seen = err
+		hello.ServeHTTP(w, r)
+	})
+	srv2 := serve(t, Middleware(l, ByHeader("X-Key"), failOpen)(hello))
+	l.Close()
+	resp, body = get(t, srv2.URL, map[string]string{"X-Key": "k"})
+	if resp.StatusCode != 200 || body != "hello" || !errors.Is(seen, ErrClosed) {
+		t.Fatalf("fail open: %d %q %v", resp.StatusCode, body, seen)
+	}
+}
