@@ -214,7 +214,15 @@ impl RedisAuthority {
         let mut use_eval = false;
         loop {
             let cmds = build(use_eval);
-            let conn = self.connect().await?;
+            // The whole connection set-up is bounded too: a black-holed or
+            // paused server must not stall the broker (and every key behind it).
+            let conn = match tokio::time::timeout(timeout, self.connect()).await {
+                Ok(conn) => conn?,
+                Err(_) => {
+                    self.conn = None;
+                    return Err(format!("connect timed out after {} ms", timeout.as_millis()));
+                }
+            };
             let fut = async {
                 match conn {
                     Conn::Single(c) => {
@@ -352,7 +360,10 @@ impl RedisAuthority {
         hm.arg(&k).arg("c").arg("t").arg("w");
         let mut pttl = redis::cmd("PTTL");
         pttl.arg(&k);
-        let conn = self.connect().await?;
+        let conn = match tokio::time::timeout(self.timeout, self.connect()).await {
+            Ok(conn) => conn?,
+            Err(_) => return Err("connect timed out".into()),
+        };
         let (fields, ttl): (StoredFields, i64) = match conn {
             Conn::Single(c) => {
                 let f = hm.query_async(c).await.map_err(|e| err_text(&e))?;

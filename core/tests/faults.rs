@@ -78,3 +78,22 @@ fn faults_are_survived_and_recovered() {
     assert!(m.fallback_transitions >= 6, "{m:?}");
     assert!(m.backend_errors >= 3, "{m:?}");
 }
+
+#[test]
+fn black_hole_during_connect_is_bounded_and_recovers() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    // Before the limiter's first connection: the TCP connect succeeds but the
+    // connection set-up is never answered.
+    proxy.set("drop");
+    let l = fleet_limiter(&proxy, &unique("bh"));
+    let (admitted, reasons, slowest) = burst(&l, "k", 5);
+    assert_eq!((admitted, reasons), (5, vec![Reason::Fallback]));
+    assert!(slowest < Duration::from_secs(5), "a call took {slowest:?}");
+    // Later keys still probe (the broker is not stuck behind a hung connect).
+    proxy.set("reset");
+    proxy.set("pass");
+    await_cond("recovery after a hung connect", || {
+        l.acquire("after", 1).unwrap().reason == Reason::Lease
+    });
+}

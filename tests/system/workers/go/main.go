@@ -1,0 +1,97 @@
+// Go worker of the cross-language system test (see ../../README.md).
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	quotalease "github.com/quotalease/quotalease/bindings/go"
+)
+
+type job struct {
+	URL              string   `json:"url"`
+	KeyPrefix        string   `json:"key_prefix"`
+	Keys             []string `json:"keys"`
+	Weights          []int    `json:"weights"`
+	PauseUs          int64    `json:"pause_us"`
+	Limit            uint64   `json:"limit"`
+	WindowMs         uint64   `json:"window_ms"`
+	LeaseSize        uint64   `json:"lease_size"`
+	OnBackendFailure string   `json:"on_backend_failure"`
+	ExpectedReplicas uint64   `json:"expected_replicas"`
+	BackendTimeoutMs uint64   `json:"backend_timeout_ms"`
+	StartAtMs        int64    `json:"start_at_ms"`
+	DurationMs       int64    `json:"duration_ms"`
+}
+
+func main() {
+	var j job
+	if err := json.Unmarshal([]byte(os.Args[1]), &j); err != nil {
+		fmt.Fprintln(os.Stderr, "worker_go: bad job:", err)
+		os.Exit(2)
+	}
+	var mu sync.Mutex
+	events := []string{}
+	cfg := quotalease.DefaultConfig()
+	cfg.URL = j.URL
+	cfg.KeyPrefix = j.KeyPrefix
+	cfg.Limit = j.Limit
+	cfg.WindowMs = j.WindowMs
+	cfg.LeaseSize = j.LeaseSize
+	cfg.OnBackendFailure = quotalease.FailurePolicy(j.OnBackendFailure)
+	cfg.ExpectedReplicas = j.ExpectedReplicas
+	cfg.BackendTimeoutMs = j.BackendTimeoutMs
+	cfg.OnEvent = func(e quotalease.Event) {
+		mu.Lock()
+		events = append(events, string(e.Kind))
+		mu.Unlock()
+	}
+	l, err := quotalease.New(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker_go:", err)
+		os.Exit(1)
+	}
+	var schedule []string
+	for i, k := range j.Keys {
+		for w := 0; w < j.Weights[i]; w++ {
+			schedule = append(schedule, k)
+		}
+	}
+	start := time.UnixMilli(j.StartAtMs)
+	end := start.Add(time.Duration(j.DurationMs) * time.Millisecond)
+	time.Sleep(time.Until(start))
+	admitted := map[string]uint64{}
+	reasons := map[string]uint64{}
+	var maxMs int64
+	for i := 0; time.Now().Before(end); i++ {
+		key := schedule[i%len(schedule)]
+		t := time.Now()
+		d, err := l.Acquire(key)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "worker_go: acquire:", err)
+			os.Exit(1)
+		}
+		if ms := time.Since(t).Milliseconds(); ms > maxMs {
+			maxMs = ms
+		}
+		reasons[string(d.Reason)]++
+		if d.Allowed {
+			admitted[key]++
+		}
+		if j.PauseUs > 0 {
+			time.Sleep(time.Duration(j.PauseUs) * time.Microsecond)
+		}
+	}
+	closed := l.Close() == nil
+	mu.Lock()
+	seen := append([]string{}, events...)
+	mu.Unlock()
+	out, _ := json.Marshal(map[string]any{
+		"lang": "go", "admitted": admitted, "reasons": reasons, "metrics": l.Metrics().Map(),
+		"events": seen, "closed": closed, "max_acquire_ms": maxMs,
+	})
+	fmt.Println(string(out))
+}
