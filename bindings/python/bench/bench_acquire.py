@@ -64,6 +64,9 @@ class TokenBucket:
         return False
 
 
+OPEN: list[object] = []  # limiters to close before the redis-server stops
+
+
 def contestants(url: str | None) -> list[tuple[str, Callable[[str], object], int, str]]:
     """(name, acquire function, iterations at scale 1, note); url None: in-process only."""
     import limits
@@ -76,6 +79,7 @@ def contestants(url: str | None) -> list[tuple[str, Callable[[str], object], int
     window_ms = 1_000_000
     hot = quotalease.Limiter("memory://", limit=big, window_ms=window_ms, lease_size=10_000)
     dflt = quotalease.Limiter("memory://", limit=big, window_ms=window_ms)
+    OPEN.extend([hot, dflt])
     tb = TokenBucket(big, window_ms / 1000)
     item = limits.parse(f"{big}/hour")
     fixed_mem = limits.strategies.FixedWindowRateLimiter(limits.storage.MemoryStorage())
@@ -91,6 +95,7 @@ def contestants(url: str | None) -> list[tuple[str, Callable[[str], object], int
     if url is not None:
         red_hot = quotalease.Limiter(url, limit=big, window_ms=window_ms, lease_size=10_000, key_prefix="b1")
         red_dflt = quotalease.Limiter(url, limit=big, window_ms=window_ms, key_prefix="b2")
+        OPEN.extend([red_hot, red_dflt])
         cases += [
             ("quotalease, Redis, lease_size=10000", red_hot.acquire, 2_000_000, "warm key: the local lease"),
             (
@@ -131,6 +136,7 @@ INSTR_CASES = [
     "quotalease, memory://, lease_size=10000",
     "pure-Python token bucket (dict)",
     "limits FixedWindow, MemoryStorage",
+    "(a Python call of a no-op function)",
 ]
 
 
@@ -186,12 +192,20 @@ def main() -> int:
         for _, fn, _, _ in cases:  # connections, scripts, keys, leases
             for _ in range(500):
                 fn("user:42")
-        for name, fn, n, note in cases:
-            ns = timed(fn, max(n // scale, 100), repeats)
-            rows.append((name, ns, note))
-            print(f"{name:<50} {ns:>12,.0f} ns/op", file=sys.stderr)
+        # Interleaved rounds, the best round per contestant: a burst of load
+        # from other processes hits every contestant alike.
+        best = {name: float("inf") for name, _, _, _ in cases}
+        for _ in range(repeats):
+            for name, fn, n, _ in cases:
+                best[name] = min(best[name], timed(fn, max(n // scale, 100), 1))
+        for name, _, _, note in cases:
+            rows.append((name, best[name], note))
+            print(f"{name:<50} {best[name]:>12,.0f} ns/op", file=sys.stderr)
     finally:
+        for lim in OPEN:
+            lim.close()  # type: ignore[attr-defined]
         subprocess.run([str(REDISCTL), "stop", port], env=env, check=False, capture_output=True)
+        shutil.rmtree(state, ignore_errors=True)
 
     ns_of = {name: ns for name, ns, _ in rows}
     instr: dict[str, float] = {}
@@ -238,8 +252,13 @@ def main() -> int:
     if args.write_docs:
         block = (
             f"{START}\n"
-            f"Command: `{COMMAND}` ({host}; best of {repeats} repeats, wall clock; instructions "
-            f"from callgrind; {time.strftime('%Y-%m-%d')}).\n\n"
+            f"Command: `{COMMAND}` ({host}; {time.strftime('%Y-%m-%d')}).\n\n"
+            '`acquire("user:42")` on a warm key from a Python loop, every contestant in one process and '
+            "one run: wall clock is the best of "
+            f"{repeats} interleaved rounds (ns per call, loop overhead included); instructions per call come "
+            "from callgrind (two runs of n and 2n calls, differenced), which do not move with the machine's "
+            "load. The `limits` rows use one redis-server started by `tests/harness/redisctl`, the same one "
+            "the quotalease Redis rows lease from.\n\n"
             f"{out}{END}"
         )
         path = args.write_docs

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -89,6 +90,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         redisctl("stop-all")
     except RuntimeError:
         pass
+    shutil.rmtree(_STATE, ignore_errors=True)
 
 
 _counter = itertools.count()
