@@ -70,16 +70,6 @@ static inline ql_result ql_headers(lease_decision d, char *buf, size_t cap, size
 }
 static inline lease_status ql_metrics(const lease_limiter *l, struct lease_metrics *out) { return lease_metrics(l, out); }
 
-// Batch: one cgo transition for n keys. Keys are concatenated in one buffer
-// with their lengths; results go to the caller's arrays.
-static inline void ql_acquire_batch(const lease_limiter *l, _GoString_ keys, const size_t *lens, const uint64_t *costs,
-                             size_t n, lease_decision *out, lease_status *status, char **errs) {
-	const uint8_t *p = (const uint8_t *)_GoStringPtr(keys);
-	size_t i;
-	for (i = 0; i < n; i++) {
-		status[i] = lease_acquire(l, p, lens[i], costs[i], &out[i]);
-		errs[i] = status[i] == LEASE_OK ? NULL : ql_err(status[i]);
-		p += lens[i];
-	}
-}
+static inline void ql_noop(void) {}
+
 #endif

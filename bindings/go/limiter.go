@@ -6,7 +6,6 @@ import "C"
 import (
 	"runtime"
 	"runtime/cgo"
-	"strings"
 	"sync/atomic"
 	"unsafe"
 )
@@ -93,56 +92,6 @@ func (l *Limiter) acquire(key string, cost uint64, wait C.int) (Decision, error)
 		return Decision{}, newError(r.status, r.err, ctxKey)
 	}
 	return decisionOf(&r.d), nil
-}
-
-// Request is one key and cost for AcquireBatch.
-type Request struct {
-	Key  string
-	Cost uint64
-}
-
-// Result is the outcome of one Request in AcquireBatch.
-type Result struct {
-	Decision Decision
-	Err      error
-}
-
-// AcquireBatch acquires every request in order, as AcquireN(r.Key, r.Cost)
-// would, in one cgo call: for an HTTP request checked against several keys
-// at once (per user, per IP, per route). Each result has its own error.
-func (l *Limiter) AcquireBatch(reqs []Request) []Result {
-	out := make([]Result, len(reqs))
-	if l == nil {
-		for i := range out {
-			out[i].Err = errNil
-		}
-		return out
-	}
-	if len(reqs) == 0 {
-		return out
-	}
-	n := len(reqs)
-	var keys strings.Builder
-	lens := make([]C.size_t, n)
-	costs := make([]C.uint64_t, n)
-	for i, r := range reqs {
-		keys.WriteString(r.Key)
-		lens[i] = C.size_t(len(r.Key))
-		costs[i] = C.uint64_t(r.Cost)
-	}
-	ds := make([]C.lease_decision, n)
-	statuses := make([]C.lease_status, n)
-	errs := make([]*C.char, n)
-	C.ql_acquire_batch(l.ptr, keys.String(), &lens[0], &costs[0], C.size_t(n), &ds[0], &statuses[0], &errs[0])
-	runtime.KeepAlive(l)
-	for i := range out {
-		if statuses[i] != C.LEASE_OK {
-			out[i].Err = newError(statuses[i], errs[i], ctxKey)
-		} else {
-			out[i].Decision = decisionOf(&ds[i])
-		}
-	}
-	return out
 }
 
 // SetLimit overrides the policy of one key: limit tokens per windowMs.

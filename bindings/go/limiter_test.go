@@ -294,28 +294,6 @@ func TestManyGoroutinesHoldTheLimitExactly(t *testing.T) {
 	}
 }
 
-func TestAcquireBatch(t *testing.T) {
-	c := manual(3, 60000)
-	c.LeaseSize = 3
-	l := mustNew(t, c)
-	res := l.AcquireBatch([]Request{{"a", 1}, {"b", 3}, {"a", 2}, {"a", 1}, {"", 1}, {"b", 0}})
-	want := []struct {
-		allowed bool
-		err     error
-	}{{true, nil}, {true, nil}, {true, nil}, {false, nil}, {false, ErrInvalidKey}, {false, ErrInvalidCost}}
-	if len(res) != len(want) {
-		t.Fatalf("%d results", len(res))
-	}
-	for i, w := range want {
-		if res[i].Decision.Allowed != w.allowed || (w.err == nil) != (res[i].Err == nil) || (w.err != nil && !errors.Is(res[i].Err, w.err)) {
-			t.Errorf("result %d: %+v, want allowed=%v err=%v", i, res[i], w.allowed, w.err)
-		}
-	}
-	if res := l.AcquireBatch(nil); len(res) != 0 {
-		t.Fatalf("empty batch: %v", res)
-	}
-}
-
 func TestFinalizerFreesAnUnclosedLimiter(t *testing.T) {
 	// Limiters dropped without Close are freed by the finalizer; run it many
 	// times (under the race detector and cgocheck this catches misuse).
