@@ -1,0 +1,38 @@
+// Types of `quotalease/express` (express.js). Works with Express and Connect:
+// Express's Request/Response extend Node's IncomingMessage/ServerResponse.
+
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Decision, Limiter } from './index'
+
+export type NextFunction = (err?: unknown) => void
+
+export interface RateLimitOptions<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> {
+  /** The limiter deciding every request (you create and close it). */
+  limiter: Limiter
+  /** The rate-limit key of a request. Default: `req.ip`, else the socket's remote address. */
+  key?: (req: Req) => string | Promise<string>
+  /** Tokens a request costs: a number or a function of the request (default 1). */
+  cost?: number | ((req: Req) => number)
+  /** Requests for which this returns true are not limited (and get no headers). */
+  skip?: (req: Req) => boolean
+  /**
+   * Called instead of `next()` when denied, after the RateLimit and
+   * Retry-After headers were set. Default: status 429, body "Too Many Requests".
+   */
+  onDenied?: (req: Req, res: Res, next: NextFunction, decision: Decision) => void
+}
+
+/** The middleware puts the request's decision here. */
+export interface RateLimitedRequest extends IncomingMessage {
+  rateLimit?: Decision
+}
+
+/**
+ * Middleware: one `limiter.acquire(key(req), cost)` per request, the IETF
+ * `RateLimit-Policy` / `RateLimit` headers on every response, 429 with
+ * `Retry-After` when denied. The decision is on `req.rateLimit`. A limiter
+ * error (e.g. an empty key) goes to `next(err)`.
+ */
+export declare function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
+  options: RateLimitOptions<Req, Res>,
+): (req: Req, res: Res, next: NextFunction) => void

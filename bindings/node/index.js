@@ -1,0 +1,399 @@
+'use strict'
+// quotalease for Node: a thin layer over the Rust engine (binding.js loads
+// the native addon). This file adds what is JavaScript-specific: option
+// checking with helpful errors, Decision objects, Promises and events.
+
+const { EventEmitter } = require('node:events')
+
+let native
+try {
+  native = require('./binding.js')
+} catch (cause) {
+  const err = new Error(
+    `quotalease: no native addon for ${process.platform}-${process.arch} could be loaded. ` +
+      'Reinstall to build it from source (needs Rust: https://rustup.rs): `npm rebuild quotalease`.\n' +
+      String(cause && cause.message),
+  )
+  err.code = 'ERR_QUOTALEASE_NATIVE'
+  err.cause = cause
+  throw err
+}
+
+/** Stable `code` values of the errors this package throws. */
+const codes = Object.freeze({
+  CONFIG: 'ERR_QUOTALEASE_CONFIG',
+  INVALID_KEY: 'ERR_QUOTALEASE_INVALID_KEY',
+  INVALID_COST: 'ERR_QUOTALEASE_INVALID_COST',
+  CLOSED: 'ERR_QUOTALEASE_CLOSED',
+  BACKEND: 'ERR_QUOTALEASE_BACKEND',
+})
+
+/** Indexed by the engine's reason code (`Reason as u8`). */
+const REASONS = Object.freeze(['lease', 'exhausted', 'fallback', 'pending', 'exact', 'local'])
+
+function fail(Ctor, code, message) {
+  const err = new Ctor(message)
+  err.code = code
+  return err
+}
+
+function describe(v) {
+  if (v === null) return 'null'
+  if (Array.isArray(v)) return 'an array'
+  if (typeof v === 'string') return `the string ${JSON.stringify(v.length > 40 ? v.slice(0, 40) + '…' : v)}`
+  if (typeof v === 'number' || typeof v === 'boolean' || typeof v === 'bigint') return `${typeof v} ${String(v)}`
+  return typeof v
+}
+
+/**
+ * The outcome of one acquire. Its own enumerable properties are exactly the
+ * seven data fields (it serialises, spreads and compares as a plain object);
+ * `headers()` is inherited from `Decision.prototype`.
+ */
+class Decision {
+  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason) {
+    this.allowed = allowed
+    this.limit = limit
+    this.remaining = remaining
+    this.retryAfterMs = retryAfterMs
+    this.resetAfterMs = resetAfterMs
+    this.windowMs = windowMs
+    this.reason = reason
+  }
+
+  /** `RateLimit-Policy`, `RateLimit` and (when denied) `Retry-After`. */
+  headers() {
+    return headers(this)
+  }
+}
+
+/**
+ * HTTP response headers for a decision, or for any object with its fields
+ * (for example one that crossed a process boundary as JSON): the IETF
+ * `RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers)
+ * plus `Retry-After` in seconds when denied. Computed by the engine, so every
+ * language sends the same headers.
+ */
+function headers(d) {
+  if (d === null || typeof d !== 'object') {
+    throw fail(TypeError, codes.CONFIG, `headers(decision): expected a decision object, got ${describe(d)}`)
+  }
+  return native.decisionHeaders(
+    Boolean(d.allowed),
+    d.limit,
+    d.remaining,
+    d.retryAfterMs,
+    d.resetAfterMs,
+    d.windowMs,
+  )
+}
+
+function decisionFromArray(a) {
+  const c = a[0]
+  return new Decision((c & 8) !== 0, a[1], a[2], a[3], a[4], a[5], REASONS[c & 7])
+}
+
+// name -> 'string' | 'int' | check function (returns the native value)
+const OPTIONS = {
+  url: 'string',
+  limit: 'int',
+  windowMs: 'int',
+  rate: 'string',
+  leaseSize: 'int',
+  refillThreshold: 'int',
+  leaseTtlMs: 'int',
+  onBackendFailure: 'string',
+  expectedReplicas: 'int',
+  backendTimeoutMs: 'int',
+  keyPrefix: 'string',
+  maxKeys: 'int',
+  mode: 'string',
+  clock: 'clock',
+  onEvent: 'function',
+}
+
+function distance(a, b) {
+  const row = Array.from({ length: b.length + 1 }, (_, i) => i)
+  for (let i = 1; i <= a.length; i++) {
+    let prev = row[0]
+    row[0] = i
+    for (let j = 1; j <= b.length; j++) {
+      const cur = row[j]
+      row[j] = Math.min(row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1))
+      prev = cur
+    }
+  }
+  return row[b.length]
+}
+
+/** The known option a misspelt name most likely meant (`window_ms`, `limt`). */
+function suggest(name) {
+  const norm = (s) => s.toLowerCase().replace(/[_-]/g, '')
+  let best
+  let bestD = 3
+  for (const k of Object.keys(OPTIONS)) {
+    const d = distance(norm(name), norm(k))
+    if (d < bestD) {
+      best = k
+      bestD = d
+    }
+  }
+  return best
+}
+
+function checkInt(name, v) {
+  if (typeof v !== 'number') {
+    throw fail(TypeError, codes.CONFIG, `invalid configuration: \`${name}\` must be a number (got ${describe(v)})`)
+  }
+  if (!Number.isSafeInteger(v) || v < 0) {
+    throw fail(
+      RangeError,
+      codes.CONFIG,
+      `invalid configuration: \`${name}\` must be a whole number >= 0 (got ${String(v)})`,
+    )
+  }
+  return v
+}
+
+/** Check JS types and names; the engine checks values and ranges. */
+function nativeOptions(options) {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw fail(
+      TypeError,
+      codes.CONFIG,
+      `new Limiter(options): options must be an object such as { limit: 100, windowMs: 60000 } (got ${describe(options)})`,
+    )
+  }
+  const out = {}
+  let onEvent
+  for (const name of Object.keys(options)) {
+    const v = options[name]
+    const kind = OPTIONS[name]
+    if (kind === undefined) {
+      const s = suggest(name)
+      throw fail(
+        Error,
+        codes.CONFIG,
+        `invalid configuration: unknown option \`${name}\`` +
+          (s ? ` (did you mean \`${s}\`?)` : `; known options: ${Object.keys(OPTIONS).join(', ')}`),
+      )
+    }
+    if (v === undefined) continue
+    if (kind === 'int') {
+      out[name] = checkInt(name, v)
+    } else if (kind === 'string') {
+      if (typeof v !== 'string') {
+        throw fail(TypeError, codes.CONFIG, `invalid configuration: \`${name}\` must be a string (got ${describe(v)})`)
+      }
+      out[name] = v
+    } else if (kind === 'function') {
+      if (typeof v !== 'function') {
+        throw fail(TypeError, codes.CONFIG, `invalid configuration: \`${name}\` must be a function (got ${describe(v)})`)
+      }
+      onEvent = v
+    } else if (kind === 'clock') {
+      if (v === 'system') continue
+      if (v === 'manual') {
+        out.manualClockStartMs = 0
+      } else if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
+        out.manualClockStartMs = checkInt('clock.manualStartMs', v.manualStartMs)
+      } else {
+        throw fail(
+          TypeError,
+          codes.CONFIG,
+          `invalid configuration: \`clock\` must be "system", "manual" or { manualStartMs: number } (got ${describe(v)})`,
+        )
+      }
+    }
+  }
+  return { out, onEvent }
+}
+
+function checkKey(key) {
+  if (typeof key !== 'string') {
+    throw fail(TypeError, codes.INVALID_KEY, `invalid key: the key must be a string (got ${describe(key)})`)
+  }
+}
+
+/**
+ * A distributed rate limiter. See README.md (## Node) and index.d.ts.
+ *
+ * Events: `'degraded'` and `'recovered'` with `{ kind, message }` when the
+ * backend fails or comes back. Listening never keeps the process alive.
+ */
+class Limiter extends EventEmitter {
+  #native
+  #scratch
+  #acquire
+  #tryAcquire
+  #acquireAsync
+  #closing
+
+  constructor(options) {
+    super()
+    const { out, onEvent } = nativeOptions(options)
+    // [limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason | allowed << 3]
+    this.#scratch = new Float64Array(new ArrayBuffer(8 * 8))
+    // The native side holds this callback for as long as the limiter lives;
+    // through a WeakRef it does not keep the limiter itself reachable.
+    const self = new WeakRef(this)
+    const deliver = (kind, message) => {
+      const event = { kind, message }
+      if (onEvent) onEvent(event)
+      const l = self.deref()
+      if (l) l.emit(kind, event)
+    }
+    this.#native = new native.NativeLimiter(out, this.#scratch, deliver)
+    const hot = this.#native.hotPath()
+    this.#acquire = hot.acquire
+    this.#tryAcquire = hot.tryAcquire
+    this.#acquireAsync = hot.acquireAsync
+    this.#closing = null
+  }
+
+  #decision() {
+    const s = this.#scratch
+    const c = s[5]
+    return new Decision((c & 8) !== 0, s[0], s[1], s[2], s[3], s[4], REASONS[c & 7])
+  }
+
+  /**
+   * Take `cost` tokens (default 1) for `key`. Resolves without any network
+   * call while the local lease holds enough tokens; otherwise waits for a
+   * lease request (at most `backendTimeoutMs`) without blocking the event loop.
+   */
+  async acquire(key, cost) {
+    const p = cost === undefined ? this.#acquireAsync(key) : this.#acquireAsync(key, cost)
+    if (p === undefined) return this.#decision()
+    const r = await p
+    if (r instanceof Error) throw r
+    return decisionFromArray(r)
+  }
+
+  /**
+   * Like `acquire`, synchronously. On a key's first request (or when its
+   * lease ran dry) it may block the event loop for up to `backendTimeoutMs`
+   * waiting for Redis; prefer `await acquire()` in servers.
+   */
+  acquireSync(key, cost) {
+    if (cost === undefined) this.#acquire(key)
+    else this.#acquire(key, cost)
+    return this.#decision()
+  }
+
+  /**
+   * Never waits: with no local tokens and a lease request needed it starts
+   * one and denies with reason `'pending'`.
+   */
+  tryAcquire(key, cost) {
+    if (cost === undefined) this.#tryAcquire(key)
+    else this.#tryAcquire(key, cost)
+    return this.#decision()
+  }
+
+  /**
+   * Override one key's policy: `setLimit(key, limit, windowMs)` or
+   * `setLimit(key, '100/min')`. Takes effect at the key's next lease.
+   */
+  setLimit(key, limit, windowMs) {
+    checkKey(key)
+    if (typeof limit === 'string' && windowMs === undefined) {
+      ;[limit, windowMs] = native.parseRate(limit)
+    }
+    if (typeof limit !== 'number') {
+      throw fail(TypeError, codes.CONFIG, `setLimit: \`limit\` must be a number or a rate like "100/min" (got ${describe(limit)})`)
+    }
+    if (typeof windowMs !== 'number') {
+      throw fail(TypeError, codes.CONFIG, `setLimit: \`windowMs\` must be a number (got ${describe(windowMs)})`)
+    }
+    this.#native.setLimit(key, checkInt('limit', limit), checkInt('windowMs', windowMs))
+  }
+
+  /** Counters and gauges, named as in every quotalease binding (snake_case). */
+  metrics() {
+    return this.#native.metrics()
+  }
+
+  /** The metrics in Prometheus text format (prefix `quotalease_`). */
+  metricsPrometheus() {
+    return this.#native.metricsPrometheus()
+  }
+
+  /** Give every leased token back now (graceful shutdown); off the event loop. */
+  async flush() {
+    const r = await this.#native.flush()
+    if (r instanceof Error) throw r
+  }
+
+  /** `flush()`, blocking the calling thread until the backend took the tokens. */
+  flushSync() {
+    this.#native.flushSync()
+  }
+
+  /**
+   * Give every leased token back, stop the background broker and release the
+   * event callback. Afterwards every call fails with `ERR_QUOTALEASE_CLOSED`
+   * and nothing of the limiter keeps the process alive. Idempotent: every
+   * call returns the same promise.
+   */
+  close() {
+    if (this.#closing === null) {
+      this.#closing = this.#native.close().then((r) => {
+        if (r instanceof Error) throw r
+      })
+    }
+    return this.#closing
+  }
+
+  /** `close()`, blocking the calling thread until done. */
+  closeSync() {
+    this.#native.closeSync()
+    if (this.#closing === null) this.#closing = Promise.resolve()
+  }
+
+  /** Tokens per lease request after defaults (the accuracy budget per instance). */
+  get leaseSize() {
+    return this.#native.leaseSize
+  }
+
+  /** What this limiter and the authority know about `key` (debugging denials). */
+  inspect(key) {
+    checkKey(key)
+    return this.#native.inspect(key)
+  }
+
+  /** Tests with `clock: 'manual'`: move the clock forward by `ms`. */
+  advanceClock(ms) {
+    if (typeof ms !== 'number') {
+      throw fail(TypeError, codes.CONFIG, `advanceClock: \`ms\` must be a number (got ${describe(ms)})`)
+    }
+    this.#native.advanceClock(checkInt('ms', ms))
+  }
+
+  /**
+   * Tests: run lease-TTL maintenance, then wait (blocking, at most 10 s)
+   * until no lease or give-back request is in flight.
+   */
+  settle() {
+    this.#native.settle()
+  }
+}
+
+/** `{ limit, windowMs }` from a rate such as `'600/min'`, `'10/s'`, `'100/30s'`. */
+function parseRate(rate) {
+  if (typeof rate !== 'string') {
+    throw fail(TypeError, codes.CONFIG, `parseRate: \`rate\` must be a string like "600/min" (got ${describe(rate)})`)
+  }
+  const [limit, windowMs] = native.parseRate(rate)
+  return { limit, windowMs }
+}
+
+module.exports = {
+  Limiter,
+  Decision,
+  headers,
+  parseRate,
+  codes,
+  reasons: REASONS,
+  engineVersion: native.engineVersion(),
+}

@@ -1,0 +1,290 @@
+//! The hot path as raw N-API callbacks.
+//!
+//! napi-rs class methods pay for borrow tracking and class-identity checks on
+//! every call (several hundred nanoseconds, measured); `acquire` is the one
+//! call an application makes per request, so it is a plain N-API function
+//! whose `data` pointer is the limiter itself: one `napi_get_cb_info`, one
+//! string copy into a stack buffer, the engine call, one small integer back.
+
+use std::ffi::{c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::{Arc, Mutex};
+
+use napi::bindgen_prelude::{Float64Array, ToNapiValue};
+use napi::{sys, Env};
+use quotalease::{Decision, Error as QlError, Limiter};
+
+use crate::{code_of, code_of_decision, Deferred, Meet, Notifier, KEY_BUF, MAX_SAFE, SCRATCH_LEN};
+
+/// What the raw functions share with the class object: the engine and the
+/// scratch array decisions are written to.
+pub(crate) struct Shared {
+    pub limiter: Arc<Limiter>,
+    scratch: *mut f64,
+    scratch_len: usize,
+    /// Holds a strong reference to the JS array, keeping `scratch` valid.
+    _scratch_ref: Float64Array,
+}
+
+// SAFETY: `scratch` is only touched from the JS thread (the raw callbacks run
+// there); the engine is thread-safe. The type is shared through an Arc whose
+// holders are all finalized on the JS thread.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    pub fn new(limiter: Arc<Limiter>, mut scratch: Float64Array) -> Self {
+        // SAFETY: we only derive the pointer here; writes happen on the JS thread.
+        let s = unsafe { scratch.as_mut() };
+        Shared {
+            limiter,
+            scratch: s.as_mut_ptr(),
+            scratch_len: s.len(),
+            _scratch_ref: scratch,
+        }
+    }
+
+    /// `[limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason |
+    /// allowed << 3]` into the scratch array.
+    #[inline]
+    fn write(&self, d: &Decision) {
+        if self.scratch_len >= SCRATCH_LEN {
+            // SAFETY: in bounds (checked), JS thread only, array kept alive by `_scratch_ref`.
+            unsafe {
+                *self.scratch = d.limit as f64;
+                *self.scratch.add(1) = d.remaining as f64;
+                *self.scratch.add(2) = d.retry_after_ms as f64;
+                *self.scratch.add(3) = d.reset_after_ms as f64;
+                *self.scratch.add(4) = d.window_ms as f64;
+                *self.scratch.add(5) = code_of_decision(d) as f64;
+            }
+        }
+    }
+}
+
+enum Thrown {
+    Plain(&'static CStr, String),
+    Type(&'static CStr, String),
+    Range(&'static CStr, String),
+}
+
+impl From<QlError> for Thrown {
+    fn from(e: QlError) -> Self {
+        let code = match code_of(e.kind()) {
+            "ERR_QUOTALEASE_CONFIG" => c"ERR_QUOTALEASE_CONFIG",
+            "ERR_QUOTALEASE_INVALID_KEY" => c"ERR_QUOTALEASE_INVALID_KEY",
+            "ERR_QUOTALEASE_INVALID_COST" => c"ERR_QUOTALEASE_INVALID_COST",
+            "ERR_QUOTALEASE_CLOSED" => c"ERR_QUOTALEASE_CLOSED",
+            _ => c"ERR_QUOTALEASE_BACKEND",
+        };
+        Thrown::Plain(code, e.to_string())
+    }
+}
+
+unsafe fn throw(env: sys::napi_env, t: Thrown) -> sys::napi_value {
+    let c = |m: String| CString::new(m.replace('\0', "\\0")).unwrap_or_default();
+    unsafe {
+        match t {
+            Thrown::Plain(code, m) => sys::napi_throw_error(env, code.as_ptr(), c(m).as_ptr()),
+            Thrown::Type(code, m) => sys::napi_throw_type_error(env, code.as_ptr(), c(m).as_ptr()),
+            Thrown::Range(code, m) => sys::napi_throw_range_error(env, code.as_ptr(), c(m).as_ptr()),
+        }
+    };
+    ptr::null_mut()
+}
+
+/// `typeof v`, for error messages.
+unsafe fn type_name(env: sys::napi_env, v: sys::napi_value) -> &'static str {
+    let mut t = 0;
+    if unsafe { sys::napi_typeof(env, v, &mut t) } != sys::Status::napi_ok {
+        return "unknown";
+    }
+    match t {
+        sys::ValueType::napi_undefined => "undefined",
+        sys::ValueType::napi_null => "null",
+        sys::ValueType::napi_boolean => "boolean",
+        sys::ValueType::napi_number => "number",
+        sys::ValueType::napi_string => "string",
+        sys::ValueType::napi_symbol => "symbol",
+        sys::ValueType::napi_object => "object",
+        sys::ValueType::napi_function => "function",
+        sys::ValueType::napi_external => "external",
+        sys::ValueType::napi_bigint => "bigint",
+        _ => "unknown",
+    }
+}
+
+/// Read the key argument into `buf` (no allocation unless it is too long to
+/// be valid anyway) and the cost argument (1 when omitted).
+unsafe fn args<'b>(
+    env: sys::napi_env,
+    argc: usize,
+    argv: &[sys::napi_value; 2],
+    buf: &'b mut std::mem::MaybeUninit<[u8; KEY_BUF]>,
+    spill: &'b mut Vec<u8>,
+) -> Result<(&'b str, u64), Thrown> {
+    let mut len = 0usize;
+    let p: *mut u8 = buf.as_mut_ptr().cast();
+    let status = unsafe { sys::napi_get_value_string_utf8(env, argv[0], p.cast(), KEY_BUF, &mut len) };
+    if status != sys::Status::napi_ok {
+        return Err(Thrown::Type(
+            c"ERR_QUOTALEASE_INVALID_KEY",
+            format!("invalid key: the key must be a string (got {})", unsafe {
+                type_name(env, argv[0])
+            }),
+        ));
+    }
+    // V8 never splits a character: a string that did not fit stops at most 3
+    // bytes short of the buffer's end.
+    let bytes: &[u8] = if len + 4 < KEY_BUF {
+        // SAFETY: N-API wrote `len` bytes.
+        unsafe { std::slice::from_raw_parts(p, len) }
+    } else {
+        let mut full = 0usize;
+        unsafe { sys::napi_get_value_string_utf8(env, argv[0], ptr::null_mut(), 0, &mut full) };
+        spill.resize(full + 1, 0);
+        unsafe { sys::napi_get_value_string_utf8(env, argv[0], spill.as_mut_ptr().cast(), full + 1, &mut len) };
+        &spill[..len]
+    };
+    let key = if bytes.is_ascii() {
+        // SAFETY: ASCII is UTF-8.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
+    } else {
+        std::str::from_utf8(bytes)
+            .map_err(|_| Thrown::Type(c"ERR_QUOTALEASE_INVALID_KEY", "the key is not valid UTF-8".into()))?
+    };
+    if argc < 2 {
+        return Ok((key, 1));
+    }
+    let mut cost = 0f64;
+    if unsafe { sys::napi_get_value_double(env, argv[1], &mut cost) } != sys::Status::napi_ok {
+        return Err(Thrown::Type(
+            c"ERR_QUOTALEASE_INVALID_COST",
+            format!("invalid cost: the cost must be a number (got {})", unsafe {
+                type_name(env, argv[1])
+            }),
+        ));
+    }
+    if !(cost.is_finite() && cost >= 0.0 && cost <= MAX_SAFE && cost.fract() == 0.0) {
+        return Err(Thrown::Range(
+            c"ERR_QUOTALEASE_INVALID_COST",
+            format!("invalid cost {cost}: the cost must be a whole number >= 1"),
+        ));
+    }
+    Ok((key, cost as u64))
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    Acquire,
+    TryAcquire,
+    AcquireAsync,
+}
+
+#[inline(always)]
+unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info, op: Op) -> sys::napi_value {
+    let mut argc = 2usize;
+    let mut argv = [ptr::null_mut(); 2];
+    let mut data = ptr::null_mut();
+    unsafe { sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), &mut data) };
+    // SAFETY: `data` is the `Shared` this function was created with, kept
+    // alive until the function is finalized.
+    let shared = unsafe { &*(data as *const Shared) };
+    let r = catch_unwind(AssertUnwindSafe(|| -> Result<sys::napi_value, Thrown> {
+        let mut buf = std::mem::MaybeUninit::<[u8; KEY_BUF]>::uninit();
+        let mut spill = Vec::new();
+        // SAFETY: N-API writes the bytes it reports; we only read those.
+        let (key, cost) = unsafe { args(env, argc, &argv, &mut buf, &mut spill)? };
+        match op {
+            Op::Acquire => shared.write(&shared.limiter.acquire(key, cost)?),
+            Op::TryAcquire => shared.write(&shared.limiter.try_acquire(key, cost)?),
+            Op::AcquireAsync => return unsafe { acquire_async(env, shared, key, cost) },
+        }
+        // A null result reads as `undefined` in JS.
+        Ok(ptr::null_mut())
+    }));
+    match r {
+        Ok(Ok(v)) => v,
+        Ok(Err(t)) => unsafe { throw(env, t) },
+        Err(_) => unsafe {
+            throw(
+                env,
+                Thrown::Plain(c"ERR_QUOTALEASE_BACKEND", "internal error (panic) in quotalease".into()),
+            )
+        },
+    }
+}
+
+/// `undefined` (null) when decided now, with the decision in the scratch
+/// array; a Promise when the engine waits for the backend: it settles from
+/// the broker thread.
+unsafe fn acquire_async(env: sys::napi_env, shared: &Shared, key: &str, cost: u64) -> Result<sys::napi_value, Thrown> {
+    let meet = Arc::new(Mutex::new(Meet::Empty));
+    let mut notifier = Notifier {
+        meet: meet.clone(),
+        fired: false,
+    };
+    if let Some(d) = shared.limiter.acquire_or_notify(key, cost, move |r| notifier.fire(r))? {
+        shared.write(&d);
+        return Ok(ptr::null_mut());
+    }
+    let mut g = meet.lock().unwrap_or_else(|p| p.into_inner());
+    if let Meet::Ready(r) = std::mem::replace(&mut *g, Meet::Empty) {
+        // The broker answered before we got here: no promise needed.
+        shared.write(&r?);
+        return Ok(ptr::null_mut());
+    }
+    let env = Env::from_raw(env);
+    let (deferred, promise): (Deferred, _) = env
+        .create_deferred()
+        .map_err(|e| Thrown::Plain(c"ERR_QUOTALEASE_BACKEND", e.reason.clone()))?;
+    *g = Meet::Waiting(deferred);
+    let raw = unsafe { ToNapiValue::to_napi_value(env.raw(), &promise) }
+        .map_err(|e| Thrown::Plain(c"ERR_QUOTALEASE_BACKEND", e.reason.clone()))?;
+    Ok(raw)
+}
+
+unsafe extern "C" fn acquire_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe { call(env, info, Op::Acquire) }
+}
+
+unsafe extern "C" fn try_acquire_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe { call(env, info, Op::TryAcquire) }
+}
+
+unsafe extern "C" fn acquire_async_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe { call(env, info, Op::AcquireAsync) }
+}
+
+unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    // SAFETY: `data` came from `Arc::into_raw` in `make`.
+    drop(unsafe { Arc::from_raw(data as *const Shared) });
+}
+
+/// An object `{ acquire, tryAcquire, acquireAsync }` of raw functions bound to `shared`.
+pub(crate) fn functions(env: &Env, shared: &Arc<Shared>) -> napi::Result<sys::napi_value> {
+    let raw_env = env.raw();
+    let mut obj = ptr::null_mut();
+    napi::check_status!(unsafe { sys::napi_create_object(raw_env, &mut obj) })?;
+    let table: [(&CStr, sys::napi_callback); 3] = [
+        (c"acquire", Some(acquire_cb)),
+        (c"tryAcquire", Some(try_acquire_cb)),
+        (c"acquireAsync", Some(acquire_async_cb)),
+    ];
+    for (name, cb) in table {
+        let data = Arc::into_raw(shared.clone()) as *mut c_void;
+        let mut f = ptr::null_mut();
+        let made = unsafe { sys::napi_create_function(raw_env, name.as_ptr(), -1, cb, data, &mut f) };
+        if made != sys::Status::napi_ok {
+            // SAFETY: nothing took ownership of `data`.
+            drop(unsafe { Arc::from_raw(data as *const Shared) });
+            napi::check_status!(made)?;
+        }
+        napi::check_status!(unsafe {
+            sys::napi_add_finalizer(raw_env, f, data, Some(finalize), ptr::null_mut(), ptr::null_mut())
+        })?;
+        napi::check_status!(unsafe { sys::napi_set_named_property(raw_env, obj, name.as_ptr(), f) })?;
+    }
+    Ok(obj)
+}
