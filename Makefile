@@ -54,6 +54,12 @@ bench: bench-rust bench-c-go bench-python
 bench-rust:
 	bash scripts/bench-rust.sh
 
+## Every language on one Redis at once, with faults (tests/system/README.md).
+## Runs after test-python and test-node, which build the venv and the addon.
+test-system: redis
+	bash scripts/build-system-workers.sh
+	python3 tests/system/system_test.py --langs rust,c,go,python,node
+
 ## Python: builds the wheel into .venv, stubtest, mypy, ruff, pytest (vectors, Redis,
 ## asyncio, threads, fork, gunicorn, middleware); bench: acquire vs limits, into docs/.
 test-python: redis
