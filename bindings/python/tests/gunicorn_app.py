@@ -16,6 +16,7 @@ limiter = Limiter(
     window_ms=86_400_000,
     lease_size=int(os.environ["QL_LEASE"]),
     key_prefix=os.environ["QL_PREFIX"],
+    backend_timeout_ms=10_000,  # a loaded CI machine: no "pending" from a slow lease
 )
 # The master holds a lease and a running broker when it forks the workers.
 MASTER_DECISION = limiter.acquire("shared")

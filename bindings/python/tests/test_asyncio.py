@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from conftest import RedisServer, unique
+from conftest import PATIENT, RedisServer, unique
 from quotalease import ClosedError, Decision, InvalidKeyError, Limiter
 
 DAY = 86_400_000
@@ -21,7 +21,9 @@ async def test_memory_acquire_async() -> None:
 
 
 async def test_redis_acquire_async_cold_and_warm(redis_server: RedisServer) -> None:
-    lim = Limiter(redis_server.url, limit=100, window_ms=DAY, lease_size=10, key_prefix=unique("as"))
+    lim = Limiter(
+        redis_server.url, backend_timeout_ms=PATIENT, limit=100, window_ms=DAY, lease_size=10, key_prefix=unique("as")
+    )
     first = await lim.acquire_async("k")  # cold: awaits the lease on a future
     assert first.allowed and first.reason == "lease"
     rest = [await lim.acquire_async("k") for _ in range(20)]
@@ -31,13 +33,15 @@ async def test_redis_acquire_async_cold_and_warm(redis_server: RedisServer) -> N
 
 
 async def test_acquire_async_is_a_coroutine_usable_as_a_task(redis_server: RedisServer) -> None:
-    lim = Limiter(redis_server.url, limit=100, window_ms=DAY, key_prefix=unique("task"))
+    lim = Limiter(redis_server.url, backend_timeout_ms=PATIENT, limit=100, window_ms=DAY, key_prefix=unique("task"))
     task = asyncio.create_task(lim.acquire_async("k"))
     assert (await task).allowed
 
 
 async def test_many_concurrent_waiters_on_one_cold_key(redis_server: RedisServer) -> None:
-    lim = Limiter(redis_server.url, limit=60, window_ms=DAY, lease_size=10, key_prefix=unique("many"))
+    lim = Limiter(
+        redis_server.url, backend_timeout_ms=PATIENT, limit=60, window_ms=DAY, lease_size=10, key_prefix=unique("many")
+    )
     got = await asyncio.gather(*(lim.acquire_async("k") for _ in range(100)))
     allowed = sum(d.allowed for d in got)
     lim.settle()
@@ -85,7 +89,7 @@ async def test_cancelled_waiter_leaves_the_loop_clean(own_redis: RedisServer) ->
 
 
 async def test_errors_are_raised_from_await(redis_server: RedisServer) -> None:
-    lim = Limiter(redis_server.url, limit=10, key_prefix=unique("err"))
+    lim = Limiter(redis_server.url, backend_timeout_ms=PATIENT, limit=10, key_prefix=unique("err"))
     with pytest.raises(InvalidKeyError):
         await lim.acquire_async("")
     lim.close()
@@ -94,7 +98,9 @@ async def test_errors_are_raised_from_await(redis_server: RedisServer) -> None:
 
 
 async def test_exact_mode_async(redis_server: RedisServer) -> None:
-    lim = Limiter(redis_server.url, limit=2, window_ms=DAY, mode="exact", key_prefix=unique("ex"))
+    lim = Limiter(
+        redis_server.url, backend_timeout_ms=PATIENT, limit=2, window_ms=DAY, mode="exact", key_prefix=unique("ex")
+    )
     got = [await lim.acquire_async("k") for _ in range(3)]
     assert [d.allowed for d in got] == [True, True, False]
     assert {d.reason for d in got} == {"exact"}

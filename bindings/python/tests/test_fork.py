@@ -10,7 +10,7 @@ import signal
 import time
 from typing import Any
 
-from conftest import RedisServer, unique
+from conftest import PATIENT, RedisServer, unique
 from quotalease import Limiter
 
 DAY = 86_400_000
@@ -52,7 +52,15 @@ def run_in_child(fn: Any) -> dict[str, Any]:
 
 
 def test_fork_with_redis_no_hang_no_double_spend(redis_server: RedisServer) -> None:
-    lim = Limiter(redis_server.url, limit=100, window_ms=DAY, lease_size=10, key_prefix=unique("fork"), clock="manual")
+    lim = Limiter(
+        redis_server.url,
+        backend_timeout_ms=PATIENT,
+        limit=100,
+        window_ms=DAY,
+        lease_size=10,
+        key_prefix=unique("fork"),
+        clock="manual",
+    )
     assert lim.acquire("k")  # the parent leases 10 and runs its broker
     lim.settle()
     before = lim.metrics()  # the child inherits these counters
@@ -94,7 +102,7 @@ def test_fork_with_memory_authority() -> None:
 
 
 def test_fork_of_an_idle_limiter_and_close_in_child(redis_server: RedisServer) -> None:
-    lim = Limiter(redis_server.url, limit=10, key_prefix=unique("idle"))
+    lim = Limiter(redis_server.url, backend_timeout_ms=PATIENT, limit=10, key_prefix=unique("idle"))
 
     def child() -> dict[str, Any]:
         d = lim.acquire("k")

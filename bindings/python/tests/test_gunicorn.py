@@ -14,7 +14,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conftest import RedisServer, unique, wait_for
+from conftest import PATIENT, RedisServer, unique, wait_for
 from quotalease import Limiter
 
 HERE = Path(__file__).resolve().parent
@@ -104,6 +104,6 @@ def test_gunicorn_preload_workers_share_the_limit(redis_server: RedisServer, tmp
     assert admitted <= LIMIT + WORKERS * LEASE
     assert admitted <= LIMIT, f"admitted {admitted} > limit {LIMIT}: leased tokens spent twice"
     # Redis agrees: every admitted token left the bucket.
-    probe = Limiter(redis_server.url, limit=LIMIT, window_ms=86_400_000, key_prefix=prefix)
+    probe = Limiter(redis_server.url, backend_timeout_ms=PATIENT, limit=LIMIT, window_ms=86_400_000, key_prefix=prefix)
     assert probe.inspect("shared")["authority_tokens"] <= LIMIT - admitted
     assert probe.inspect("shared")["authority_tokens"] is not None

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from conftest import RedisServer, unique
+from conftest import PATIENT, RedisServer, unique
 from quotalease import Limiter
 from quotalease import asgi as ql_asgi
 from quotalease import wsgi as ql_wsgi
@@ -103,7 +103,9 @@ def test_starlette_default_key_is_the_client_address_and_long_keys_are_hashed() 
 
 
 def test_starlette_with_redis(redis_server: RedisServer) -> None:
-    limiter = Limiter(redis_server.url, limit=5, window_ms=DAY, lease_size=2, key_prefix=unique("asgi"))
+    limiter = Limiter(
+        redis_server.url, backend_timeout_ms=PATIENT, limit=5, window_ms=DAY, lease_size=2, key_prefix=unique("asgi")
+    )
     calls: list[str] = []
     with TestClient(starlette_app(limiter, calls)) as client:
         codes = [client.get("/", headers={"x-user": "ann"}).status_code for _ in range(7)]
@@ -176,7 +178,9 @@ def test_flask_default_key_and_cost() -> None:
 
 
 def test_flask_with_redis(redis_server: RedisServer) -> None:
-    limiter = Limiter(redis_server.url, limit=5, window_ms=DAY, lease_size=2, key_prefix=unique("wsgi"))
+    limiter = Limiter(
+        redis_server.url, backend_timeout_ms=PATIENT, limit=5, window_ms=DAY, lease_size=2, key_prefix=unique("wsgi")
+    )
     client = flask_app(limiter, []).test_client()
     codes = [client.get("/", headers={"X-User": "ann"}).status_code for _ in range(7)]
     assert codes.count(200) <= 5 and codes[0] == 200 and codes[-1] == 429

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from conftest import RedisServer, unique, wait_for
+from conftest import PATIENT, RedisServer, unique, wait_for
 from quotalease import ConfigError, Limiter
 
 DAY = 86_400_000
@@ -17,8 +17,24 @@ DAY = 86_400_000
 
 def test_instances_share_one_bucket(redis_server: RedisServer) -> None:
     prefix = unique("share")
-    a = Limiter(redis_server.url, limit=50, window_ms=DAY, lease_size=5, key_prefix=prefix, clock="manual")
-    b = Limiter(redis_server.url, limit=50, window_ms=DAY, lease_size=5, key_prefix=prefix, clock="manual")
+    a = Limiter(
+        redis_server.url,
+        backend_timeout_ms=PATIENT,
+        limit=50,
+        window_ms=DAY,
+        lease_size=5,
+        key_prefix=prefix,
+        clock="manual",
+    )
+    b = Limiter(
+        redis_server.url,
+        backend_timeout_ms=PATIENT,
+        limit=50,
+        window_ms=DAY,
+        lease_size=5,
+        key_prefix=prefix,
+        clock="manual",
+    )
     allowed = 0
     for _ in range(40):
         for lim in (a, b):
@@ -36,7 +52,15 @@ def test_instances_share_one_bucket(redis_server: RedisServer) -> None:
 
 def test_flush_returns_tokens_to_redis(redis_server: RedisServer) -> None:
     prefix = unique("flush")
-    lim = Limiter(redis_server.url, limit=100, window_ms=DAY, lease_size=10, key_prefix=prefix, clock="manual")
+    lim = Limiter(
+        redis_server.url,
+        backend_timeout_ms=PATIENT,
+        limit=100,
+        window_ms=DAY,
+        lease_size=10,
+        key_prefix=prefix,
+        clock="manual",
+    )
     assert lim.acquire("k")
     lim.settle()
     assert lim.inspect("k")["authority_tokens"] == 90
@@ -47,7 +71,9 @@ def test_flush_returns_tokens_to_redis(redis_server: RedisServer) -> None:
 
 
 def test_exact_mode_calls_redis_every_time(redis_server: RedisServer) -> None:
-    lim = Limiter(redis_server.url, limit=3, window_ms=DAY, mode="exact", key_prefix=unique("exact"))
+    lim = Limiter(
+        redis_server.url, backend_timeout_ms=PATIENT, limit=3, window_ms=DAY, mode="exact", key_prefix=unique("exact")
+    )
     got = [lim.acquire("k") for _ in range(4)]
     assert [d.allowed for d in got] == [True, True, True, False]
     assert {d.reason for d in got} == {"exact"}

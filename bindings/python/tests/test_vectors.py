@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import VECTORS, RedisServer, unique
+from conftest import PATIENT, VECTORS, RedisServer, unique
 from quotalease import (
     BackendError,
     ClosedError,
@@ -66,7 +66,9 @@ class Runner:
         self.limiters = [self.build(self.base) for _ in range(n)]
 
     def build(self, cfg: dict[str, Any]) -> Limiter:
-        opts: dict[str, Any] = {"key_prefix": self.ns, "clock": "manual", **cfg}
+        # A generous backend timeout unless the vector sets one: a loaded
+        # machine must not turn a slow lease into a different decision.
+        opts: dict[str, Any] = {"key_prefix": self.ns, "clock": "manual", "backend_timeout_ms": PATIENT, **cfg}
         url = opts.pop("url", self.url)
         return Limiter(url, **opts)
 
