@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench bench-rust redis install test-c test-go bench-c-go test-python bench-python
+.PHONY: help demo test test-rust lint fmt bench bench-rust redis install test-c test-go bench-c-go test-python bench-python test-node bench-node
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
@@ -47,9 +47,9 @@ test-go: redis
 bench-c-go:
 	bash scripts/bench-c-go.sh
 
-test: test-rust test-c test-go test-python
+test: test-rust test-c test-go test-python test-node
 
-bench: bench-rust bench-c-go bench-python
+bench: bench-rust bench-c-go bench-python bench-node
 
 bench-rust:
 	bash scripts/bench-rust.sh
@@ -67,3 +67,12 @@ test-python: redis
 
 bench-python: redis
 	bash scripts/bench-python.sh --write-docs docs/benchmarks.md
+
+## Node: npm install in bindings/node (builds the napi-rs addon), tsc on the bundled
+## types, node --test (vectors, Redis, events, Express, cluster); bench: acquire vs
+## rate-limiter-flexible, into docs/.
+test-node: redis
+	bash scripts/test-node.sh
+
+bench-node: redis
+	bash scripts/bench-node.sh --write-docs docs/benchmarks.md

@@ -15,7 +15,7 @@ export declare class NativeLimiter {
    * `scratch`: a `Float64Array` of at least 6 elements the wrapper reads
    * decisions from. `onEvent(kind, message)` is called on backend transitions.
    */
-  constructor(options: NativeOptions, scratch: Float64Array, onEvent?: ((arg: [string, string]) => void) | undefined | null)
+  constructor(options: NativeOptions, scratch: Float64Array, onEvent?: ((arg0: string, arg1: string) => void) | undefined | null)
   /**
    * `{ acquire, tryAcquire, acquireAsync }`: the per-request calls as raw
    * N-API functions bound to this limiter (see `fast.rs`). Each takes

@@ -78,6 +78,11 @@ function headers(d) {
   if (d === null || typeof d !== 'object') {
     throw fail(TypeError, codes.CONFIG, `headers(decision): expected a decision object, got ${describe(d)}`)
   }
+  for (const f of ['limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'windowMs']) {
+    if (typeof d[f] !== 'number') {
+      throw fail(TypeError, codes.CONFIG, `headers(decision): \`${f}\` must be a number (got ${describe(d[f])})`)
+    }
+  }
   return native.decisionHeaders(
     Boolean(d.allowed),
     d.limit,

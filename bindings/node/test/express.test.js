@@ -1,0 +1,106 @@
+'use strict'
+// quotalease/express in a real Express app (and a plain node:http server,
+// as Connect would run it) over HTTP on loopback.
+
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const http = require('node:http')
+const express = require('express')
+
+const { Limiter } = require('..')
+const { rateLimit } = require('../express')
+const { RedisServer, unique } = require('./helpers')
+
+function listen(handler) {
+  return new Promise((resolve) => {
+    const server = http.createServer(handler)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address()
+      resolve({ base: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(r)) })
+    })
+  })
+}
+
+test('express: headers on every response, 429 with Retry-After when denied', async (t) => {
+  const limiter = new Limiter({ limit: 3, windowMs: 60000, leaseSize: 1 })
+  const app = express()
+  app.use(rateLimit({ limiter, key: (req) => req.get('x-api-key') || req.ip }))
+  app.get('/', (req, res) => res.json({ remaining: req.rateLimit.remaining }))
+  const srv = await listen(app)
+  t.after(async () => {
+    await srv.close()
+    await limiter.close()
+  })
+
+  for (let i = 0; i < 3; i++) {
+    const r = await fetch(`${srv.base}/`, { headers: { 'x-api-key': 'alice' } })
+    assert.equal(r.status, 200)
+    assert.equal(r.headers.get('ratelimit-policy'), '"default";q=3;w=60')
+    assert.match(r.headers.get('ratelimit'), new RegExp(`^"default";r=${2 - i};t=\\d+$`))
+    assert.equal(r.headers.get('retry-after'), null)
+    assert.deepEqual(await r.json(), { remaining: 2 - i })
+  }
+  const denied = await fetch(`${srv.base}/`, { headers: { 'x-api-key': 'alice' } })
+  assert.equal(denied.status, 429)
+  assert.match(denied.headers.get('retry-after'), /^[1-9]\d*$/)
+  assert.match(denied.headers.get('ratelimit'), /^"default";r=0;t=\d+$/)
+  assert.equal(await denied.text(), 'Too Many Requests\n')
+
+  // Another key has its own budget; the default key is the client address.
+  assert.equal((await fetch(`${srv.base}/`, { headers: { 'x-api-key': 'bob' } })).status, 200)
+  assert.equal((await fetch(`${srv.base}/`)).status, 200)
+})
+
+test('express: cost, skip, custom onDenied, and errors go to next(err)', async (t) => {
+  const limiter = new Limiter({ limit: 10, windowMs: 60000, leaseSize: 1 })
+  const app = express()
+  app.use(
+    rateLimit({
+      limiter,
+      key: (req) => (req.path === '/nokey' ? '' : 'shared'),
+      cost: (req) => (req.path === '/expensive' ? 6 : 1),
+      skip: (req) => req.path === '/health',
+      onDenied: (req, res, next, decision) => res.status(429).json({ error: 'slow down', retryAfterMs: decision.retryAfterMs }),
+    }),
+  )
+  app.get('/{*path}', (req, res) => res.send('ok'))
+  app.use((err, req, res, next) => res.status(500).json({ code: err.code }))
+  const srv = await listen(app)
+  t.after(async () => {
+    await srv.close()
+    await limiter.close()
+  })
+
+  const health = await fetch(`${srv.base}/health`)
+  assert.equal(health.status, 200)
+  assert.equal(health.headers.get('ratelimit'), null)
+  assert.equal((await fetch(`${srv.base}/expensive`)).status, 200)
+  const second = await fetch(`${srv.base}/expensive`)
+  assert.equal(second.status, 429)
+  const body = await second.json()
+  assert.equal(body.error, 'slow down')
+  assert.ok(body.retryAfterMs > 0)
+  assert.ok(second.headers.get('retry-after'))
+  const bad = await fetch(`${srv.base}/nokey`)
+  assert.equal(bad.status, 500)
+  assert.deepEqual(await bad.json(), { code: 'ERR_QUOTALEASE_INVALID_KEY' })
+})
+
+test('connect-style: plain node:http with the middleware, through Redis', async (t) => {
+  const redis = new RedisServer()
+  const limiter = new Limiter({ url: redis.url, keyPrefix: unique('mw'), limit: 2, windowMs: 60000, leaseSize: 1 })
+  const mw = rateLimit({ limiter, key: async (req) => req.headers['x-user'] || 'anon' })
+  const srv = await listen((req, res) => mw(req, res, (err) => {
+    res.statusCode = err ? 500 : 200
+    res.end(err ? err.code : 'ok')
+  }))
+  t.after(async () => {
+    await srv.close()
+    await limiter.close()
+    redis.stop()
+  })
+  const statuses = []
+  for (let i = 0; i < 3; i++) statuses.push((await fetch(`${srv.base}/`, { headers: { 'x-user': 'u1' } })).status)
+  assert.deepEqual(statuses, [200, 200, 429])
+  assert.equal(limiter.metrics().backend_calls > 0, true)
+})

@@ -1,0 +1,77 @@
+// Type-checked with `tsc -p test/tsconfig.json` (no emit): the bundled types
+// cover the API as an application uses it. Lines marked @ts-expect-error
+// must fail to compile.
+import express, { type Request } from 'express'
+import {
+  Limiter,
+  Decision,
+  headers,
+  parseRate,
+  codes,
+  type DecisionFields,
+  type LimiterEvent,
+  type LimiterOptions,
+  type Metrics,
+  type QuotaLeaseError,
+  type RateLimitHeaders,
+  type Reason,
+} from 'quotalease'
+import { rateLimit } from 'quotalease/express'
+
+const options: LimiterOptions = {
+  url: 'redis://127.0.0.1:6379',
+  rate: '600/min',
+  leaseSize: 10,
+  onBackendFailure: 'static-share',
+  mode: 'lease',
+  clock: { manualStartMs: 0 },
+  onEvent: (e: LimiterEvent) => console.log(e.kind, e.message),
+}
+const limiter = new Limiter(options)
+limiter.on('degraded', (e) => console.warn(e.message.toUpperCase()))
+
+async function handle(key: string): Promise<number> {
+  const d: Decision = await limiter.acquire(key)
+  const s: Decision = limiter.acquireSync(key, 2)
+  const t: Decision = limiter.tryAcquire(key)
+  const reason: Reason = d.reason
+  const h: RateLimitHeaders = d.headers()
+  const policy: string = h['RateLimit-Policy']
+  const retry: string | undefined = h['Retry-After']
+  const plain: DecisionFields = JSON.parse(JSON.stringify(s))
+  headers(plain)
+  const m: Metrics = limiter.metrics()
+  limiter.setLimit('vip', 1000, 60000)
+  limiter.setLimit('vip', '1000/min')
+  const { limit, windowMs }: { limit: number; windowMs: number } = parseRate('10/s')
+  await limiter.flush()
+  await limiter.close()
+  void [reason, policy, retry, t, limit, windowMs]
+  return m.admitted + m.overshoot_bound + limiter.leaseSize
+}
+
+try {
+  new Limiter({ limit: 0 })
+} catch (err) {
+  if ((err as QuotaLeaseError).code === codes.CONFIG) console.error((err as Error).message)
+}
+
+const app = express()
+app.use(rateLimit<Request>({ limiter, key: (req) => req.ip ?? 'unknown', cost: 1 }))
+app.use(rateLimit({ limiter, onDenied: (req, res, next, d) => res.writeHead(429).end(String(d.retryAfterMs)) }))
+
+async function readonlyDecision(): Promise<void> {
+  const d = await limiter.acquire('k')
+  // @ts-expect-error: the decision is readonly
+  d.allowed = true
+}
+// @ts-expect-error: unknown option
+new Limiter({ limit: 5, windowMS: 1000 })
+// @ts-expect-error: a number is not a mode
+new Limiter({ limit: 5, mode: 1 })
+// @ts-expect-error: the key is a string
+limiter.acquireSync(42)
+// @ts-expect-error: not an event of Limiter
+limiter.on('degraded', (e: number) => e)
+
+export { handle, readonlyDecision }

@@ -1,0 +1,208 @@
+'use strict'
+// The conformance vectors (tests/vectors, format in its README) against the
+// in-memory authority and a real Redis, through the public API, once with
+// `await acquire()` and once with `acquireSync()`.
+
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const path = require('node:path')
+
+const { Limiter } = require('..')
+const { RedisServer, unique, REPO } = require('./helpers')
+
+const START_MS = 1000000
+const DIR = path.join(REPO, 'tests', 'vectors')
+const FILES = fs
+  .readdirSync(DIR)
+  .filter((f) => f.endsWith('.json'))
+  .sort()
+
+const NAMES = {
+  limit: 'limit',
+  window_ms: 'windowMs',
+  lease_size: 'leaseSize',
+  refill_threshold: 'refillThreshold',
+  lease_ttl_ms: 'leaseTtlMs',
+  on_backend_failure: 'onBackendFailure',
+  expected_replicas: 'expectedReplicas',
+  backend_timeout_ms: 'backendTimeoutMs',
+  max_keys: 'maxKeys',
+  mode: 'mode',
+  url: 'url',
+  key_prefix: 'keyPrefix',
+}
+
+const KINDS = {
+  ERR_QUOTALEASE_CONFIG: 'config',
+  ERR_QUOTALEASE_INVALID_KEY: 'invalid_key',
+  ERR_QUOTALEASE_INVALID_COST: 'invalid_cost',
+  ERR_QUOTALEASE_CLOSED: 'closed',
+  ERR_QUOTALEASE_BACKEND: 'backend',
+}
+
+const FIELDS = {
+  allowed: 'allowed',
+  reason: 'reason',
+  limit: 'limit',
+  remaining: 'remaining',
+  retry_after_ms: 'retryAfterMs',
+  reset_after_ms: 'resetAfterMs',
+}
+
+function options(json, url, prefix) {
+  const o = { url, keyPrefix: prefix, clock: { manualStartMs: START_MS } }
+  for (const [k, v] of Object.entries(json)) {
+    assert.ok(NAMES[k], `unknown config field ${k}`)
+    o[NAMES[k]] = v
+  }
+  return o
+}
+
+function keyOf(step) {
+  const k = step.key
+  if (typeof k === 'string') return k
+  if (k && typeof k === 'object') return k.repeat.repeat(k.times)
+  return 'k'
+}
+
+function kindOf(err) {
+  assert.ok(err instanceof Error, `expected an Error, got ${err}`)
+  assert.ok(KINDS[err.code], `error without a quotalease code: ${err.code} ${err.message}`)
+  return KINDS[err.code]
+}
+
+async function outcome(fn) {
+  try {
+    return { value: await fn() }
+  } catch (err) {
+    return { err }
+  }
+}
+
+async function runVector(file, backend, url, sync) {
+  const v = JSON.parse(fs.readFileSync(path.join(DIR, file), 'utf8'))
+  const base = v.config || {}
+  const ns = unique('v')
+  const theUrl = url || `memory://${v.name}-${ns}`
+  const limiters = []
+  for (let i = 0; i < (v.instances || 1); i++) limiters.push(new Limiter(options(base, theUrl, ns)))
+  const settle = () => {
+    for (const l of limiters) {
+      try {
+        l.settle()
+      } catch (err) {
+        if (err.code !== 'ERR_QUOTALEASE_CLOSED') throw err
+      }
+    }
+  }
+  const acquire = (l, key, cost) => (sync ? l.acquireSync(key, cost) : l.acquire(key, cost))
+  let checked = 0
+  for (const [i, step] of v.steps.entries()) {
+    if (step.only && step.only !== backend) continue
+    const ctx = `${v.name} [${backend}${sync ? ', sync' : ''}] step ${i} ${JSON.stringify(step)}`
+    const l = limiters[step.instance || 0]
+    const cost = step.cost === undefined ? 1 : step.cost
+    let r = null
+    switch (step.op) {
+      case 'acquire':
+        r = await outcome(() => acquire(l, keyOf(step), cost))
+        break
+      case 'try_acquire':
+        r = await outcome(() => l.tryAcquire(keyOf(step), cost))
+        break
+      case 'acquire_n': {
+        let allowed = 0
+        let denied = 0
+        for (let n = 0; n < step.count; n++) {
+          const d = await acquire(l, keyOf(step), cost)
+          if (d.allowed) allowed++
+          else denied++
+          settle()
+        }
+        assert.deepEqual({ allowed, denied }, step.expect, ctx)
+        break
+      }
+      case 'advance':
+        for (const x of limiters) x.advanceClock(step.ms)
+        break
+      case 'settle':
+        break
+      case 'set_limit': {
+        const s = await outcome(() => l.setLimit(keyOf(step), step.limit, step.window_ms))
+        if (step.expect_error) assert.equal(kindOf(s.err), step.expect_error, ctx)
+        else assert.equal(s.err, undefined, `${ctx}: ${s.err && s.err.message}`)
+        break
+      }
+      case 'flush':
+        await l.flush()
+        break
+      case 'close':
+        await l.close()
+        break
+      case 'metrics': {
+        const m = l.metrics()
+        for (const [k, want] of Object.entries(step.expect)) {
+          assert.ok(k in m, `${ctx}: unknown metric ${k}`)
+          assert.equal(m[k], want, `${ctx}: metric ${k} of ${JSON.stringify(m)}`)
+        }
+        break
+      }
+      case 'new': {
+        const cfg = { ...base, ...step.config }
+        const n = await outcome(() => new Limiter(options(cfg, theUrl, ns)))
+        assert.ok(n.err, `${ctx}: expected an error`)
+        assert.equal(kindOf(n.err), step.expect_error, ctx)
+        break
+      }
+      default:
+        assert.fail(`${ctx}: unknown op ${step.op}`)
+    }
+    if (r) {
+      if (step.expect_error) {
+        assert.ok(r.err, `${ctx}: expected error ${step.expect_error}, got ${JSON.stringify(r.value)}`)
+        assert.equal(kindOf(r.err), step.expect_error, `${ctx}: ${r.err.message}`)
+      } else {
+        assert.equal(r.err, undefined, `${ctx}: unexpected error ${r.err && r.err.message}`)
+        for (const [k, want] of Object.entries(step.expect || {})) {
+          assert.ok(FIELDS[k], `${ctx}: unknown decision field ${k}`)
+          assert.equal(r.value[FIELDS[k]], want, `${ctx}: field ${k} of ${JSON.stringify(r.value)}`)
+        }
+      }
+    }
+    settle()
+    checked++
+  }
+  for (const l of limiters) l.closeSync()
+  return checked
+}
+
+test('there are conformance vectors', () => {
+  assert.ok(FILES.length >= 15, `expected at least 15 vectors in ${DIR}`)
+})
+
+for (const sync of [false, true]) {
+  test(`vectors on memory:// (${sync ? 'acquireSync' : 'await acquire'})`, async (t) => {
+    let steps = 0
+    for (const f of FILES) {
+      await t.test(f, async () => {
+        steps += await runVector(f, 'memory', null, sync)
+      })
+    }
+    assert.ok(steps > 100, `only ${steps} steps ran`)
+  })
+}
+
+test('vectors on a real Redis', async (t) => {
+  const server = new RedisServer()
+  t.after(() => server.stop())
+  for (const sync of [false, true]) {
+    let steps = 0
+    for (const f of FILES) {
+      await t.test(`${f} (${sync ? 'acquireSync' : 'await acquire'})`, async () => {
+        steps += await runVector(f, 'redis', server.url, sync)
+      })
+    }
+    assert.ok(steps > 100, `only ${steps} steps ran`)
+  }
+})
