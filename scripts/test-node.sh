@@ -28,4 +28,4 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 fi
 echo "node: tsc -p test/tsconfig.json" >&2
 npx --no-install tsc -p test/tsconfig.json
-exec node --test test/
+exec node --test test/*.test.js
