@@ -47,7 +47,7 @@ test-go: redis
 bench-c-go:
 	bash scripts/bench-c-go.sh
 
-test: test-rust test-c test-go test-python test-node
+test: test-rust test-c test-go test-python test-node test-system
 
 bench: bench-rust bench-c-go bench-python bench-node
 
