@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench bench-rust redis install test-c test-go bench-c-go test-python bench-python test-node bench-node
+.PHONY: help demo test test-rust lint fmt bench bench-rust redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-peers
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
@@ -49,7 +49,7 @@ bench-c-go:
 
 test: test-rust test-c test-go test-python test-node test-system
 
-bench: bench-rust bench-c-go bench-python bench-node
+bench: bench-rust bench-c-go bench-python bench-node bench-peers
 
 bench-rust:
 	bash scripts/bench-rust.sh
@@ -76,3 +76,8 @@ test-node: redis
 
 bench-node: redis
 	bash scripts/bench-node.sh --write-docs docs/benchmarks.md
+
+## Rust against per-request Redis limiting: lease vs exact vs a GCRA Lua script,
+## hot key and Zipf keys, one redis-server; docs/benchmarks.md, docs/peers.svg/png.
+bench-peers: redis
+	bash scripts/bench-peers.sh

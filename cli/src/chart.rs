@@ -12,12 +12,12 @@ const PANEL_H: f64 = 210.0;
 const PANEL_GAP: f64 = 84.0;
 const TOP: f64 = 100.0;
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// The smallest of 1, 2, 2.5, 5 x 10^k that is at least `x`.
-fn nice(x: f64) -> f64 {
+pub(crate) fn nice(x: f64) -> f64 {
     if x <= 0.0 {
         return 1.0;
     }

@@ -1,14 +1,20 @@
 //! The `quotalease` command: `simulate` (the multi-instance problem and the
 //! leasing fix, side by side), `inspect` (a key's bucket in Redis) and
-//! `bench` (a load generator against Redis).
+//! `bench` (quotalease's lease and exact modes against a per-request GCRA
+//! script, on one Redis).
 #![warn(missing_docs)]
 
 #[cfg(feature = "redis")]
 pub mod bench;
 pub mod chart;
+pub mod dist;
+#[cfg(feature = "redis")]
+pub mod gcra;
 pub mod histogram;
 #[cfg(feature = "redis")]
 pub mod inspect;
+#[cfg(feature = "redis")]
+pub mod peers_chart;
 mod progress;
 #[cfg(feature = "redis")]
 pub mod redis_util;
@@ -44,7 +50,8 @@ pub enum Command {
     Simulate(SimulateArgs),
     /// Show a key's authoritative bucket in Redis (tokens, last refill, TTL).
     Inspect(InspectArgs),
-    /// Load generator: threads calling acquire in lease and exact mode against Redis.
+    /// Load generator: threads deciding requests against one Redis with quotalease's lease
+    /// and exact modes and a per-request GCRA Lua script, on the same key sequences.
     Bench(BenchArgs),
 }
 
@@ -147,21 +154,37 @@ pub struct BenchArgs {
     /// Redis URL (redis://host:port).
     #[arg(long)]
     pub redis: String,
-    /// Threads calling acquire.
+    /// Threads deciding requests (each GCRA thread has its own Redis connection).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=512))]
     pub threads: u64,
-    /// Run time per mode: 5s, 500ms, 1m.
+    /// Run time per strategy and distribution: 5s, 500ms, 1m.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub duration: u64,
-    /// Distinct keys.
+    /// Distinct keys (round-robin and zipf; hot uses one).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub keys: u64,
+    /// Key distributions to run, each with all three strategies: hot = every request on one key,
+    /// zipf = Zipf s=1.1 over --keys, round-robin = each thread walks all keys. Comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "round-robin")]
+    pub dist: Vec<dist::Dist>,
+    /// Seed of the Zipf key sequences (same seed, same sequences).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub policy: PolicyArgs,
     /// Tokens per lease [default: 2 % of the limit, between 1 and 20].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub lease_size: Option<u64>,
+    /// Prefetch when local tokens drop below this [default: lease size / 4, at least 1].
+    #[arg(long)]
+    pub refill_threshold: Option<u64>,
+    /// Also write an SVG bar chart of the run here.
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
+    /// Print Markdown tables instead of aligned text.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 /// A library error in the CLI's words: configuration fields become flags.
@@ -286,13 +309,18 @@ fn simulate(a: &SimulateArgs) -> Result<(), String> {
     print!("{}", report::render(&report));
     if !a.no_chart {
         let svg = chart::svg(&report);
-        if let Some(dir) = a.chart.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {} for the chart: {e}", dir.display()))?;
-        }
-        std::fs::write(&a.chart, svg).map_err(|e| format!("cannot write the chart to {}: {e}", a.chart.display()))?;
+        write_chart(&a.chart, &svg)?;
         println!("\nchart: {} (open it in a browser)", a.chart.display());
     }
     Ok(())
+}
+
+/// Write `svg` to `path`, creating its directory.
+fn write_chart(path: &std::path::Path, svg: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {} for the chart: {e}", dir.display()))?;
+    }
+    std::fs::write(path, svg).map_err(|e| format!("cannot write the chart to {}: {e}", path.display()))
 }
 
 #[cfg(not(feature = "redis"))]
@@ -328,16 +356,26 @@ fn bench(a: &BenchArgs) -> Result<(), String> {
         .policy
         .resolve(Some(1_000_000_000), 1_000)?
         .unwrap_or((1_000_000_000, 1_000));
-    let out = bench::run(&bench::Options {
-        redis: a.redis.clone(),
-        threads: a.threads as usize,
-        duration_ms: a.duration,
-        keys: a.keys,
-        limit,
-        window_ms,
-        lease_size: a.lease_size,
-    })?;
+    let (result, out) = bench::run(
+        &bench::Options {
+            redis: a.redis.clone(),
+            threads: a.threads as usize,
+            duration_ms: a.duration,
+            keys: a.keys,
+            limit,
+            window_ms,
+            lease_size: a.lease_size,
+            refill_threshold: a.refill_threshold,
+            dists: a.dist.clone(),
+            seed: a.seed,
+        },
+        a.markdown,
+    )?;
     print!("{out}");
+    if let Some(path) = &a.chart {
+        write_chart(path, &peers_chart::svg(&result))?;
+        eprintln!("chart: {}", path.display());
+    }
     Ok(())
 }
 

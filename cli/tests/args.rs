@@ -93,6 +93,34 @@ fn usage_errors_exit_2_and_name_the_flag() {
         2,
         &["--duration"],
     );
+    fails(
+        &["bench", "--redis", "redis://127.0.0.1:1", "--dist", "bogus"],
+        2,
+        &[
+            "invalid value 'bogus' for '--dist <DIST>'",
+            "[possible values: round-robin, hot, zipf]",
+        ],
+    );
+    fails(
+        &["bench", "--redis", "redis://127.0.0.1:1", "--dist", "hot,"],
+        2,
+        &["a value is required for '--dist <DIST>'"],
+    );
+    fails(
+        &["bench", "--redis", "redis://127.0.0.1:1", "--seed", "-1"],
+        2,
+        &["unexpected argument '-1'"],
+    );
+    fails(
+        &["bench", "--redis", "redis://127.0.0.1:1", "--seed", "x"],
+        2,
+        &["invalid value 'x' for '--seed <SEED>'"],
+    );
+    fails(
+        &["bench", "--redis", "redis://127.0.0.1:1", "--chart"],
+        2,
+        &["a value is required for '--chart <CHART>'"],
+    );
 }
 
 #[test]
@@ -196,6 +224,51 @@ fn invalid_values_exit_1_with_the_flag_and_the_fix() {
         1,
         &["error: --lease-size"],
     );
+    // Checked before any connection is made (port 1 answers nothing).
+    fails(
+        &["bench", "--redis", "redis://127.0.0.1:1", "--dist", "hot,zipf,hot"],
+        1,
+        &["error: --dist lists hot twice"],
+    );
+    fails(
+        &[
+            "bench",
+            "--redis",
+            "redis://127.0.0.1:1",
+            "--dist",
+            "zipf",
+            "--keys",
+            "1",
+        ],
+        1,
+        &["error: --dist zipf needs --keys of at least 2 (one key is --dist hot)"],
+    );
+    fails(
+        &[
+            "bench",
+            "--redis",
+            "redis://127.0.0.1:1",
+            "--lease-size",
+            "20",
+            "--refill-threshold",
+            "21",
+        ],
+        1,
+        &["error: --refill-threshold must be at most lease_size (20) (got 21)"],
+    );
+    fails(
+        &[
+            "bench",
+            "--redis",
+            "redis://127.0.0.1:1",
+            "--dist",
+            "hot,zipf",
+            "--duration",
+            "10ms",
+        ],
+        1,
+        &["error: cannot reach Redis at redis://127.0.0.1:1"],
+    );
 }
 
 #[test]
@@ -239,6 +312,24 @@ fn help_and_version() {
     ] {
         assert!(out.contains(flag), "simulate --help lacks {flag}");
     }
+    let (code, out, _) = quotalease(&["bench", "--help"]);
+    assert_eq!(code, 0);
+    for flag in [
+        "--redis",
+        "--threads",
+        "--duration",
+        "--keys",
+        "--dist",
+        "--seed",
+        "--rate",
+        "--lease-size",
+        "--refill-threshold",
+        "--chart",
+        "--markdown",
+    ] {
+        assert!(out.contains(flag), "bench --help lacks {flag}");
+    }
+    assert!(out.contains("zipf = Zipf s=1.1"), "{out}");
     let (code, out, _) = quotalease(&["--version"]);
     assert_eq!(code, 0);
     assert_eq!(out.trim(), format!("quotalease {}", env!("CARGO_PKG_VERSION")));

@@ -112,8 +112,35 @@ fn inspect_shows_the_stored_bucket_and_its_ttl() {
     l.close().unwrap();
 }
 
+/// The rows of one distribution's table in `bench`'s text output, by strategy:
+/// strategy, admitted, admitted/s, denied, p50 (2 words), p99 (2 words),
+/// overshoot bound, script calls, all commands, 2 ratios vs gcra.
+fn bench_rows(out: &str, dist_head: &str) -> Vec<Vec<String>> {
+    let start = out
+        .find(&format!("\n{dist_head}"))
+        .unwrap_or_else(|| panic!("no section {dist_head:?} in:\n{out}"));
+    let rows: Vec<Vec<String>> = out[start..]
+        .lines()
+        .skip(4)
+        .take(3)
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(names, ["lease", "exact", "gcra"], "{out}");
+    for r in &rows {
+        assert_eq!(r.len(), 13, "{r:?} in:\n{out}");
+    }
+    rows
+}
+
+fn num(cell: &str) -> f64 {
+    cell.trim_end_matches('x')
+        .parse()
+        .unwrap_or_else(|_| panic!("{cell:?} is not a number"))
+}
+
 #[test]
-fn bench_runs_both_modes_and_counts_redis_commands() {
+fn bench_runs_three_strategies_and_counts_redis_commands() {
     let redis = RedisServer::start();
     let url = redis.url();
     let (code, out, err) = quotalease(&[
@@ -123,28 +150,146 @@ fn bench_runs_both_modes_and_counts_redis_commands() {
         "--threads",
         "2",
         "--duration",
-        "300ms",
+        "200ms",
         "--keys",
         "4",
     ]);
     assert_eq!(code, 0, "{err}");
-    let cols = |mode: &str| -> Vec<String> { line(&out, mode).split_whitespace().map(str::to_string).collect() };
-    for mode in ["lease", "exact"] {
-        let c = cols(&format!("{mode} "));
-        let admitted_per_s: f64 = c[1].parse().unwrap();
-        assert!(admitted_per_s > 0.0, "{out}");
-        assert_eq!(c[2], "0", "nothing denied under a limit of 1e9/s: {out}");
+    assert!(out.contains("lease_size 20 (refill_threshold 5)"), "{out}");
+    let rows = bench_rows(&out, "round-robin: round-robin over 4 keys");
+    for r in &rows {
+        assert!(num(&r[1]) > 0.0 && num(&r[2]) > 0.0, "{out}");
+        assert_eq!(r[3], "0", "nothing denied under a limit of 1e9/s: {out}");
     }
-    // Script calls per admitted request: exact makes one per request (the
-    // first may also load the script); lease one per lease of up to 20.
-    let per = |mode: &str| -> f64 {
-        let c = cols(&format!("{mode} "));
-        c[c.len() - 2].parse().unwrap()
-    };
-    assert!((1.0..1.01).contains(&per("exact")), "{out}");
-    assert!(per("lease") < 0.2, "{out}");
+    // Overshoot bound: 1 instance x lease_size for lease, none for the others.
+    assert_eq!([&rows[0][8], &rows[1][8], &rows[2][8]], ["20", "0", "0"], "{out}");
+    // Script calls per admitted request: exact and gcra make one per request
+    // (exact's first may also load its script; gcra's is loaded beforehand);
+    // lease one per lease of up to 20 tokens.
+    assert!((1.0..1.01).contains(&num(&rows[1][9])), "{out}");
+    assert_eq!(num(&rows[2][9]), 1.0, "{out}");
+    assert!(num(&rows[0][9]) < 0.2, "{out}");
+    // All commands: gcra's script runs TIME, GET and SET (4 with the EVALSHA).
+    assert!((4.0..4.01).contains(&num(&rows[2][10])), "{out}");
+    assert_eq!(rows[2][11], "1.0x", "gcra vs itself: {out}");
+    let gcra = line(&out, "  gcra commands:");
+    for c in ["evalsha", "get", "set", "time"] {
+        assert!(gcra.contains(&format!(" {c} ")), "{gcra}");
+    }
     assert!(line(&out, "  lease commands:").contains("evalsha"), "{out}");
-    assert!(out.contains("lease vs exact:"), "{out}");
+    for pair in ["lease vs gcra:", "exact vs gcra:", "lease vs exact:"] {
+        assert!(line(&out, pair).contains("the admitted/s"), "{out}");
+    }
+    assert!(
+        line(&out, "goals for lease (lease_size 20)").contains(">= 10x the admitted/s"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bench_on_hot_and_zipf_keys_admits_no_more_than_the_allowance() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("bench-chart-{}", std::process::id()));
+    let chart = dir.join("peers.svg");
+    // 50 per hour: each key's allowance is its 50 tokens (one more takes 72 s).
+    let args = |dist: &str, duration: &str, chart: &str| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "bench",
+            "--redis",
+            &url,
+            "--threads",
+            "2",
+            "--duration",
+            duration,
+            "--keys",
+            "8",
+            "--rate",
+            "50/hour",
+            "--lease-size",
+            "5",
+            "--dist",
+            dist,
+        ]
+        .map(String::from)
+        .to_vec();
+        if !chart.is_empty() {
+            v.extend(["--chart".to_string(), chart.to_string()]);
+        }
+        v
+    };
+    let run = |a: &[String]| quotalease(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let (code, out, err) = run(&args("hot,zipf", "150ms", chart.to_str().unwrap()));
+    assert_eq!(code, 0, "{err}");
+    for (head, keys) in [("hot: one hot key", 1.0), ("zipf: Zipf s=1.1 over 8 keys", 8.0)] {
+        let rows = bench_rows(&out, head);
+        for r in &rows {
+            let admitted = num(&r[1]);
+            assert!(admitted >= 1.0, "{head}: {r:?}");
+            assert!(
+                admitted <= 50.0 * keys,
+                "{head}: {} admitted above the allowance:\n{out}",
+                r[0]
+            );
+            assert!(num(&r[3]) > 0.0, "the limit binds: {out}");
+        }
+        assert_eq!([&rows[0][8], &rows[1][8], &rows[2][8]], ["5", "0", "0"], "{out}");
+    }
+    // On the hot key, the per-request designs admit exactly its 50 tokens
+    // once at least 50 requests were made.
+    let rows = bench_rows(&out, "hot: one hot key");
+    for r in &rows[1..] {
+        let (admitted, denied) = (num(&r[1]), num(&r[3]));
+        if admitted + denied >= 50.0 {
+            assert_eq!(admitted, 50.0, "{out}");
+        }
+    }
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{svg}");
+    for s in [
+        "admitted requests / s",
+        "Redis commands / admitted",
+        ">hot<",
+        ">zipf<",
+        "gcra (per-request GCRA Lua script)",
+    ] {
+        assert!(svg.contains(s), "the chart lacks {s:?}");
+    }
+    assert!(err.contains(&format!("chart: {}", chart.display())), "{err}");
+
+    // Markdown tables.
+    let (code, md, err) = quotalease(&[
+        "bench",
+        "--redis",
+        &url,
+        "--threads",
+        "1",
+        "--duration",
+        "20ms",
+        "--dist",
+        "hot",
+        "--markdown",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        md.contains("| strategy | admitted | admitted/s | denied | p50 | p99 |"),
+        "{md}"
+    );
+    assert!(md.contains("| gcra (per-request GCRA Lua script) | "), "{md}");
+    assert!(md.contains("Goals for lease"), "{md}");
+
+    // A chart that cannot be written: an error after the table.
+    let file = dir.join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let bad = file.join("c.svg");
+    let (code, out, err) = run(&args("hot", "20ms", bad.to_str().unwrap()));
+    assert_eq!(code, 1, "{err}");
+    assert!(out.contains("hot: one hot key"), "{out}");
+    assert!(
+        err.contains("error: cannot create") && err.contains("for the chart"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
