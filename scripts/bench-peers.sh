@@ -86,8 +86,8 @@ trips. The lease script also runs 4 commands inside (\`TIME\`, \`HMGET\`, \`HSET
 \`PEXPIRE\`) where the GCRA script runs 3, so counting every command the ceiling is
 20 × 4/5 = 16× at lease_size 20 and the default threshold gives 12.8×. Prefetching only
 when the lease is nearly empty (\`--refill-threshold 1\`) brings the full 20 tokens per
-call. That is the ceiling (20× round trips, 16× commands), and threads then wait for
-leases more often:
+call. That is the ceiling, 20× round trips and 16× commands, less the tokens still
+leased when a run ends:
 
 \`\`\`sh
 $ceil_cmd

@@ -398,6 +398,12 @@ fn ratio(x: f64) -> String {
     }
 }
 
+/// A factor with two decimals, rounded down, so that a factor just under a
+/// goal never reads as the goal.
+fn exact_ratio(x: f64) -> String {
+    format!("{:.2}x", (x * 100.0 + 1e-9).floor() / 100.0)
+}
+
 fn met(ok: bool) -> &'static str {
     if ok {
         "met"
@@ -452,11 +458,11 @@ impl Bench {
              >= {GOAL_THROUGHPUT:.0}x the admitted/s: {} ({})",
             self.lease_size,
             met(calls >= GOAL_FEWER_COMMANDS),
-            ratio(calls),
+            exact_ratio(calls),
             met(cmds >= GOAL_FEWER_COMMANDS),
-            ratio(cmds),
+            exact_ratio(cmds),
             met(thr >= GOAL_THROUGHPUT),
-            ratio(thr),
+            exact_ratio(thr),
         )
     }
 
@@ -595,6 +601,9 @@ mod tests {
         assert_eq!(ratio(0.8), "0.80x");
         assert_eq!(ratio(0.053), "0.053x");
         assert_eq!(ratio(0.00071), "0.00071x");
+        assert_eq!(exact_ratio(19.996), "19.99x");
+        assert_eq!(exact_ratio(20.0), "20.00x");
+        assert_eq!(exact_ratio(19.99), "19.99x");
         assert_eq!(capitalise("goals"), "Goals");
         assert!(is_client_call("evalsha") && is_client_call("script|load") && !is_client_call("get"));
     }
