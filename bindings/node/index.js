@@ -93,6 +93,12 @@ function headers(d) {
   )
 }
 
+/** Settles a cold acquire: the native side resolves with the numbers or an Error. */
+function completed(r) {
+  if (r instanceof Error) throw r
+  return decisionFromArray(r)
+}
+
 function decisionFromArray(a) {
   const c = a[0]
   return new Decision((c & 8) !== 0, a[1], a[2], a[3], a[4], a[5], REASONS[c & 7])
@@ -267,12 +273,17 @@ class Limiter extends EventEmitter {
    * call while the local lease holds enough tokens; otherwise waits for a
    * lease request (at most `backendTimeoutMs`) without blocking the event loop.
    */
-  async acquire(key, cost) {
-    const p = cost === undefined ? this.#acquireAsync(key) : this.#acquireAsync(key, cost)
-    if (p === undefined) return this.#decision()
-    const r = await p
-    if (r instanceof Error) throw r
-    return decisionFromArray(r)
+  acquire(key, cost) {
+    // Not an `async` function: the hot path returns an already resolved
+    // Promise without the async-function machinery; errors still reject.
+    let p
+    try {
+      p = cost === undefined ? this.#acquireAsync(key) : this.#acquireAsync(key, cost)
+    } catch (err) {
+      return Promise.reject(err)
+    }
+    if (p === undefined) return Promise.resolve(this.#decision())
+    return p.then(completed)
   }
 
   /**

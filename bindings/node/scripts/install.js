@@ -76,10 +76,11 @@ function requireCargo() {
 }
 
 /** cargo build; returns the path of the built cdylib. */
-function cargoBuild(manifestPath) {
+function cargoBuild(manifestPath, targetDir) {
+  const extra = targetDir ? ['--target-dir', targetDir] : []
   const r = spawnSync(
     'cargo',
-    ['build', '--release', '-p', 'quotalease-node', '--manifest-path', manifestPath, '--message-format=json-render-diagnostics'],
+    ['build', '--release', '-p', 'quotalease-node', '--manifest-path', manifestPath, '--message-format=json-render-diagnostics', ...extra],
     { stdio: ['ignore', 'pipe', 'inherit'], encoding: 'utf8', maxBuffer: 256 * 1024 * 1024 },
   )
   if (r.error) throw r.error
@@ -140,7 +141,11 @@ function main() {
       process.exit(1)
     }
     requireCargo()
-    install(cargoBuild(manifest))
+    // Build in a scratch target dir (unless CARGO_TARGET_DIR says where) and
+    // drop it afterwards: only the addon is needed, not ~300 MB of objects.
+    const scratch = process.env.CARGO_TARGET_DIR ? null : path.join(pkgDir, 'rust', 'target')
+    install(cargoBuild(manifest, scratch))
+    if (scratch) fs.rmSync(scratch, { recursive: true, force: true })
   }
   if (!addonLoads()) {
     log('the addon was built but does not load; please report this with the output above')

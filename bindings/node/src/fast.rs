@@ -166,7 +166,7 @@ unsafe fn args<'b>(
             }),
         ));
     }
-    if !(cost.is_finite() && cost >= 0.0 && cost <= MAX_SAFE && cost.fract() == 0.0) {
+    if !(cost.is_finite() && (0.0..=MAX_SAFE).contains(&cost) && cost.fract() == 0.0) {
         return Err(Thrown::Range(
             c"ERR_QUOTALEASE_INVALID_COST",
             format!("invalid cost {cost}: the cost must be a whole number >= 1"),
@@ -240,7 +240,7 @@ unsafe fn acquire_async(env: sys::napi_env, shared: &Shared, key: &str, cost: u6
         .create_deferred()
         .map_err(|e| Thrown::Plain(c"ERR_QUOTALEASE_BACKEND", e.reason.clone()))?;
     *g = Meet::Waiting(deferred);
-    let raw = unsafe { ToNapiValue::to_napi_value(env.raw(), &promise) }
+    let raw = unsafe { ToNapiValue::to_napi_value(env.raw(), promise) }
         .map_err(|e| Thrown::Plain(c"ERR_QUOTALEASE_BACKEND", e.reason.clone()))?;
     Ok(raw)
 }

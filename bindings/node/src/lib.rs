@@ -49,7 +49,7 @@ pub(crate) const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
 
 /// A JS number that must be a whole number in 0..=2^53-1.
 fn whole(v: f64, code: &str, what: &str) -> JsResult<u64> {
-    if v.is_finite() && v >= 0.0 && v <= MAX_SAFE && v.fract() == 0.0 {
+    if v.is_finite() && (0.0..=MAX_SAFE).contains(&v) && v.fract() == 0.0 {
         Ok(v as u64)
     } else {
         Err(bad(code, format!("`{what}` must be a whole number >= 0 (got {v})")))
