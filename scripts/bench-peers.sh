@@ -74,6 +74,7 @@ $main_cmd
 \`\`\`
 
 $main
+
 ![quotalease lease vs exact vs per-request GCRA: admitted/s and Redis commands per admitted request](peers.svg)
 
 **Reading the goals.** The issue asks for ≥ 20× fewer Redis commands per admitted
@@ -94,6 +95,7 @@ $ceil_cmd
 \`\`\`
 
 $ceil
+
 Throughput on the hot key is capped by lease round trips: one lease is in flight per
 key at a time, each bringing at most lease_size tokens, so admitted/s ≈ tokens per
 call / lease round-trip time, and that round trip varies with the load on this shared
