@@ -30,7 +30,10 @@ fn main() {
     let limiter = Limiter::new(cfg).unwrap();
     let events = Arc::new(Mutex::new(Vec::<String>::new()));
     let ev = events.clone();
-    limiter.on_event(move |e| ev.lock().unwrap().push(e.kind.as_str().to_string()));
+    limiter.on_event(move |e| {
+        eprintln!("event: {e}");
+        ev.lock().unwrap().push(e.kind.as_str().to_string())
+    });
     let keys: Vec<String> = job["keys"]
         .as_array()
         .unwrap()

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
 /// First probe delay after the circuit opens, and the cap of the backoff.
 const BACKOFF_MIN_MS: u64 = 50;
-const BACKOFF_MAX_MS: u64 = 5_000;
+const BACKOFF_MAX_MS: u64 = 1_000;
 
 pub(crate) struct Circuit {
     open: AtomicBool,

@@ -1089,17 +1089,28 @@ impl Inner {
             }
         }
         let mut failure: Option<String> = None;
+        // Set when a whole round trip failed: then the leases of this batch
+        // fail at once rather than wait out a second timeout.
+        let mut transport_failed = false;
         // Give-backs first: tokens returned can serve the leases of the same batch.
         if !backs.is_empty() {
             Counters::add(&self.counters.backend_calls, backs.len() as u64);
             match auth.give_back_batch(&backs, now).await {
-                Ok(_) => {
-                    let total: u64 = backs.iter().map(|b| b.tokens).sum();
-                    Counters::add(&self.counters.tokens_returned, total);
+                Ok(results) => {
+                    for (call, r) in backs.iter().zip(results) {
+                        match r {
+                            Ok(_) => Counters::add(&self.counters.tokens_returned, call.tokens),
+                            Err(err) => {
+                                Counters::add(&self.counters.backend_errors, 1);
+                                failure = Some(err);
+                            }
+                        }
+                    }
                 }
                 Err(err) => {
                     Counters::add(&self.counters.backend_errors, backs.len() as u64);
                     failure = Some(err);
+                    transport_failed = true;
                 }
             }
         }
@@ -1113,37 +1124,40 @@ impl Inner {
                     need: *need,
                 })
                 .collect();
-            let res = match &failure {
-                // The give-backs just failed: do not wait out a second timeout.
-                Some(err) => Err(err.clone()),
-                None => {
+            let res = match (&failure, transport_failed) {
+                (Some(err), true) => Err(err.clone()),
+                _ => {
                     Counters::add(&self.counters.backend_calls, calls.len() as u64);
                     auth.lease_batch(&calls, now).await
                 }
             };
             let t = self.clock.precise();
-            match res {
-                Ok(grants) => {
-                    for ((e, _, need, reply), g) in leases.into_iter().zip(grants) {
-                        match reply {
-                            Some(r) => r.send(Ok(g)),
-                            None => self.apply_grant(&e, g, need, t),
-                        }
-                        e.in_flight.store(false, Release);
-                    }
-                }
+            // Per-call failures count one error each; a failed round trip
+            // counts every call it carried (none when it was never sent).
+            let (results, count_each): (Vec<Result<Grant, String>>, bool) = match res {
+                Ok(results) => (results, true),
                 Err(err) => {
-                    if failure.is_none() {
+                    if !transport_failed {
                         Counters::add(&self.counters.backend_errors, calls.len() as u64);
                     }
-                    for (e, _, _, reply) in leases {
-                        if let Some(r) = reply {
-                            r.send(Err(err.clone()));
-                        }
-                        e.in_flight.store(false, Release);
-                    }
-                    failure = Some(err);
+                    (vec![Err(err); calls.len()], false)
                 }
+            };
+            for ((e, _, need, reply), r) in leases.into_iter().zip(results) {
+                match (r, reply) {
+                    (Ok(g), Some(reply)) => reply.send(Ok(g)),
+                    (Ok(g), None) => self.apply_grant(&e, g, need, t),
+                    (Err(err), reply) => {
+                        if count_each {
+                            Counters::add(&self.counters.backend_errors, 1);
+                        }
+                        if let Some(reply) = reply {
+                            reply.send(Err(err.clone()));
+                        }
+                        failure = Some(err);
+                    }
+                }
+                e.in_flight.store(false, Release);
             }
         }
         let t = self.clock.precise();

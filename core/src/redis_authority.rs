@@ -205,15 +205,23 @@ impl RedisAuthority {
         Ok(self.conn.as_mut().expect("connection was just set"))
     }
 
-    /// Run `cmds` (EVALSHA calls): standalone as one pipelined round trip,
-    /// cluster as concurrent calls (each routed to its key's slot owner).
-    /// On NOSCRIPT the batch is retried once with EVAL, which also caches the
-    /// script on that node.
-    async fn run(&mut self, build: impl Fn(bool) -> Vec<Cmd>) -> Result<Vec<Value>, String> {
+    /// Run one script call per index (`build(eval, indices)` makes the
+    /// commands): standalone as one pipelined round trip, cluster as
+    /// concurrent calls (each routed to its key's slot owner). Results are per
+    /// call: only the calls that got NOSCRIPT are sent again, with EVAL (which
+    /// also caches the script on that node), so no call ever runs twice.
+    /// `Err` means the round trip itself failed (no call's outcome is known).
+    async fn run(
+        &mut self,
+        n: usize,
+        build: impl Fn(bool, &[usize]) -> Vec<Cmd>,
+    ) -> Result<Vec<Result<Value, String>>, String> {
         let timeout = self.timeout;
+        let mut out: Vec<Option<Result<Value, String>>> = (0..n).map(|_| None).collect();
+        let mut todo: Vec<usize> = (0..n).collect();
         let mut use_eval = false;
-        loop {
-            let cmds = build(use_eval);
+        while !todo.is_empty() {
+            let cmds = build(use_eval, &todo);
             // The whole connection set-up is bounded too: a black-holed or
             // paused server must not stall the broker (and every key behind it).
             let conn = match tokio::time::timeout(timeout, self.connect()).await {
@@ -227,54 +235,61 @@ impl RedisAuthority {
                 match conn {
                     Conn::Single(c) => {
                         let mut pipe = redis::pipe();
+                        pipe.ignore_errors();
                         for cmd in &cmds {
                             pipe.add_command(cmd.clone());
                         }
-                        pipe.query_async::<Vec<Value>>(c).await
+                        pipe.query_async::<Vec<redis::RedisResult<Value>>>(c).await
                     }
                     Conn::Cluster(c) => {
                         let futs = cmds.iter().map(|cmd| {
                             let mut c = c.clone();
                             async move { c.req_packed_command(cmd).await }
                         });
-                        join_all(futs).await.into_iter().collect::<Result<Vec<_>, _>>()
+                        Ok(join_all(futs).await)
                     }
                 }
             };
-            let res = match tokio::time::timeout(timeout, fut).await {
-                Ok(r) => r,
+            let replies = match tokio::time::timeout(timeout, fut).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    // Whatever failed (a dropped or half-closed connection
+                    // reports itself in several ways, e.g. "broken pipe"),
+                    // the next attempt starts from a fresh connection.
+                    self.conn = None;
+                    return Err(err_text(&e));
+                }
                 Err(_) => {
                     self.conn = None;
                     return Err(format!("timed out after {} ms", timeout.as_millis()));
                 }
             };
-            match res {
-                Ok(values) => {
-                    // A script error inside a pipeline comes back as a value.
-                    if let Some(e) = values.iter().find_map(|v| match v {
-                        Value::ServerError(e) => Some(e.clone()),
-                        _ => None,
-                    }) {
-                        let e: RedisError = e.into();
-                        if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) && !use_eval {
-                            use_eval = true;
-                            continue;
+            let mut retry = Vec::new();
+            for (&idx, reply) in todo.iter().zip(replies) {
+                let reply = match reply {
+                    Ok(Value::ServerError(e)) => Err(RedisError::from(e)),
+                    other => other,
+                };
+                match reply {
+                    Ok(v) => out[idx] = Some(Ok(v)),
+                    Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) && !use_eval => {
+                        retry.push(idx)
+                    }
+                    Err(e) => {
+                        if !matches!(e.kind(), ErrorKind::Server(_)) {
+                            self.conn = None;
                         }
-                        return Err(err_text(&e));
+                        out[idx] = Some(Err(err_text(&e)));
                     }
-                    return Ok(values);
-                }
-                Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) && !use_eval => {
-                    use_eval = true;
-                }
-                Err(e) => {
-                    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error() {
-                        self.conn = None;
-                    }
-                    return Err(err_text(&e));
                 }
             }
+            todo = retry;
+            use_eval = true;
         }
+        Ok(out
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Err("no reply".into())))
+            .collect())
     }
 
     fn script_cmd(script: &Lua, eval: bool, key: &str, args: [u64; 4], now: Option<u64>) -> Cmd {
@@ -295,14 +310,19 @@ impl RedisAuthority {
         cmd
     }
 
-    pub async fn lease_batch(&mut self, calls: &[LeaseCall], now: Option<u64>) -> Result<Vec<Grant>, String> {
+    /// One lease script call per entry; per-call results (see [`Self::run`]).
+    pub async fn lease_batch(
+        &mut self,
+        calls: &[LeaseCall],
+        now: Option<u64>,
+    ) -> Result<Vec<Result<Grant, String>>, String> {
         let prefix = self.prefix.clone();
         let lease = self.scripts.lease.clone();
-        let values = self
-            .run(|eval| {
-                calls
-                    .iter()
-                    .map(|c| {
+        let replies = self
+            .run(calls.len(), |eval, idx| {
+                idx.iter()
+                    .map(|&i| {
+                        let c = &calls[i];
                         Self::script_cmd(
                             &lease,
                             eval,
@@ -314,28 +334,33 @@ impl RedisAuthority {
                     .collect()
             })
             .await?;
-        values
+        Ok(replies
             .into_iter()
-            .map(|v| {
+            .map(|r| {
                 let (granted, remaining, wait_ms): (u64, u64, u64) =
-                    redis::from_redis_value(v).map_err(|e| format!("unexpected reply from the lease script: {e}"))?;
+                    redis::from_redis_value(r?).map_err(|e| format!("unexpected reply from the lease script: {e}"))?;
                 Ok(Grant {
                     granted,
                     remaining,
                     wait_ms,
                 })
             })
-            .collect()
+            .collect())
     }
 
-    pub async fn give_back_batch(&mut self, calls: &[GiveBackCall], now: Option<u64>) -> Result<Vec<u64>, String> {
+    /// One give-back script call per entry; per-call results.
+    pub async fn give_back_batch(
+        &mut self,
+        calls: &[GiveBackCall],
+        now: Option<u64>,
+    ) -> Result<Vec<Result<u64, String>>, String> {
         let prefix = self.prefix.clone();
         let script = self.scripts.give_back.clone();
-        let values = self
-            .run(|eval| {
-                calls
-                    .iter()
-                    .map(|c| {
+        let replies = self
+            .run(calls.len(), |eval, idx| {
+                idx.iter()
+                    .map(|&i| {
+                        let c = &calls[i];
                         Self::script_cmd(
                             &script,
                             eval,
@@ -347,10 +372,12 @@ impl RedisAuthority {
                     .collect()
             })
             .await?;
-        values
+        Ok(replies
             .into_iter()
-            .map(|v| redis::from_redis_value(v).map_err(|e| format!("unexpected reply from the give-back script: {e}")))
-            .collect()
+            .map(|r| {
+                redis::from_redis_value(r?).map_err(|e| format!("unexpected reply from the give-back script: {e}"))
+            })
+            .collect())
     }
 
     /// The raw stored fields of a key and its PTTL, for `inspect`.

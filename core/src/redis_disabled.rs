@@ -34,11 +34,19 @@ impl RedisAuthority {
         RedisAuthority
     }
 
-    pub async fn lease_batch(&mut self, _calls: &[LeaseCall], _now: Option<u64>) -> Result<Vec<Grant>, String> {
+    pub async fn lease_batch(
+        &mut self,
+        _calls: &[LeaseCall],
+        _now: Option<u64>,
+    ) -> Result<Vec<Result<Grant, String>>, String> {
         Err(NO_REDIS.into())
     }
 
-    pub async fn give_back_batch(&mut self, _calls: &[GiveBackCall], _now: Option<u64>) -> Result<Vec<u64>, String> {
+    pub async fn give_back_batch(
+        &mut self,
+        _calls: &[GiveBackCall],
+        _now: Option<u64>,
+    ) -> Result<Vec<Result<u64, String>>, String> {
         Err(NO_REDIS.into())
     }
 

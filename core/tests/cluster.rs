@@ -49,3 +49,47 @@ fn cluster_spreads_keys_and_survives_failover() {
     assert!(l.metrics().backend_calls > before);
     l.close().unwrap();
 }
+
+/// Scripts load per node: a batch spanning nodes where some have the script
+/// cached and some answer NOSCRIPT must run every call exactly once. With a
+/// manual clock nothing refills, so Redis' books must match the limiter's.
+#[test]
+fn mixed_noscript_batches_run_every_call_once() {
+    let cluster = RedisCluster::start();
+    let p = unique("ns");
+    let l = Limiter::builder()
+        .url(cluster.url())
+        .key_prefix(&p)
+        .limit(100)
+        .window_ms(60_000)
+        .lease_size(10)
+        .clock(quotalease::ClockKind::Manual { start_ms: 1_000_000 })
+        .build()
+        .unwrap();
+    // The lease script gets cached on k0's node only.
+    assert_eq!(l.try_acquire("k0", 1).unwrap().reason, Reason::Pending);
+    l.settle().unwrap();
+    // One batch of lease requests over every node (try_acquire never waits).
+    let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        l.try_acquire(k, 1).unwrap();
+    }
+    l.settle().unwrap();
+    // Give-backs (a script no node has yet) in one batch with new leases.
+    l.flush().unwrap();
+    for k in &keys {
+        l.try_acquire(k, 1).unwrap();
+    }
+    l.settle().unwrap();
+    let m = l.metrics();
+    assert_eq!(m.backend_errors, 0, "{m:?}");
+    let mut stored = 0u64;
+    for k in &keys {
+        let c: u64 = cluster
+            .cli(cluster.ports[0], &["-c", "HGET", &format!("{p}:{{{k}}}"), "c"])
+            .parse()
+            .unwrap();
+        stored += c / 60_000;
+    }
+    assert_eq!(stored, 40 * 100 - (m.tokens_leased - m.tokens_returned), "{m:?}");
+}

@@ -34,7 +34,8 @@ def faultproxy(*args):
 
 
 def cli(port, *args):
-    return sh("redis-cli", "-p", str(port), *map(str, args))
+    # -c follows cluster redirections (harmless on a standalone server).
+    return sh("redis-cli", "-c", "-p", str(port), *map(str, args))
 
 
 def redis_ms(port):
@@ -61,7 +62,7 @@ def worker_cmd(lang):
 class Fleet:
     """Workers for one scenario: two of some languages, uneven load."""
 
-    def __init__(self, langs, url, prefix, duration_ms, start_at=None, policy="static-share"):
+    def __init__(self, langs, url, prefix, duration_ms, start_at=None, policy="static-share", timeout_ms=200):
         self.procs = []
         # Leave time for every runtime to load before the synchronized start.
         self.start_at = start_at or int(time.time() * 1000) + 3000
@@ -86,7 +87,7 @@ class Fleet:
                 "lease_size": LEASE,
                 "on_backend_failure": policy,
                 "expected_replicas": self.n,
-                "backend_timeout_ms": 100,
+                "backend_timeout_ms": timeout_ms,
                 "start_at_ms": self.start_at,
                 "duration_ms": duration_ms,
             }
@@ -114,6 +115,7 @@ class Fleet:
             lines = [line for line in stdout.splitlines() if line.startswith("{")]
             assert lines, f"{name} printed no result: {stdout[-500:]} {stderr[-500:]}"
             out[name] = json.loads(lines[-1])
+            out[name]["stderr"] = stderr[-3000:]
         return out
 
 
@@ -133,14 +135,22 @@ def empty_buckets(port, prefix, t0):
         cli(port, "PEXPIRE", f"{prefix}:{{{k}}}", 600000)
 
 
-def check_steady(langs, duration_ms):
-    port = redisctl("start")
+def check_steady(langs, duration_ms, cluster=False):
+    if cluster:
+        ports = redisctl("cluster-start", 3, 1).split()
+        port = int(ports[0])
+        url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports[:3])
+    else:
+        port = redisctl("start")
+        url = f"redis://127.0.0.1:{port}"
     try:
         prefix = f"sys{os.getpid()}"
         # Redis and this driver read the same system clock.
         t0 = redis_ms(port) + 3000
         empty_buckets(port, prefix, t0)
-        fleet = Fleet(langs, f"redis://127.0.0.1:{port}", prefix, duration_ms, start_at=t0)
+        # Timeouts are not the subject here: a patient bound keeps a loaded
+        # machine from turning slow calls into fallback decisions.
+        fleet = Fleet(langs, url, prefix, duration_ms, start_at=t0, timeout_ms=2000)
         res = fleet.results()
         t_end = redis_ms(port)
         per_key = {k: sum(r["admitted"].get(k, 0) for r in res.values()) for k in KEYS}
@@ -149,6 +159,8 @@ def check_steady(langs, duration_ms):
         admitted = sum(r["metrics"]["admitted"] for r in res.values())
         bound_extra = fleet.n * LEASE
         report = []
+        for name, r in res.items():
+            assert r["metrics"]["backend_errors"] == 0, f"{name} had backend errors: {r['metrics']}"
         for k in KEYS:
             # Tokens the bucket could have produced since T0 (it started empty).
             allowance = (t_end - t0) * LIMIT // WINDOW_MS
@@ -181,7 +193,7 @@ def check_steady(langs, duration_ms):
         report.append(f"{len(res)} processes, backend calls {calls} for {admitted} admitted")
         return report
     finally:
-        redisctl("stop", port)
+        redisctl("cluster-stop" if cluster else "stop", port)
 
 
 def fault_fleet(langs, duration_ms, inject, via_proxy=False):
@@ -197,10 +209,10 @@ def fault_fleet(langs, duration_ms, inject, via_proxy=False):
             assert r["closed"] is not None
             ev = r["events"]
             assert "degraded" in ev, f"{name} saw no degraded event: {ev}"
-            assert "recovered" in ev, f"{name} never recovered: {ev}"
+            assert "recovered" in ev, f"{name} never recovered: {ev}; metrics {r['metrics']} reasons {r['reasons']}; its log: {r['stderr']}"
             assert r["reasons"].get("fallback", 0) > 0, f"{name}: {r['reasons']}"
             assert r["reasons"].get("lease", 0) > 0, f"{name}: {r['reasons']}"
-            assert r["metrics"]["fallback_active"] == 0, f"{name} still degraded at the end"
+            assert r["metrics"]["fallback_active"] == 0, f"{name} still degraded at the end: {r['metrics']} {r['stderr']}"
         total = {k: sum(r["admitted"].get(k, 0) for r in res.values()) for k in KEYS}
         slowest = max(r["max_acquire_ms"] for r in res.values())
         return notes + [f"admitted {total} by {len(res)} processes; slowest acquire {slowest} ms"]
@@ -250,6 +262,7 @@ def main():
     d = int(a.duration_s * 1000)
     checks = [
         ("steady fleet: bound, budget used, books balance", lambda: check_steady(langs, d)),
+        ("steady fleet on a 3-master Redis Cluster: same checks", lambda: check_steady(langs, d, cluster=True)),
         ("redis killed and restarted empty", lambda: fault_fleet(langs, d, kill_and_restart)),
         ("redis paused", lambda: fault_fleet(langs, d, pause_and_resume)),
         ("tcp proxy latency, black hole, resets", lambda: fault_fleet(langs, d, proxy_faults, via_proxy=True)),
