@@ -74,6 +74,11 @@ fn main() {
             std::thread::sleep(pause);
         }
     }
+    for k in &keys {
+        if let Ok(i) = limiter.inspect(k) {
+            eprintln!("inspect {k}: {i:?}");
+        }
+    }
     let closed = limiter.close().is_ok();
     let m = limiter.metrics();
     let metrics: BTreeMap<_, _> = m.fields().iter().map(|f| (f.0, f.3)).collect();

@@ -7,10 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 /// First probe delay after the circuit opens, and the cap of the backoff.
 const BACKOFF_MIN_MS: u64 = 50;
 const BACKOFF_MAX_MS: u64 = 1_000;
+/// A probe outstanding this long is presumed lost and another may go out.
+const PROBE_STALE_MS: u64 = 2_000;
 
 pub(crate) struct Circuit {
     open: AtomicBool,
     probing: AtomicBool,
+    probe_since: AtomicU64,
     next_probe: AtomicU64,
     backoff: AtomicU64,
 }
@@ -27,6 +30,7 @@ impl Default for Circuit {
         Circuit {
             open: AtomicBool::new(false),
             probing: AtomicBool::new(false),
+            probe_since: AtomicU64::new(0),
             next_probe: AtomicU64::new(0),
             backoff: AtomicU64::new(BACKOFF_MIN_MS),
         }
@@ -49,7 +53,20 @@ impl Circuit {
 
     /// While open: true for exactly one caller once the backoff has passed.
     pub fn take_probe(&self, now: u64) -> bool {
-        self.is_open() && now >= self.next_probe.load(Relaxed) && !self.probing.swap(true, AcqRel)
+        if !self.is_open() || now < self.next_probe.load(Relaxed) {
+            return false;
+        }
+        if !self.probing.swap(true, AcqRel) {
+            self.probe_since.store(now, Relaxed);
+            return true;
+        }
+        // A probe that never reported back (its key already had a request in
+        // flight, or the request was lost) must not stop probing for good.
+        if now.saturating_sub(self.probe_since.load(Relaxed)) >= PROBE_STALE_MS {
+            self.probe_since.store(now, Relaxed);
+            return true;
+        }
+        false
     }
 
     pub fn on_success(&self) -> Option<Transition> {

@@ -17,6 +17,8 @@ pub(crate) struct Entry {
     pub denied: AtomicU64,
     /// A lease request for this key is in flight.
     pub in_flight: AtomicBool,
+    /// Clock reading when the in-flight request started (stale-request guard).
+    pub in_flight_since: AtomicU64,
     /// The entry left the table; tokens granted to it go straight back.
     pub retired: AtomicBool,
     /// Until this clock reading the authority said: empty (denials are local).
@@ -39,6 +41,7 @@ impl Entry {
             admitted: AtomicU64::new(0),
             denied: AtomicU64::new(0),
             in_flight: AtomicBool::new(false),
+            in_flight_since: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             exhausted_until: AtomicU64::new(0),
             exhausted_need: AtomicU64::new(1),

@@ -601,9 +601,17 @@ impl Inner {
     /// Send a lease request for `e` (want, need) unless one is in flight.
     /// Memory authorities answer inline. Returns false if one was in flight.
     fn start_lease(&self, e: &Arc<Entry>, want: u64, need: u64) -> bool {
+        let now = self.clock.coarse();
         if e.in_flight.swap(true, AcqRel) {
-            return false;
+            // Every request is bounded by the backend timeout; one in flight
+            // for far longer was lost somewhere: do not let it block the key.
+            let stale = self.r.cfg.backend_timeout_ms * 4 + 1_000;
+            if now.saturating_sub(e.in_flight_since.load(Relaxed)) < stale || self.clock.is_manual() {
+                return false;
+            }
+            tracing::warn!(key = %e.key, "quotalease: a lease request was lost; sending a new one");
         }
+        e.in_flight_since.store(now, Relaxed);
         match &self.backend {
             Backend::Memory(auth) => {
                 let p = self.authority_policy(e.policy());
