@@ -310,30 +310,34 @@ impl RedisAuthority {
         cmd
     }
 
-    /// One lease script call per entry; per-call results (see [`Self::run`]).
+    /// One call of `script` per (key, args); per-call results (see [`Self::run`]).
+    async fn script_batch(
+        &mut self,
+        script: &Lua,
+        calls: Vec<(String, [u64; 4])>,
+        now: Option<u64>,
+    ) -> Result<Vec<Result<Value, String>>, String> {
+        let prefix = self.prefix.clone();
+        self.run(calls.len(), |eval, idx| {
+            idx.iter()
+                .map(|&i| Self::script_cmd(script, eval, &Self::redis_key(&prefix, &calls[i].0), calls[i].1, now))
+                .collect()
+        })
+        .await
+    }
+
+    /// One lease script call per entry; per-call results.
     pub async fn lease_batch(
         &mut self,
         calls: &[LeaseCall],
         now: Option<u64>,
     ) -> Result<Vec<Result<Grant, String>>, String> {
-        let prefix = self.prefix.clone();
-        let lease = self.scripts.lease.clone();
-        let replies = self
-            .run(calls.len(), |eval, idx| {
-                idx.iter()
-                    .map(|&i| {
-                        let c = &calls[i];
-                        Self::script_cmd(
-                            &lease,
-                            eval,
-                            &Self::redis_key(&prefix, &c.key),
-                            [c.policy.limit, c.policy.window_ms, c.want, c.need],
-                            now,
-                        )
-                    })
-                    .collect()
-            })
-            .await?;
+        let script = self.scripts.lease.clone();
+        let args = calls
+            .iter()
+            .map(|c| (c.key.clone(), [c.policy.limit, c.policy.window_ms, c.want, c.need]))
+            .collect();
+        let replies = self.script_batch(&script, args, now).await?;
         Ok(replies
             .into_iter()
             .map(|r| {
@@ -354,24 +358,12 @@ impl RedisAuthority {
         calls: &[GiveBackCall],
         now: Option<u64>,
     ) -> Result<Vec<Result<u64, String>>, String> {
-        let prefix = self.prefix.clone();
         let script = self.scripts.give_back.clone();
-        let replies = self
-            .run(calls.len(), |eval, idx| {
-                idx.iter()
-                    .map(|&i| {
-                        let c = &calls[i];
-                        Self::script_cmd(
-                            &script,
-                            eval,
-                            &Self::redis_key(&prefix, &c.key),
-                            [c.policy.limit, c.policy.window_ms, c.tokens, 0],
-                            now,
-                        )
-                    })
-                    .collect()
-            })
-            .await?;
+        let args = calls
+            .iter()
+            .map(|c| (c.key.clone(), [c.policy.limit, c.policy.window_ms, c.tokens, 0]))
+            .collect();
+        let replies = self.script_batch(&script, args, now).await?;
         Ok(replies
             .into_iter()
             .map(|r| {
