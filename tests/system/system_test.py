@@ -22,7 +22,10 @@ WORKERS = pathlib.Path(__file__).resolve().parent / "workers"
 
 
 def sh(*args):
-    return subprocess.run(args, check=True, capture_output=True, text=True).stdout.strip()
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
+    return r.stdout.strip()
 
 
 def redisctl(*args):
