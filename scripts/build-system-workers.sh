@@ -8,7 +8,8 @@ root=$PWD
 out=tests/system/workers/build
 mkdir -p "$out"
 
-cargo build -q -p quotalease --example system_worker
+# Release, as services run it (make install below builds the same dependencies).
+cargo build -q --release -p quotalease --example system_worker
 
 prefix="$root/target/system-prefix"
 make -s install PREFIX="$prefix"

@@ -86,7 +86,16 @@ impl Broker {
                         }
                     }
                     let Some(inner) = weak.upgrade() else { break };
-                    inner.run_batch(&mut auth, std::mem::take(&mut batch)).await;
+                    let n = batch.len() as u64;
+                    // Every round trip inside is bounded; this outer bound
+                    // guarantees the loop itself can never stall on one batch.
+                    let guard = Duration::from_millis(inner.r.cfg.backend_timeout_ms * 4 + 1_000);
+                    let run = inner.run_batch(&mut auth, std::mem::take(&mut batch));
+                    if tokio::time::timeout(guard, run).await.is_err() {
+                        tracing::error!("quotalease: a backend batch did not finish in {guard:?}; abandoned");
+                        auth.reset();
+                        inner.abandon_batch(n);
+                    }
                 }
             });
             tx

@@ -1194,6 +1194,20 @@ impl Inner {
         self.wake_all();
     }
 
+    /// The broker gave up on a batch of `n` jobs: count it as a failure so
+    /// callers apply the policy and probing goes on. Its keys' requests are
+    /// replaced once stale (see `start_lease`).
+    pub(crate) fn abandon_batch(&self, n: u64) {
+        Counters::add(&self.counters.backend_errors, n);
+        if self.circuit.on_failure(self.clock.precise()) == Some(Transition::Opened) {
+            self.transition(EventKind::Degraded, "a backend batch never finished; abandoned".into());
+        }
+        let _ = self
+            .pending_jobs
+            .fetch_update(AcqRel, Acquire, |p| Some(p.saturating_sub(n)));
+        self.wake_all();
+    }
+
     fn transition(&self, kind: EventKind, message: String) {
         Counters::add(&self.counters.fallback_transitions, 1);
         match kind {

@@ -162,6 +162,11 @@ impl RedisAuthority {
         }
     }
 
+    /// Forget the connection (the next call reconnects).
+    pub fn reset(&mut self) {
+        self.conn = None;
+    }
+
     /// The Redis key of a limiter key.
     pub fn redis_key(prefix: &str, key: &str) -> String {
         format!("{prefix}:{{{key}}}")

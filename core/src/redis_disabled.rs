@@ -34,6 +34,8 @@ impl RedisAuthority {
         RedisAuthority
     }
 
+    pub fn reset(&mut self) {}
+
     pub async fn lease_batch(
         &mut self,
         _calls: &[LeaseCall],

@@ -50,7 +50,7 @@ def worker_cmd(lang):
     """The command that runs one worker of `lang` (the job JSON is appended)."""
     venv_py = ROOT / ".venv" / "bin" / "python"
     cmds = {
-        "rust": [str(ROOT / "target" / "debug" / "examples" / "system_worker")],
+        "rust": [str(ROOT / "target" / "release" / "examples" / "system_worker")],
         "c": [str(WORKERS / "build" / "worker_c")],
         "go": [str(WORKERS / "build" / "worker_go")],
         "python": [str(venv_py if venv_py.exists() else sys.executable), str(WORKERS / "worker.py")],
@@ -65,7 +65,7 @@ def worker_cmd(lang):
 class Fleet:
     """Workers for one scenario: two of some languages, uneven load."""
 
-    def __init__(self, langs, url, prefix, duration_ms, start_at=None, policy="static-share", timeout_ms=200):
+    def __init__(self, langs, url, prefix, duration_ms, start_at=None, policy="static-share", timeout_ms=300):
         self.procs = []
         # Leave time for every runtime to load before the synchronized start.
         self.start_at = start_at or int(time.time() * 1000) + 3000
@@ -84,7 +84,7 @@ class Fleet:
                 # Uneven: worker i sends (1 + 3i) hot requests per warm one,
                 # and paces itself differently.
                 "weights": [1 + 3 * (i % 4), 1],
-                "pause_us": [0, 50, 200, 1000][i % 4],
+                "pause_us": [5, 50, 200, 1000][i % 4],
                 "limit": LIMIT,
                 "window_ms": WINDOW_MS,
                 "lease_size": LEASE,
