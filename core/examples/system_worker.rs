@@ -14,6 +14,12 @@ fn now_ms() -> u64 {
 }
 
 fn main() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let job: Value = serde_json::from_str(&std::env::args().nth(1).expect("job JSON")).expect("valid JSON");
     let n = |k: &str| job[k].as_u64().unwrap_or_else(|| panic!("{k}"));
     let cfg = Config {
@@ -53,20 +59,30 @@ fn main() {
         .collect();
     let pause = Duration::from_micros(n("pause_us"));
     let (start, end) = (n("start_at_ms"), n("start_at_ms") + n("duration_ms"));
+    let (slot_ms, settle_end) = (n("slot_ms"), end + n("settle_ms"));
     while now_ms() < start {
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut admitted: BTreeMap<&str, u64> = BTreeMap::new();
     let mut reasons: BTreeMap<&'static str, u64> = BTreeMap::new();
+    // (slot, key, reason) -> [admitted, denied]
+    let mut timeline: BTreeMap<(u64, &str, &'static str), [u64; 2]> = BTreeMap::new();
     let mut i = 0usize;
     let mut max_ms = 0u64;
-    while now_ms() < end {
+    loop {
+        let t = now_ms();
+        // Past the deadline, go on while degraded: recovery is awaited, not timed.
+        if t >= settle_end || (t >= end && limiter.metrics().fallback_active == 0) {
+            break;
+        }
         let key = schedule[i % schedule.len()];
         i += 1;
-        let t = now_ms();
         let d = limiter.acquire(key, 1).unwrap();
         max_ms = max_ms.max(now_ms() - t);
         *reasons.entry(d.reason.as_str()).or_default() += 1;
+        timeline
+            .entry(((t - start) / slot_ms, key.as_str(), d.reason.as_str()))
+            .or_default()[usize::from(!d.allowed)] += 1;
         if d.allowed {
             *admitted.entry(key.as_str()).or_default() += 1;
         }
@@ -79,13 +95,19 @@ fn main() {
             eprintln!("inspect {k}: {i:?}");
         }
     }
+    let ended_at_ms = now_ms();
     let closed = limiter.close().is_ok();
     let m = limiter.metrics();
     let metrics: BTreeMap<_, _> = m.fields().iter().map(|f| (f.0, f.3)).collect();
     let events = events.lock().unwrap().clone();
+    let timeline: Vec<Value> = timeline
+        .iter()
+        .map(|((slot, key, reason), [a, d])| json!([slot, key, reason, a, d]))
+        .collect();
     println!(
         "{}",
         json!({"lang": "rust", "admitted": admitted, "reasons": reasons, "metrics": metrics,
-               "events": events, "closed": closed, "max_acquire_ms": max_ms})
+               "events": events, "closed": closed, "max_acquire_ms": max_ms,
+               "ended_at_ms": ended_at_ms, "timeline": timeline})
     );
 }

@@ -65,8 +65,10 @@ def worker_cmd(lang):
 class Fleet:
     """Workers for one scenario: two of some languages, uneven load."""
 
-    def __init__(self, langs, url, prefix, duration_ms, start_at=None, policy="static-share", timeout_ms=300):
+    def __init__(self, langs, url, prefix, duration_ms, start_at=None, policies=("static-share",), timeout_ms=300):
         self.procs = []
+        self.policy = {}
+        self.timeout_ms = timeout_ms
         # Leave time for every runtime to load before the synchronized start.
         self.start_at = start_at or int(time.time() * 1000) + 3000
         self.duration_ms = duration_ms
@@ -76,7 +78,8 @@ class Fleet:
             if lang in ("rust", "python"):  # two of some
                 plan.append((lang, i + len(langs)))
         self.n = len(plan)
-        for lang, i in plan:
+        for n, (lang, i) in enumerate(plan):
+            policy = policies[n % len(policies)]
             job = {
                 "url": url,
                 "key_prefix": prefix,
@@ -93,11 +96,14 @@ class Fleet:
                 "backend_timeout_ms": timeout_ms,
                 "start_at_ms": self.start_at,
                 "duration_ms": duration_ms,
+                "slot_ms": SLOT_MS,
+                "settle_ms": SETTLE_MS,
             }
             p = subprocess.Popen(
                 worker_cmd(lang) + [json.dumps(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
             self.procs.append((f"{lang}#{i}", p))
+            self.policy[f"{lang}#{i}"] = policy
 
     def wait_until(self, offset_ms):
         delay = (self.start_at + offset_ms) / 1000 - time.time()
@@ -107,7 +113,7 @@ class Fleet:
     def results(self):
         out = {}
         # Hang guard: every worker must end soon after its deadline.
-        guard = self.start_at / 1000 + self.duration_ms / 1000 + 60
+        guard = self.start_at / 1000 + (self.duration_ms + SETTLE_MS) / 1000 + 60
         for name, p in self.procs:
             try:
                 stdout, stderr = p.communicate(timeout=max(1, guard - time.time()))
@@ -119,13 +125,25 @@ class Fleet:
             assert lines, f"{name} printed no result: {stdout[-500:]} {stderr[-500:]}"
             out[name] = json.loads(lines[-1])
             out[name]["stderr"] = stderr[-3000:]
+            out[name]["policy"] = self.policy[name]
         return out
+
+    def slot(self, t_ms):
+        """The timeline slot of a wall-clock time."""
+        return max(0, int(t_ms - self.start_at)) // SLOT_MS
 
 
 LIMIT = 2000
 WINDOW_MS = 1000  # 2 tokens per ms per key
 LEASE = 20
 KEYS = ("hot", "warm")
+# Workers count their decisions per slot of this many ms (the timeline).
+SLOT_MS = 100
+# After the deadline a degraded worker goes on until it has recovered, for at
+# most this long: recovery is a condition awaited, not a time limit.
+SETTLE_MS = 30000
+# Fault fleets mix the policies, worker by worker.
+POLICIES = ("static-share", "deny", "allow")
 
 
 def empty_buckets(port, prefix, t0):
@@ -199,14 +217,99 @@ def check_steady(langs, duration_ms, cluster=False):
         redisctl("cluster-stop" if cluster else "stop", port)
 
 
-def fault_fleet(langs, duration_ms, inject, via_proxy=False):
-    """Run the fleet while `inject(port, proxy, fleet)` breaks things."""
-    port = redisctl("start")
+def now_ms():
+    return int(time.time() * 1000)
+
+
+class Faults:
+    """Fault windows as the driver saw them: each from just before the
+    command that started it to just after the one that ended it."""
+
+    def __init__(self, fleet):
+        self.fleet = fleet
+        self.windows = []  # (label, start_ms, end_ms)
+        self.open = None
+
+    def begin(self, at_ms, label, action, *args):
+        self.fleet.wait_until(at_ms)
+        t = now_ms()
+        action(*args)
+        if self.open:
+            self.windows.append((self.open[0], self.open[1], now_ms()))
+        self.open = (label, t)
+
+    def end(self, at_ms, action, *args):
+        self.fleet.wait_until(at_ms)
+        action(*args)
+        self.windows.append((self.open[0], self.open[1], now_ms()))
+        self.open = None
+
+
+def policy_bounds(fleet, res, windows):
+    """What each worker admitted during each fault window against what its
+    failure policy allows; asserts the policy held, returns report lines.
+
+    A decision is stamped with the time its call began, and a fallback
+    decision can come after waiting out the backend timeout, so a window's
+    span is widened by that wait. static-share: a worker's fallback bucket
+    holds limit / expected_replicas per window and refills at that rate, so in
+    a span T it admits at most share + share * T / window per key under
+    fallback. deny: no fallback admission. allow: no fallback denial."""
+    share = max(1, LIMIT // fleet.n)
+    lines = []
+    for label, a, b in windows:
+        s0, s1 = fleet.slot(a), fleet.slot(b)
+        span_ms = (s1 - s0 + 1) * SLOT_MS + fleet.timeout_ms + 100
+        bound = share + -(-share * span_ms // WINDOW_MS)
+        by_reason = {}
+        worst = 0
+        for name, r in res.items():
+            fb = {k: [0, 0] for k in KEYS}
+            for slot, key, reason, adm, den in r["timeline"]:
+                if s0 <= slot <= s1:
+                    by_reason.setdefault(reason, [0, 0])
+                    by_reason[reason][0] += adm
+                    by_reason[reason][1] += den
+                    if reason == "fallback":
+                        fb[key][0] += adm
+                        fb[key][1] += den
+            for k in KEYS:
+                admitted, denied = fb[k]
+                where = f"{name} ({r['policy']}), {k}, {label}"
+                if r["policy"] == "static-share":
+                    assert admitted <= bound, f"{where}: {admitted} fallback admissions > {bound}"
+                    worst = max(worst, admitted)
+                elif r["policy"] == "deny":
+                    assert admitted == 0, f"{where}: {admitted} fallback admissions under deny"
+                else:
+                    assert denied == 0, f"{where}: {denied} fallback denials under allow"
+        counts = ", ".join(f"{reason} {v[0]}/{v[1]}" for reason, v in sorted(by_reason.items()))
+        lines.append(
+            f"{label} (+{(a - fleet.start_at) / 1000:.1f} s to +{(b - fleet.start_at) / 1000:.1f} s): "
+            f"admitted/denied by reason: {counts}; static-share fallback per worker and key "
+            f"at most {worst} (policy allows {bound}), deny admitted 0, allow denied 0"
+        )
+    return lines
+
+
+def fault_fleet(langs, duration_ms, inject, via_proxy=False, cluster=False):
+    """Run a fleet with mixed failure policies while `inject(port, proxy,
+    faults)` breaks things; check each recovers and its policy held."""
+    if cluster:
+        ports = [int(p) for p in redisctl("cluster-start", 3, 1).split()]
+        port = ports[0]
+        url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports[:3])
+    else:
+        port = int(redisctl("start"))
+        ports = [port]
     proxy = faultproxy("start", port) if via_proxy else None
     try:
-        target = proxy or port
-        fleet = Fleet(langs, f"redis://127.0.0.1:{target}", f"flt{os.getpid()}x{time.time_ns() % 10**6}", duration_ms)
-        notes = inject(port, proxy, fleet)
+        if not cluster:
+            url = f"redis://127.0.0.1:{proxy or port}"
+        prefix = f"flt{os.getpid()}x{time.time_ns() % 10**6}"
+        fleet = Fleet(langs, url, prefix, duration_ms, policies=POLICIES)
+        faults = Faults(fleet)
+        notes = inject(ports, proxy, faults)
         res = fleet.results()
         for name, r in res.items():
             assert r["closed"] is not None
@@ -218,39 +321,78 @@ def fault_fleet(langs, duration_ms, inject, via_proxy=False):
             assert r["metrics"]["fallback_active"] == 0, f"{name} still degraded at the end: {r['metrics']} {r['stderr']}"
         total = {k: sum(r["admitted"].get(k, 0) for r in res.values()) for k in KEYS}
         slowest = max(r["max_acquire_ms"] for r in res.values())
-        return notes + [f"admitted {total} by {len(res)} processes; slowest acquire {slowest} ms"]
+        healed = faults.windows[-1][2]
+        settled = max(r["ended_at_ms"] for r in res.values()) - (fleet.start_at + duration_ms)
+        policies = ", ".join(f"{n}: {r['policy']}" for n, r in res.items())
+        whole = ("whole run", fleet.start_at, max(r["ended_at_ms"] for r in res.values()))
+        summary = (
+            f"admitted {total} by {len(res)} processes ({policies}); slowest acquire {slowest} ms; "
+            f"last fault healed at +{(healed - fleet.start_at) / 1000:.1f} s; the last worker stopped "
+            f"{max(0, settled)} ms after the deadline (a degraded worker goes on until it recovers)"
+        )
+        return notes + policy_bounds(fleet, res, [*faults.windows, whole]) + [summary]
     finally:
         if proxy:
             faultproxy("stop", proxy)
-        redisctl("stop", port)
+        redisctl("cluster-stop" if cluster else "stop", port)
 
 
-def kill_and_restart(port, proxy, fleet):
-    fleet.wait_until(3000)
-    redisctl("kill", port)
-    fleet.wait_until(6000)
-    redisctl("restart", port)
+def kill_and_restart(ports, proxy, faults):
+    faults.begin(3000, "redis killed", redisctl, "kill", ports[0])
+    faults.end(6000, redisctl, "restart", ports[0])
     return ["redis killed at +3 s, restarted empty at +6 s"]
 
 
-def pause_and_resume(port, proxy, fleet):
-    fleet.wait_until(3000)
-    redisctl("pause", port)
-    fleet.wait_until(5000)
-    redisctl("resume", port)
+def pause_and_resume(ports, proxy, faults):
+    faults.begin(3000, "redis paused", redisctl, "pause", ports[0])
+    faults.end(5000, redisctl, "resume", ports[0])
     return ["redis paused from +3 s to +5 s"]
 
 
-def proxy_faults(port, proxy, fleet):
-    fleet.wait_until(2000)
-    faultproxy("set", proxy, "latency", 400)
-    fleet.wait_until(4000)
-    faultproxy("set", proxy, "drop")
-    fleet.wait_until(6000)
-    faultproxy("set", proxy, "reset")
-    fleet.wait_until(7000)
-    faultproxy("set", proxy, "pass")
+def proxy_faults(ports, proxy, faults):
+    faults.begin(2000, "400 ms latency", faultproxy, "set", proxy, "latency", 400)
+    faults.begin(4000, "black hole", faultproxy, "set", proxy, "drop")
+    faults.begin(6000, "resets", faultproxy, "set", proxy, "reset")
+    faults.end(7000, faultproxy, "set", proxy, "pass")
     return ["proxy: 400 ms latency at +2 s, black hole at +4 s, resets at +6 s, healed at +7 s"]
+
+
+def slot_owner(port, slot):
+    """The port of the live master that node `port` says owns `slot`."""
+    for line in cli(port, "CLUSTER", "NODES").splitlines():
+        f = line.split()
+        if "master" not in f[2] or "fail" in f[2]:
+            continue
+        for r in f[8:]:
+            lo, _, hi = r.partition("-")
+            if lo.isdigit() and int(lo) <= slot <= int(hi or lo):
+                return int(f[1].split("@")[0].rsplit(":", 1)[1])
+    return None
+
+
+def cluster_master_killed(ports, proxy, faults):
+    """SIGKILL the master that owns the hot key's slot; its replica takes over."""
+    slot = int(cli(ports[0], "CLUSTER", "KEYSLOT", "hot"))
+    victim = slot_owner(ports[0], slot)
+    assert victim, f"no master owns slot {slot}"
+    survivor = next(p for p in ports if p != victim)
+    faults.begin(3000, f"master {victim} killed", redisctl, "kill", victim)
+
+    def promoted():
+        # Awaited, not timed: a live master other than the victim owns the slot.
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                owner = slot_owner(survivor, slot)
+                if owner not in (None, victim):
+                    return
+            except RuntimeError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"no replica took over slot {slot} within 60 s")
+
+    faults.end(3000, promoted)
+    return [f"cluster: master {victim} (owner of the hot key's slot {slot}) killed at +3 s; a replica promoted"]
 
 
 def main():
@@ -269,6 +411,10 @@ def main():
         ("redis killed and restarted empty", lambda: fault_fleet(langs, d, kill_and_restart)),
         ("redis paused", lambda: fault_fleet(langs, d, pause_and_resume)),
         ("tcp proxy latency, black hole, resets", lambda: fault_fleet(langs, d, proxy_faults, via_proxy=True)),
+        (
+            "redis cluster: a master killed, its replica promoted",
+            lambda: fault_fleet(langs, d, cluster_master_killed, cluster=True),
+        ),
     ]
     passed = failed = 0
     for name, fn in checks:

@@ -85,22 +85,40 @@ int main(int argc, char **argv) {
   uint64_t admitted[16] = {0};
   uint64_t reasons[6] = {0};
   uint64_t pause_us = num(job, "pause_us"), start = num(job, "start_at_ms"), end = start + num(job, "duration_ms");
+  uint64_t slot_ms = num(job, "slot_ms"), settle_end = end + num(job, "settle_ms");
+  size_t n_keys = keys->count < 16 ? keys->count : 16;
+  size_t n_slots = (size_t)((settle_end - start) / slot_ms + 1);
+  /* timeline[((slot * n_keys + key) * 6 + reason) * 2 + denied] */
+  uint64_t *timeline = calloc(n_slots * n_keys * 6 * 2, sizeof *timeline);
+  if (!timeline) {
+    fprintf(stderr, "worker_c: out of memory\n");
+    return 1;
+  }
   while (now_ms() < start) usleep(1000);
   uint64_t max_ms = 0;
-  for (size_t i = 0; now_ms() < end; i++) {
+  struct lease_metrics m;
+  for (size_t i = 0;; i++) {
+    uint64_t t = now_ms();
+    /* Past the deadline, go on while degraded: recovery is awaited, not timed. */
+    if (t >= settle_end) break;
+    if (t >= end) {
+      if ((st = lease_metrics(lim, &m)) != LEASE_OK) die_status("lease_metrics", st);
+      if (!m.fallback_active) break;
+    }
     const char *key = schedule[i % n];
     struct lease_decision d;
-    uint64_t t = now_ms();
     if ((st = lease_acquire(lim, (const uint8_t *)key, strlen(key), 1, &d)) != LEASE_OK) die_status("lease_acquire", st);
     if (now_ms() - t > max_ms) max_ms = now_ms() - t;
     if (d.reason < 6) reasons[d.reason]++;
-    if (d.allowed)
-      for (size_t k = 0; k < keys->count; k++)
-        if (strcmp(keys->items[k].str, key) == 0) admitted[k]++;
+    for (size_t k = 0; k < n_keys; k++)
+      if (strcmp(keys->items[k].str, key) == 0) {
+        if (d.allowed) admitted[k]++;
+        if (d.reason < 6) timeline[((((t - start) / slot_ms) * n_keys + k) * 6 + d.reason) * 2 + !d.allowed]++;
+      }
     if (pause_us) usleep((useconds_t)pause_us);
   }
+  uint64_t ended_at_ms = now_ms();
   int closed = lease_close(lim) == LEASE_OK;
-  struct lease_metrics m;
   if ((st = lease_metrics(lim, &m)) != LEASE_OK) die_status("lease_metrics", st);
 
   printf("{\"lang\": \"c\", \"admitted\": {");
@@ -126,7 +144,20 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n_degraded; i++) printf("%s\"degraded\"", first ? "" : ", "), first = 0;
   for (int i = 0; i < n_recovered; i++) printf("%s\"recovered\"", first ? "" : ", "), first = 0;
   pthread_mutex_unlock(&ev_lock);
-  printf("], \"closed\": %s, \"max_acquire_ms\": %llu}\n", closed ? "true" : "false", (unsigned long long)max_ms);
+  printf("], \"closed\": %s, \"max_acquire_ms\": %llu, \"ended_at_ms\": %llu, \"timeline\": [", closed ? "true" : "false",
+         (unsigned long long)max_ms, (unsigned long long)ended_at_ms);
+  first = 1;
+  for (size_t slot = 0; slot < n_slots; slot++)
+    for (size_t k = 0; k < n_keys; k++)
+      for (uint32_t r = 0; r < 6; r++) {
+        const uint64_t *c = &timeline[((slot * n_keys + k) * 6 + r) * 2];
+        if (!c[0] && !c[1]) continue;
+        printf("%s[%zu, \"%s\", \"%s\", %llu, %llu]", first ? "" : ", ", slot, keys->items[k].str, lease_reason_name(r),
+               (unsigned long long)c[0], (unsigned long long)c[1]);
+        first = 0;
+      }
+  printf("]}\n");
+  free(timeline);
   lease_limiter_free(lim);
   json_free(job);
   return 0;

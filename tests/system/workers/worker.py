@@ -32,23 +32,34 @@ def main() -> None:
     pause = job["pause_us"] / 1e6
     start = job["start_at_ms"] / 1000
     end = start + job["duration_ms"] / 1000
+    settle_end = end + job["settle_ms"] / 1000
+    slot_ms = job["slot_ms"]
     while time.time() < start:
         time.sleep(0.001)
     admitted: dict[str, int] = {}
     reasons: dict[str, int] = {}
+    # (slot, key, reason) -> [admitted, denied]
+    timeline: dict[tuple[int, str, str], list[int]] = {}
     max_ms = 0.0
     i = 0
-    while time.time() < end:
+    while True:
+        now = time.time()
+        # Past the deadline, go on while degraded: recovery is awaited, not timed.
+        if now >= settle_end or (now >= end and not limiter.metrics()["fallback_active"]):
+            break
         key = schedule[i % len(schedule)]
         i += 1
         t = time.monotonic()
         d = limiter.acquire(key)
         max_ms = max(max_ms, (time.monotonic() - t) * 1000)
         reasons[d.reason] = reasons.get(d.reason, 0) + 1
+        cell = timeline.setdefault((int((now - start) * 1000) // slot_ms, key, d.reason), [0, 0])
+        cell[0 if d.allowed else 1] += 1
         if d.allowed:
             admitted[key] = admitted.get(key, 0) + 1
         if pause:
             time.sleep(pause)
+    ended_at_ms = int(time.time() * 1000)
     closed = True
     try:
         limiter.close()
@@ -66,6 +77,8 @@ def main() -> None:
                 "events": seen,
                 "closed": closed,
                 "max_acquire_ms": int(max_ms),
+                "ended_at_ms": ended_at_ms,
+                "timeline": [[*k, *v] for k, v in timeline.items()],
             }
         )
     )

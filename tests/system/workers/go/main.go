@@ -25,6 +25,14 @@ type job struct {
 	BackendTimeoutMs uint64   `json:"backend_timeout_ms"`
 	StartAtMs        int64    `json:"start_at_ms"`
 	DurationMs       int64    `json:"duration_ms"`
+	SlotMs           int64    `json:"slot_ms"`
+	SettleMs         int64    `json:"settle_ms"`
+}
+
+// One timeline cell: decisions for a key in one slot of slot_ms, by reason.
+type cell struct {
+	slot        int64
+	key, reason string
 }
 
 func main() {
@@ -63,12 +71,18 @@ func main() {
 	start := time.UnixMilli(j.StartAtMs)
 	end := start.Add(time.Duration(j.DurationMs) * time.Millisecond)
 	time.Sleep(time.Until(start))
+	settleEnd := end.Add(time.Duration(j.SettleMs) * time.Millisecond)
 	admitted := map[string]uint64{}
 	reasons := map[string]uint64{}
+	timeline := map[cell]*[2]uint64{}
 	var maxMs int64
-	for i := 0; time.Now().Before(end); i++ {
-		key := schedule[i%len(schedule)]
+	for i := 0; ; i++ {
 		t := time.Now()
+		// Past the deadline, go on while degraded: recovery is awaited, not timed.
+		if !t.Before(settleEnd) || (!t.Before(end) && l.Metrics().FallbackActive == 0) {
+			break
+		}
+		key := schedule[i%len(schedule)]
 		d, err := l.Acquire(key)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "worker_go: acquire:", err)
@@ -78,20 +92,33 @@ func main() {
 			maxMs = ms
 		}
 		reasons[string(d.Reason)]++
+		c := cell{t.Sub(start).Milliseconds() / j.SlotMs, key, string(d.Reason)}
+		if timeline[c] == nil {
+			timeline[c] = &[2]uint64{}
+		}
 		if d.Allowed {
 			admitted[key]++
+			timeline[c][0]++
+		} else {
+			timeline[c][1]++
 		}
 		if j.PauseUs > 0 {
 			time.Sleep(time.Duration(j.PauseUs) * time.Microsecond)
 		}
 	}
+	endedAt := time.Now().UnixMilli()
 	closed := l.Close() == nil
+	cells := [][]any{}
+	for c, n := range timeline {
+		cells = append(cells, []any{c.slot, c.key, c.reason, n[0], n[1]})
+	}
 	mu.Lock()
 	seen := append([]string{}, events...)
 	mu.Unlock()
 	out, _ := json.Marshal(map[string]any{
 		"lang": "go", "admitted": admitted, "reasons": reasons, "metrics": l.Metrics().Map(),
 		"events": seen, "closed": closed, "max_acquire_ms": maxMs,
+		"ended_at_ms": endedAt, "timeline": cells,
 	})
 	fmt.Println(string(out))
 }
