@@ -10,29 +10,18 @@
 // Starts its own redis-server with tests/harness/redisctl.
 
 const { execFileSync, spawnSync } = require('node:child_process')
-const fs = require('node:fs')
-const os = require('node:os')
-const path = require('node:path')
 
 const Redis = require('ioredis')
 const { RateLimiterMemory, RateLimiterRedis } = require('rate-limiter-flexible')
 const { Limiter, engineVersion } = require('..')
+const { options, privateRedisctl, writeBlock } = require('./harness')
 
 const args = process.argv.slice(2)
-const opt = (name, dflt) => {
-  const i = args.indexOf(name)
-  return i >= 0 ? args[i + 1] : dflt
-}
+const opt = options(args)
 const ROUNDS = Number(opt('--rounds', 7))
 const DOCS = opt('--write-docs', null)
 
-const REPO = path.resolve(__dirname, '..', '..', '..')
-let STATE = null
-const redisctl = (...a) => {
-  STATE = STATE || fs.mkdtempSync(path.join(os.tmpdir(), 'quotalease-node-bench-'))
-  const env = { ...process.env, TMPDIR: STATE, QUOTALEASE_HARNESS_STATE: path.join(STATE, 'index') }
-  return execFileSync(path.join(REPO, 'tests', 'harness', 'redisctl'), a, { env, encoding: 'utf8' }).trim()
-}
+const redisctl = privateRedisctl('node-bench')
 
 const KEY = 'user:42'
 
@@ -149,11 +138,10 @@ async function main() {
   for (const l of [qlRedis, qlMemory, qlRedisDefault]) await l.close()
   ioredis.disconnect()
   redisctl('stop', port)
-  fs.rmSync(STATE, { recursive: true, force: true })
+  redisctl.cleanup()
 
   if (DOCS) {
-    const block = [
-      '<!-- node-bench:start -->',
+    writeBlock(DOCS, 'node-bench', [
       `Command: \`make bench-node   # = scripts/bench-node.sh → bindings/node/bench/acquire.js\` (${versions}; ${new Date().toISOString().slice(0, 10)}).`,
       '',
       `One key (\`"${KEY}"\`) called in a loop, every contestant in one process and one run: the best of ${ROUNDS} interleaved rounds, ns per call with the loop's own overhead included. Instructions per call come from callgrind (runs of n and 3n calls, differenced), which do not move with the machine's load. The Redis rows use one redis-server started by \`tests/harness/redisctl\`; quotalease leases from it, \`RateLimiterRedis\` calls it per request through ioredis.`,
@@ -162,13 +150,7 @@ async function main() {
       '',
       ...summary,
       '- Wall-clock figures move with the load on this shared 2-core machine: compare the ratios within one run.',
-      '<!-- node-bench:end -->',
-    ].join('\n')
-    let text = fs.readFileSync(DOCS, 'utf8')
-    const re = /<!-- node-bench:start -->[\s\S]*?<!-- node-bench:end -->/
-    if (re.test(text)) text = text.replace(re, block)
-    else text = text.trimEnd() + '\n\n## Node\n\n' + block + '\n'
-    fs.writeFileSync(DOCS, text)
+    ], { heading: '## Node' })
     console.error(`wrote ${DOCS}`)
   }
 }

@@ -20,7 +20,7 @@
 // Unknown flags (those of bench/acquire.js, which scripts/bench-node.sh also
 // passes) are ignored.
 
-const { execFileSync, spawnSync } = require('node:child_process')
+const { spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
@@ -28,19 +28,16 @@ const path = require('node:path')
 const Redis = require('ioredis')
 const { RateLimiterRedis, RateLimiterRes } = require('rate-limiter-flexible')
 const { Limiter, engineVersion } = require('..')
+const { REPO, options, privateRedisctl, writeBlock } = require('./harness')
 
 const args = process.argv.slice(2)
-const opt = (name, dflt) => {
-  const i = args.indexOf(name)
-  return i >= 0 ? args[i + 1] : dflt
-}
+const opt = options(args)
 const CONCURRENCY = Number(opt('--concurrency', 16))
 const DURATION_S = Number(opt('--duration', 5))
 const KEYS = Number(opt('--keys', 1000))
 const SEED = BigInt(opt('--seed', 1))
 const DISTS = opt('--dist', 'hot,zipf').split(',')
 const DOCS = opt('--write-docs', null)
-const REPO = path.resolve(__dirname, '..', '..', '..')
 const JSON_OUT = path.resolve(REPO, opt('--json', path.join('target', 'bench', 'peers-node.json')))
 
 const LIMIT = 1e9 // per second: never binds
@@ -62,13 +59,8 @@ if (DISTS.includes('zipf') && KEYS < 2) throw new Error('--dist zipf needs --key
 
 // ---------------------------------------------------------------- redis-server
 
-let STATE = null
-const redisctl = (...a) => {
-  STATE = STATE || fs.mkdtempSync(path.join(os.tmpdir(), 'quotalease-node-peers-'))
-  // A private harness index, so no other suite's stop-all touches this server.
-  const env = { ...process.env, TMPDIR: STATE, QUOTALEASE_HARNESS_STATE: path.join(STATE, 'index') }
-  return execFileSync(path.join(REPO, 'tests', 'harness', 'redisctl'), a, { env, encoding: 'utf8' }).trim()
-}
+// A private harness index, so no other suite's stop-all touches this server.
+const redisctl = privateRedisctl('node-peers')
 
 // ---------------------------------------------------------------- offered load
 
@@ -381,27 +373,7 @@ function report(runs) {
 // ---------------------------------------------------------------- docs
 
 function writeDocs(docsPath, doc) {
-  const start = '<!-- node-peers-bench:start -->'
-  const end = '<!-- node-peers-bench:end -->'
-  const block = [start, ...doc, end].join('\n')
-  // Re-read right before writing: other benches edit their own blocks of this file.
-  let text = fs.readFileSync(docsPath, 'utf8')
-  const a = text.indexOf(start)
-  const b = text.indexOf(end)
-  if (a >= 0 && b > a) {
-    text = text.slice(0, a) + block + text.slice(b + end.length)
-  } else {
-    const anchor = '<!-- node-bench:end -->'
-    const i = text.indexOf(anchor)
-    if (i >= 0) {
-      const eol = text.indexOf('\n', i)
-      const at = eol >= 0 ? eol + 1 : text.length
-      text = text.slice(0, at) + '\n' + block + '\n' + (text.slice(at).startsWith('\n') ? '' : '\n') + text.slice(at)
-    } else {
-      text = text.trimEnd() + '\n\n' + block + '\n'
-    }
-  }
-  fs.writeFileSync(docsPath, text)
+  writeBlock(docsPath, 'node-peers-bench', doc, { after: '<!-- node-bench:end -->' })
   console.error(`peers: wrote the node-peers-bench block of ${docsPath}`)
 }
 
@@ -474,7 +446,7 @@ async function main() {
     try {
       redisctl('stop', String(port))
     } finally {
-      fs.rmSync(STATE, { recursive: true, force: true })
+      redisctl.cleanup()
     }
   }
   for (const sig of ['SIGINT', 'SIGTERM']) {

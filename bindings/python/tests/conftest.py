@@ -19,7 +19,11 @@ REDISCTL = ROOT / "tests" / "harness" / "redisctl"
 VECTORS = ROOT / "tests" / "vectors"
 
 # This suite's own harness state, so parallel suites never stop our servers.
-_STATE = tempfile.mkdtemp(prefix="quotalease-py-harness-")
+# Kept in the environment: pytest loads this file once as a conftest and the
+# test modules import it again as `conftest`; both must share one state (one
+# stop-all, one directory removed at the end).
+_STATE = os.environ.get("QUOTALEASE_PY_HARNESS_STATE") or tempfile.mkdtemp(prefix="quotalease-py-harness-")
+os.environ["QUOTALEASE_PY_HARNESS_STATE"] = _STATE
 _ENV = {**os.environ, "QUOTALEASE_HARNESS_STATE": _STATE}
 
 
