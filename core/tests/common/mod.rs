@@ -1,22 +1,45 @@
-//! Shared by the integration tests: real redis-server processes through the
-//! project's one harness script, `tests/harness/redisctl`.
+//! Shared by the integration tests (the core's, and the CLI's through a
+//! `#[path]` module): real redis-server processes, clusters and fault proxies
+//! through the project's harness scripts in `tests/harness/`.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::Command;
 
-fn redisctl(args: &[&str]) -> String {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/harness/redisctl");
-    let out = Command::new(&script)
+/// A command running one of the harness scripts (`redisctl`, `faultproxy`)
+/// with this suite's own state directory, so no other suite's stop-all
+/// touches its servers.
+fn harness(script: &str) -> Command {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/harness")
+        .join(script);
+    let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(concat!("harness-", env!("CARGO_PKG_NAME")));
+    let mut cmd = Command::new(path);
+    cmd.env("QUOTALEASE_HARNESS_STATE", state);
+    cmd
+}
+
+/// Run a harness script; its stdout, trimmed. Panics with its stderr on failure.
+fn run_harness(script: &str, args: &[&str]) -> String {
+    let out = harness(script)
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+        .unwrap_or_else(|e| panic!("cannot run tests/harness/{script}: {e}"));
     assert!(
         out.status.success(),
-        "redisctl {args:?} failed: {}\n(is redis-server installed? `make test` installs it; or `apt-get install redis-server`)",
+        "{script} {args:?} failed: {}\n(is redis-server installed? `make test` installs it; or `apt-get install redis-server`)",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn redisctl(args: &[&str]) -> String {
+    run_harness("redisctl", args)
+}
+
+/// Best effort, for Drop: never panics.
+fn quietly(script: &str, args: &[&str]) {
+    let _ = harness(script).args(args).output();
 }
 
 /// A real redis-server on a free loopback port, stopped on drop.
@@ -61,9 +84,7 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        let _ = Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/harness/redisctl"))
-            .args(["stop", &self.port.to_string()])
-            .output();
+        quietly("redisctl", &["stop", &self.port.to_string()]);
     }
 }
 
@@ -142,9 +163,7 @@ impl RedisCluster {
 
 impl Drop for RedisCluster {
     fn drop(&mut self) {
-        let _ = Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/harness/redisctl"))
-            .args(["cluster-stop", &self.ports[0].to_string()])
-            .output();
+        quietly("redisctl", &["cluster-stop", &self.ports[0].to_string()]);
     }
 }
 
@@ -154,14 +173,7 @@ pub struct FaultProxy {
 }
 
 fn faultproxy(args: &[&str]) -> String {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/harness/faultproxy");
-    let out = Command::new(&script).args(args).output().expect("run faultproxy");
-    assert!(
-        out.status.success(),
-        "faultproxy {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    run_harness("faultproxy", args)
 }
 
 impl FaultProxy {
@@ -183,8 +195,6 @@ impl FaultProxy {
 
 impl Drop for FaultProxy {
     fn drop(&mut self) {
-        let _ = Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/harness/faultproxy"))
-            .args(["stop", &self.port.to_string()])
-            .output();
+        quietly("faultproxy", &["stop", &self.port.to_string()]);
     }
 }
