@@ -73,6 +73,14 @@ pub(crate) fn fail_with(fname: &str, e: &Error) -> lease_status {
     fail(lease_status::of(e), format!("{fname}: {e}"))
 }
 
+/// `LEASE_OK`, or the core error recorded as `fail_with` does.
+pub(crate) fn status(fname: &str, r: Result<(), Error>) -> lease_status {
+    match r {
+        Ok(()) => LEASE_OK,
+        Err(e) => fail_with(fname, &e),
+    }
+}
+
 #[cold]
 pub(crate) fn null_arg(fname: &str, arg: &str) -> lease_status {
     fail(LEASE_ERR_NULL, format!("{fname}: `{arg}` is NULL"))

@@ -6,7 +6,7 @@ use quotalease::Limiter;
 
 use crate::config::{lease_config, to_config};
 use crate::decision::lease_decision;
-use crate::error::{fail_with, key_str, lease_status, lease_status::*, null_arg, write_str};
+use crate::error::{fail_with, key_str, lease_status, lease_status::*, null_arg, status, write_str};
 use crate::events::{self, lease_event_callback, SharedSink};
 use crate::metrics::lease_metrics;
 
@@ -182,10 +182,7 @@ pub unsafe extern "C" fn lease_set_limit(
             Ok(k) => k,
             Err(st) => return st,
         };
-        match l.limiter.set_limit(key, limit, window_ms) {
-            Ok(()) => LEASE_OK,
-            Err(e) => fail_with("lease_set_limit", &e),
-        }
+        status("lease_set_limit", l.limiter.set_limit(key, limit, window_ms))
     }
 }
 
@@ -239,10 +236,7 @@ pub unsafe extern "C" fn lease_metrics_prometheus(
 pub unsafe extern "C" fn lease_flush(limiter: *const lease_limiter) -> lease_status {
     ffi_boundary! {
         let l = arg_ref!("lease_flush", limiter);
-        match l.limiter.flush() {
-            Ok(()) => LEASE_OK,
-            Err(e) => fail_with("lease_flush", &e),
-        }
+        status("lease_flush", l.limiter.flush())
     }
 }
 
@@ -258,10 +252,7 @@ pub unsafe extern "C" fn lease_flush(limiter: *const lease_limiter) -> lease_sta
 pub unsafe extern "C" fn lease_close(limiter: *const lease_limiter) -> lease_status {
     ffi_boundary! {
         let l = arg_ref!("lease_close", limiter);
-        match l.limiter.close() {
-            Ok(()) => LEASE_OK,
-            Err(e) => fail_with("lease_close", &e),
-        }
+        status("lease_close", l.limiter.close())
     }
 }
 
@@ -298,10 +289,7 @@ pub unsafe extern "C" fn lease_set_event_callback(
 pub unsafe extern "C" fn lease_advance_clock(limiter: *const lease_limiter, ms: u64) -> lease_status {
     ffi_boundary! {
         let l = arg_ref!("lease_advance_clock", limiter);
-        match l.limiter.advance_clock(ms) {
-            Ok(()) => LEASE_OK,
-            Err(e) => fail_with("lease_advance_clock", &e),
-        }
+        status("lease_advance_clock", l.limiter.advance_clock(ms))
     }
 }
 
@@ -314,9 +302,6 @@ pub unsafe extern "C" fn lease_advance_clock(limiter: *const lease_limiter, ms: 
 pub unsafe extern "C" fn lease_settle(limiter: *const lease_limiter) -> lease_status {
     ffi_boundary! {
         let l = arg_ref!("lease_settle", limiter);
-        match l.limiter.settle() {
-            Ok(()) => LEASE_OK,
-            Err(e) => fail_with("lease_settle", &e),
-        }
+        status("lease_settle", l.limiter.settle())
     }
 }
