@@ -45,12 +45,12 @@ pub fn run(o: &Options) -> Result<String, String> {
     let insp = limiter.inspect(&o.key).map_err(crate::explain)?;
     let now = redis_util::time_ms(&mut conn)?;
     let redis_key = format!("{}:{{{}}}", o.key_prefix, o.key);
-    let stored_window: Option<u64> = redis::cmd("HGET")
+    // The stored value is "credit refilled_at window" (see the core's redis_authority).
+    let stored_window: Option<u64> = redis::cmd("GET")
         .arg(&redis_key)
-        .arg("w")
         .query::<Option<String>>(&mut conn)
-        .map_err(|e| format!("HGET failed: {e}"))?
-        .and_then(|w| w.parse().ok());
+        .map_err(|e| format!("GET failed: {e}"))?
+        .and_then(|v| v.split(' ').nth(2)?.parse().ok());
     let pttl = redis_util::pttl(&mut conn, &redis_key)?;
     let elsewhere = if insp.authority_tokens.is_none() {
         redis_util::find_prefixes(&mut conn, &o.key)?

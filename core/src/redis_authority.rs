@@ -1,13 +1,15 @@
-//! The Redis authority: one hash per key, `{prefix}:{<key>}` (hash-tagged so
-//! Redis Cluster keeps the key in one slot), changed only by two Lua scripts
-//! that implement [`crate::bucket`]'s math atomically.
+//! The Redis authority: one string per key, `{prefix}:{<key>}` (hash-tagged
+//! so Redis Cluster keeps the key in one slot), changed only by two Lua
+//! scripts that implement [`crate::bucket`]'s math atomically.
 //!
-//! Stored fields: `c` credit units (1/`w` token each), `t` ms up to which
-//! refill is accounted, `w` the window the units refer to. Time is Redis
-//! `TIME` (one clock for the fleet) unless the caller passes `now` (manual
-//! clocks in deterministic tests). The key's PEXPIRE is the time until the
-//! bucket is full again: a missing key reads as a full bucket, so idle keys
-//! vanish without changing any answer.
+//! The stored value is three integers, `"c t w"`: `c` credit units (1/`w`
+//! token each), `t` ms up to which refill is accounted, `w` the window the
+//! units refer to. A string rather than a hash so that one `SET ... PX`
+//! writes the bucket and its expiry: a lease call runs `TIME`, `GET` and `SET`
+//! and nothing else. Time is Redis `TIME` (one clock for the fleet) unless the
+//! caller passes `now` (manual clocks in deterministic tests). The key's
+//! expiry is the time until the bucket is full again: a missing key reads as
+//! a full bucket, so idle keys vanish without changing any answer.
 
 use std::time::Duration;
 
@@ -35,10 +37,12 @@ else
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local cap = limit * window
-local s = redis.call('HMGET', KEYS[1], 'c', 't', 'w')
-local credit = tonumber(s[1])
-local ts = tonumber(s[2])
-local w = tonumber(s[3])
+local credit, ts, w
+local v = redis.call('GET', KEYS[1])
+if v then
+  local c0, t0, w0 = string.match(v, '^(%d+) (%d+) (%d+)$')
+  credit, ts, w = tonumber(c0), tonumber(t0), tonumber(w0)
+end
 if credit == nil or ts == nil or w == nil or w <= 0 then
   credit = cap
   ts = now
@@ -59,8 +63,8 @@ if credit > cap then credit = cap end
 
 /// Common tail: store the bucket with an expiry at the time it is full again.
 const STORE: &str = r#"
-redis.call('HSET', KEYS[1], 'c', string.format('%.0f', credit), 't', string.format('%.0f', ts), 'w', window)
-redis.call('PEXPIRE', KEYS[1], math.ceil((cap - credit) / limit) + 1000 + pad)
+redis.call('SET', KEYS[1], string.format('%.0f %.0f %.0f', credit, ts, window),
+  'PX', string.format('%.0f', math.ceil((cap - credit) / limit) + 1000 + pad))
 "#;
 
 /// Lease: ARGV[3] want, ARGV[4] need. Grants min(whole, want) when at least
@@ -119,9 +123,7 @@ enum Conn {
     Cluster(ClusterConnection),
 }
 
-/// The stored fields `c`, `t`, `w` of a bucket.
-type StoredFields = (Option<u64>, Option<u64>, Option<u64>);
-/// Stored fields and PTTL.
+/// The stored fields `c`, `t`, `w` (None: no bucket stored) and PTTL.
 pub(crate) type RawBucket = (Option<u64>, Option<u64>, Option<u64>, i64);
 
 /// One lease call of a batch.
@@ -380,26 +382,50 @@ impl RedisAuthority {
     /// The raw stored fields of a key and its PTTL, for `inspect`.
     pub async fn inspect(&mut self, key: &str) -> Result<RawBucket, String> {
         let k = Self::redis_key(&self.prefix, key);
-        let mut hm = redis::cmd("HMGET");
-        hm.arg(&k).arg("c").arg("t").arg("w");
+        let mut get = redis::cmd("GET");
+        get.arg(&k);
         let mut pttl = redis::cmd("PTTL");
         pttl.arg(&k);
         let conn = match tokio::time::timeout(self.timeout, self.connect()).await {
             Ok(conn) => conn?,
             Err(_) => return Err("connect timed out".into()),
         };
-        let (fields, ttl): (StoredFields, i64) = match conn {
+        let (value, ttl): (Option<String>, i64) = match conn {
             Conn::Single(c) => {
-                let f = hm.query_async(c).await.map_err(|e| err_text(&e))?;
+                let v = get.query_async(c).await.map_err(|e| err_text(&e))?;
                 let t = pttl.query_async(c).await.map_err(|e| err_text(&e))?;
-                (f, t)
+                (v, t)
             }
             Conn::Cluster(c) => {
-                let f = hm.query_async(c).await.map_err(|e| err_text(&e))?;
+                let v = get.query_async(c).await.map_err(|e| err_text(&e))?;
                 let t = pttl.query_async(c).await.map_err(|e| err_text(&e))?;
-                (f, t)
+                (v, t)
             }
         };
-        Ok((fields.0, fields.1, fields.2, ttl))
+        let (c, t, w) = value.as_deref().map_or((None, None, None), parse_stored);
+        Ok((c, t, w, ttl))
+    }
+}
+
+/// The fields of a stored bucket value `"c t w"` (None for any that does not parse).
+pub(crate) fn parse_stored(value: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
+    let mut it = value.split(' ').map(|f| f.parse::<u64>().ok());
+    let mut next = || it.next().flatten();
+    (next(), next(), next())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_stored;
+
+    #[test]
+    fn stored_values_parse_field_by_field() {
+        assert_eq!(
+            parse_stored("120000 1796018722007 60000"),
+            (Some(120000), Some(1796018722007), Some(60000))
+        );
+        assert_eq!(parse_stored("0 5 1000"), (Some(0), Some(5), Some(1000)));
+        assert_eq!(parse_stored("garbage"), (None, None, None));
+        assert_eq!(parse_stored("1 x 3"), (Some(1), None, Some(3)));
     }
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{unique, RedisServer};
+use common::{stored_tokens, unique, RedisServer};
 use quotalease::Limiter;
 
 #[test]
@@ -20,10 +20,7 @@ fn forked_child_drops_inherited_leases_and_works() {
         .build()
         .unwrap();
     assert!(l.acquire("k", 1).unwrap().allowed); // parent holds 9, Redis 90
-    let stored = |s: &RedisServer| -> u64 {
-        let c: u64 = s.cli(&["HGET", &format!("{p}:{{k}}"), "c"]).parse().unwrap();
-        c / 3_600_000
-    };
+    let stored = |s: &RedisServer| -> u64 { stored_tokens(&s.cli(&["GET", &format!("{p}:{{k}}")])) };
     assert_eq!(stored(&server), 90);
     // SAFETY: the child only runs the limiter and exits with _exit.
     let pid = unsafe { libc::fork() };

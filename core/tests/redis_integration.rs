@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{await_cond, unique, RedisServer};
+use common::{await_cond, stored_tokens, unique, RedisServer};
 use quotalease::{EventKind, FailurePolicy, Limiter, Reason};
 
 fn limiter(server: &RedisServer, prefix: &str) -> quotalease::Builder {
@@ -24,16 +24,8 @@ fn events(l: &Limiter) -> Arc<Mutex<Vec<EventKind>>> {
     seen
 }
 
-fn stored_tokens(server: &RedisServer, prefix: &str, key: &str) -> u64 {
-    let c: u64 = server
-        .cli(&["HGET", &format!("{prefix}:{{{key}}}"), "c"])
-        .parse()
-        .unwrap();
-    let w: u64 = server
-        .cli(&["HGET", &format!("{prefix}:{{{key}}}"), "w"])
-        .parse()
-        .unwrap();
-    c / w
+fn stored(server: &RedisServer, prefix: &str, key: &str) -> u64 {
+    stored_tokens(&server.cli(&["GET", &format!("{prefix}:{{{key}}}")]))
 }
 
 #[test]
@@ -85,11 +77,11 @@ fn lease_ttl_gives_idle_tokens_back() {
         .unwrap();
     assert!(l.acquire("k", 1).unwrap().allowed);
     assert_eq!(l.metrics().overshoot_bound, 9);
-    assert_eq!(stored_tokens(&server, &p, "k"), 90);
+    assert_eq!(stored(&server, &p, "k"), 90);
     await_cond("idle tokens given back", || l.metrics().tokens_returned == 9);
     let m = l.metrics();
     assert_eq!((m.overshoot_bound, m.tokens_expired), (0, 9));
-    assert_eq!(stored_tokens(&server, &p, "k"), 99);
+    assert_eq!(stored(&server, &p, "k"), 99);
 }
 
 #[test]
@@ -108,7 +100,7 @@ fn set_limit_clamps_the_authority() {
     // is clamped to the new capacity on the next script call.
     assert_eq!(l.metrics().overshoot_bound, 5);
     l.settle().unwrap();
-    assert_eq!(stored_tokens(&server, &p, "k"), 5);
+    assert_eq!(stored(&server, &p, "k"), 5);
     let admitted = (0..20).filter(|_| l.acquire("k", 1).unwrap().allowed).count();
     assert_eq!(admitted, 10, "5 held locally + 5 in the clamped bucket");
     assert_eq!(l.acquire("k", 1).unwrap().limit, 5);

@@ -414,9 +414,9 @@ function docBlock(result, tables, redisVersion) {
     '![quotalease lease vs exact vs rate-limiter-flexible RateLimiterRedis from Node: admitted/s and Redis commands per admitted request](peers-node.svg)',
     '',
     'The command ratios are fixed by the designs, not by the machine: a lease call brings ' +
-      `leaseSize − refill threshold + 1 = ${LEASE_SIZE - Math.max(1, Math.floor(LEASE_SIZE / 4)) + 1} tokens and runs 5 commands ` +
-      '(`EVALSHA`, `TIME`, `HMGET`, `HSET`, `PEXPIRE`) where `RateLimiterRedis` runs 4 per request, so at leaseSize ' +
-      `${LEASE_SIZE} the default threshold gives at most 16× fewer script calls and 12.8× fewer commands, less the tokens ` +
+      `leaseSize − refill threshold + 1 = ${LEASE_SIZE - Math.max(1, Math.floor(LEASE_SIZE / 4)) + 1} tokens and runs 4 commands ` +
+      '(`EVALSHA`, `TIME`, `GET`, `SET`), as many as `RateLimiterRedis` runs per request, so at leaseSize ' +
+      `${LEASE_SIZE} the default threshold gives at most 16× fewer script calls and commands, less the tokens ` +
       'still leased when a run ends (see "Reading the goals" in the Rust section); the ≥ 20× goal cannot be met at leaseSize 20. ' +
       `Throughput: on the hot key the ${CONCURRENCY} workers spend a lease's 16 tokens at once and then wait for the next ` +
       '(one lease in flight per key), so lease admitted/s ≈ 16 / lease round trip; on the Zipf spread many keys lease in ' +

@@ -569,10 +569,10 @@ from Python: admitted/s and Redis commands per admitted request](peers-python.sv
 default refill_threshold each lease call brings at most
 lease_size − refill_threshold + 1 = {thr} tokens (only a key's first lease brings
 {lease_size}), so round trips fall about {thr}× below one per request, not 20×. Counting every command, the lease
-script runs 5 per call (`EVALSHA`, `TIME`, `HMGET`, `HSET`, `PEXPIRE`), so lease
-mode needs about 5/{thr} = {5 / thr:.4f} commands per admitted request, while limits'
+script runs 4 per call (`EVALSHA`, `TIME`, `GET`, `SET`), so lease
+mode needs about 4/{thr} = {4 / thr:.4f} commands per admitted request, while limits'
 FixedWindow needs 2 (`EVALSHA`, `INCRBY`): the ceiling against it is
-2 × {thr}/5 = {2 * thr / 5:.1f}×, whatever the machine. The throughput goal depends on
+2 × {thr}/4 = {2 * thr / 4:.1f}×, whatever the machine. The throughput goal depends on
 how much faster a local admit is than a Redis round trip from Python: on one hot
 key lease mode is capped by lease round trips (one lease in flight per key, each
 bringing at most {thr} tokens; its p99 is a thread waiting for that lease), while on

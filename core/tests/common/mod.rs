@@ -109,6 +109,17 @@ impl TlsRedisServer {
     }
 }
 
+/// The whole tokens a stored bucket value (`GET {prefix}:{key}` from
+/// redis-cli: "credit refilled_at window", credit in 1/window token units) holds.
+pub fn stored_tokens(value: &str) -> u64 {
+    let f: Vec<u64> = value
+        .split(' ')
+        .map(|x| x.parse().unwrap_or_else(|_| panic!("not a stored bucket: {value:?}")))
+        .collect();
+    assert_eq!(f.len(), 3, "not a stored bucket: {value:?}");
+    f[0] / f[2]
+}
+
 /// A prefix no other test uses.
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
