@@ -9,7 +9,6 @@
 //
 // Starts its own redis-server with tests/harness/redisctl.
 
-const { execFileSync, spawnSync } = require('node:child_process')
 
 const Redis = require('ioredis')
 const { RateLimiterMemory, RateLimiterRedis } = require('rate-limiter-flexible')
@@ -24,34 +23,6 @@ const DOCS = opt('--write-docs', null)
 const redisctl = privateRedisctl('node-bench')
 
 const KEY = 'user:42'
-
-// `--inner NAME N URL`: run one contestant N times (under callgrind, for
-// instruction counts that do not move with the machine's load).
-async function inner(name, n, url) {
-  const ql = new Limiter({ url, keyPrefix: 'bench-cg', limit: 1e9, windowMs: 1000, leaseSize: 1e6 })
-  const rlf = new RateLimiterMemory({ points: 1e9, duration: 3600 })
-  await ql.acquire(KEY)
-  await rlf.consume(KEY)
-  if (name === 'sync') for (let i = 0; i < n; i++) ql.acquireSync(KEY)
-  else if (name === 'await') for (let i = 0; i < n; i++) await ql.acquire(KEY)
-  else if (name === 'rlf') for (let i = 0; i < n; i++) await rlf.consume(KEY)
-  await ql.close()
-}
-
-/** Instructions per call: callgrind totals of n and 3n calls, differenced. */
-function instructions(name, n, url) {
-  const run = (count) => {
-    const r = spawnSync(
-      'valgrind',
-      ['--tool=callgrind', '--callgrind-out-file=/dev/null', process.execPath, __filename, '--inner', name, String(count), url],
-      { encoding: 'utf8' },
-    )
-    const m = /Collected : (\d+)/.exec(r.stderr || '')
-    if (!m) throw new Error(`callgrind failed: ${r.stderr}`)
-    return Number(m[1])
-  }
-  return Math.round((run(3 * n) - run(n)) / (2 * n))
-}
 
 async function main() {
   const port = redisctl('start')
@@ -96,28 +67,16 @@ async function main() {
       c.best = Math.min(c.best, ns)
     }
   }
-  // Instruction counts (load-independent), when valgrind is installed.
-  let haveValgrind = true
-  try {
-    execFileSync('valgrind', ['--version'], { stdio: 'ignore' })
-  } catch {
-    haveValgrind = false
-  }
-  if (haveValgrind && !args.includes('--no-callgrind')) {
-    contestants[0].instr = instructions('sync', 100000, url)
-    contestants[1].instr = instructions('await', 100000, url)
-    contestants[4].instr = instructions('rlf', 100000, url)
-  }
   const main = contestants.find((c) => c.main)
   const peer = contestants.find((c) => c.peer)
   const redisPeer = contestants[5]
   const awaited = contestants[1]
   const fmt = (ns) => (ns >= 100 ? Math.round(ns).toLocaleString('en-US') : ns.toFixed(1))
   const lines = [
-    '| contestant | ns per call | × acquireSync | instructions per call | note |',
-    '| --- | ---: | ---: | ---: | --- |',
+    '| contestant | ns per call | × acquireSync | note |',
+    '| --- | ---: | ---: | --- |',
     ...contestants.map(
-      (c) => `| ${c.name} | ${fmt(c.best)} | ${(c.best / main.best).toFixed(1)}× | ${c.instr ? c.instr.toLocaleString('en-US') : ''} | ${c.note} |`,
+      (c) => `| ${c.name} | ${fmt(c.best)} | ${(c.best / main.best).toFixed(1)}× | ${c.note} |`,
     ),
   ]
   const goalNs = main.best <= 150 ? 'met' : 'not met'
@@ -125,7 +84,6 @@ async function main() {
   const summary = [
     `- \`acquireSync\` on a warm key: ${fmt(main.best)} ns (goal ≤ 150 ns: ${goalNs}).`,
     `- vs rate-limiter-flexible \`RateLimiterMemory\` (in-process only, Promise API only): \`acquireSync\` ${ratio.toFixed(1)}× faster by wall clock (goal ≥ 10×: ${ratio >= 10 ? 'met' : 'not met'})` +
-      (main.instr && peer.instr ? `, ${(peer.instr / main.instr).toFixed(1)}× fewer instructions` : '') +
       `, while being distributed. Awaited on both sides (\`await acquire\` ${fmt(awaited.best)} ns vs \`await consume\` ${fmt(peer.best)} ns) the Promise round trip dominates both.`,
     `- Distributed, on a warm key: quotalease on Redis ${fmt(awaited.best)} ns per \`await acquire\` vs \`RateLimiterRedis\` on the same redis-server ${fmt(redisPeer.best)} ns (${(redisPeer.best / awaited.best).toFixed(0)}×).`,
     '- With the default leaseSize (20) a single tight loop on one key drains a lease faster than one Redis round trip and waits for leases: size leases for rate × round trip.',
@@ -144,7 +102,7 @@ async function main() {
     writeBlock(DOCS, 'node-bench', [
       `Command: \`make bench-node   # = scripts/bench-node.sh → bindings/node/bench/acquire.js\` (${versions}; ${new Date().toISOString().slice(0, 10)}).`,
       '',
-      `One key (\`"${KEY}"\`) called in a loop, every contestant in one process and one run: the best of ${ROUNDS} interleaved rounds, ns per call with the loop's own overhead included. Instructions per call come from callgrind (runs of n and 3n calls, differenced), which do not move with the machine's load. The Redis rows use one redis-server started by \`tests/harness/redisctl\`; quotalease leases from it, \`RateLimiterRedis\` calls it per request through ioredis.`,
+      `One key (\`"${KEY}"\`) called in a loop, every contestant in one process and one run: the best of ${ROUNDS} interleaved rounds, ns per call with the loop's own overhead included. No instruction counts here (unlike the Rust, C and Python benches): under callgrind, V8's JIT tiering, its compiler and GC threads made the count for the same \`acquireSync\` loop move from run to run (983, 2,356, 725, and with the main thread alone 212 and −372 per call), so it measured V8, not quotalease. The Redis rows use one redis-server started by \`tests/harness/redisctl\`; quotalease leases from it, \`RateLimiterRedis\` calls it per request through ioredis.`,
       '',
       ...lines,
       '',
@@ -155,9 +113,7 @@ async function main() {
   }
 }
 
-const innerAt = args.indexOf('--inner')
-const entry = innerAt >= 0 ? inner(args[innerAt + 1], Number(args[innerAt + 2]), args[innerAt + 3]) : main()
-entry.catch((err) => {
+main().catch((err) => {
   console.error(err)
   try {
     redisctl('stop-all')
