@@ -395,6 +395,44 @@ def cluster_master_killed(ports, proxy, faults):
     return [f"cluster: master {victim} (owner of the hot key's slot {slot}) killed at +3 s; a replica promoted"]
 
 
+def check_policy_checks_can_fail():
+    """The fault checks reject what each policy forbids (a check that cannot
+    fail proves nothing): synthetic timelines, no processes."""
+
+    class FakeFleet:
+        n, start_at, timeout_ms = 2, 0, 300
+
+        def slot(self, t_ms):
+            return max(0, int(t_ms)) // SLOT_MS
+
+    fleet, window = FakeFleet(), [("fault", 1000, 2000)]
+    share = LIMIT // FakeFleet.n  # 1000 per second: the window allows ~2,400
+
+    def worker(policy, *cells):
+        return {"policy": policy, "timeline": [list(c) for c in cells]}
+
+    fine = {
+        "a": worker("static-share", (12, "hot", "fallback", share, 0), (15, "hot", "lease", 10**6, 0)),
+        "b": worker("deny", (12, "hot", "fallback", 0, 500)),
+        "c": worker("allow", (12, "hot", "fallback", 10**6, 0)),
+    }
+    policy_bounds(fleet, fine, window)  # within bounds: passes
+    bad = {
+        "static-share over its share": worker("static-share", (12, "hot", "fallback", 10 * share, 0)),
+        "deny admitting": worker("deny", (12, "warm", "fallback", 1, 0)),
+        "allow denying": worker("allow", (19, "hot", "fallback", 0, 1)),
+    }
+    for name, r in bad.items():
+        try:
+            policy_bounds(fleet, {"w": r}, window)
+        except AssertionError:
+            continue
+        raise AssertionError(f"the fault checks accepted {name}")
+    # Outside the window nothing is held against it.
+    policy_bounds(fleet, {"w": worker("deny", (25, "hot", "fallback", 5, 0))}, window)
+    return ["static-share over its share, deny admitting and allow denying are each rejected"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--langs", default="rust,c,go,python,node")
@@ -406,6 +444,7 @@ def main():
         worker_cmd(lang)
     d = int(a.duration_s * 1000)
     checks = [
+        ("the fault checks can fail", check_policy_checks_can_fail),
         ("steady fleet: bound, budget used, books balance", lambda: check_steady(langs, d)),
         ("steady fleet on a 3-master Redis Cluster: same checks", lambda: check_steady(langs, d, cluster=True)),
         ("redis killed and restarted empty", lambda: fault_fleet(langs, d, kill_and_restart)),
