@@ -197,7 +197,12 @@ impl Limiter {
             clock: Clock::new(r.cfg.clock),
             gen: AtomicU64::new(fork::generation()),
             closed: AtomicBool::new(false),
-            table: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
+            // Blocking resizes: an incremental resize left unfinished (no
+            // further inserts) makes every later lookup search two tables.
+            table: papaya::HashMap::builder()
+                .hasher(foldhash::fast::RandomState::default())
+                .resize_mode(papaya::ResizeMode::Blocking)
+                .build(),
             overrides: Mutex::new(HashMap::new()),
             backend,
             fallback: MemoryAuthority::default(),
