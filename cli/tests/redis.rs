@@ -34,7 +34,7 @@ fn inspect_shows_the_stored_bucket_and_its_ttl() {
     for _ in 0..4 {
         assert!(l.acquire("user:1", 1).unwrap().allowed);
     }
-    let (code, out, err) = quotalease(&[
+    let inspect_args = [
         "inspect",
         "--redis",
         &url,
@@ -45,7 +45,8 @@ fn inspect_shows_the_stored_bucket_and_its_ttl() {
         "3600000",
         "--key-prefix",
         "t1",
-    ]);
+    ];
+    let (code, out, err) = quotalease(&inspect_args);
     assert_eq!(code, 0, "{err}");
     assert!(line(&out, "redis key").contains("t1:{user:1}"), "{out}");
     assert!(line(&out, "stored").starts_with("stored     6 tokens, as of"), "{out}");
@@ -62,18 +63,7 @@ fn inspect_shows_the_stored_bucket_and_its_ttl() {
     );
 
     // Inspecting changes nothing.
-    let (_, again, _) = quotalease(&[
-        "inspect",
-        "--redis",
-        &url,
-        "user:1",
-        "--limit",
-        "10",
-        "--window-ms",
-        "3600000",
-        "--key-prefix",
-        "t1",
-    ]);
+    let (_, again, _) = quotalease(&inspect_args);
     assert!(line(&again, "stored").starts_with("stored     6 tokens"), "{again}");
 
     // Empty bucket: the verdict says so.
