@@ -231,18 +231,19 @@ class Faults:
         self.open = None
 
     def begin(self, at_ms, label, action, *args):
+        """At +at_ms: end the open window (if any) with `action` and open `label`."""
+        t = self.end(at_ms, action, *args)
+        self.open = (label, t)
+
+    def end(self, at_ms, action, *args):
+        """At +at_ms: run `action`, closing the open window; returns when it began."""
         self.fleet.wait_until(at_ms)
         t = now_ms()
         action(*args)
         if self.open:
-            self.windows.append((self.open[0], self.open[1], now_ms()))
-        self.open = (label, t)
-
-    def end(self, at_ms, action, *args):
-        self.fleet.wait_until(at_ms)
-        action(*args)
-        self.windows.append((self.open[0], self.open[1], now_ms()))
+            self.windows.append((*self.open, now_ms()))
         self.open = None
+        return t
 
 
 def policy_bounds(fleet, res, windows):
@@ -322,9 +323,10 @@ def fault_fleet(langs, duration_ms, inject, via_proxy=False, cluster=False):
         total = {k: sum(r["admitted"].get(k, 0) for r in res.values()) for k in KEYS}
         slowest = max(r["max_acquire_ms"] for r in res.values())
         healed = faults.windows[-1][2]
-        settled = max(r["ended_at_ms"] for r in res.values()) - (fleet.start_at + duration_ms)
+        ended = max(r["ended_at_ms"] for r in res.values())
+        settled = ended - (fleet.start_at + duration_ms)
         policies = ", ".join(f"{n}: {r['policy']}" for n, r in res.items())
-        whole = ("whole run", fleet.start_at, max(r["ended_at_ms"] for r in res.values()))
+        whole = ("whole run", fleet.start_at, ended)
         summary = (
             f"admitted {total} by {len(res)} processes ({policies}); slowest acquire {slowest} ms; "
             f"last fault healed at +{(healed - fleet.start_at) / 1000:.1f} s; the last worker stopped "
