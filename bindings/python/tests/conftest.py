@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from quotalease import Limiter
+
 ROOT = Path(__file__).resolve().parents[3]
 REDISCTL = ROOT / "tests" / "harness" / "redisctl"
 VECTORS = ROOT / "tests" / "vectors"
@@ -100,6 +102,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 #: backend_timeout_ms for tests whose subject is not the timeout: a loaded CI
 #: machine must not turn a slow lease into a "pending" or "fallback" decision.
 PATIENT = 10_000
+
+# A window no test outlives: no token refills while it runs.
+DAY = 86_400_000
+
+
+def day_limiter(server: RedisServer, prefix: str, *, limit: int, lease_size: int) -> Limiter:
+    """A lease-mode limiter on `server` with a one-day window and a manual
+    clock (nothing refills), as the conservation tests use it."""
+    return Limiter(
+        server.url,
+        backend_timeout_ms=PATIENT,
+        limit=limit,
+        window_ms=DAY,
+        lease_size=lease_size,
+        key_prefix=prefix,
+        clock="manual",
+    )
+
 
 _counter = itertools.count()
 

@@ -7,10 +7,8 @@ import asyncio
 
 import pytest
 
-from conftest import PATIENT, RedisServer, unique
+from conftest import DAY, PATIENT, RedisServer, unique
 from quotalease import ClosedError, Decision, InvalidKeyError, Limiter
-
-DAY = 86_400_000
 
 
 async def test_memory_acquire_async() -> None:

@@ -10,10 +10,8 @@ import signal
 import time
 from typing import Any
 
-from conftest import PATIENT, RedisServer, unique
+from conftest import DAY, PATIENT, RedisServer, day_limiter, unique
 from quotalease import Limiter
-
-DAY = 86_400_000
 
 
 def run_in_child(fn: Any) -> dict[str, Any]:
@@ -52,15 +50,7 @@ def run_in_child(fn: Any) -> dict[str, Any]:
 
 
 def test_fork_with_redis_no_hang_no_double_spend(redis_server: RedisServer) -> None:
-    lim = Limiter(
-        redis_server.url,
-        backend_timeout_ms=PATIENT,
-        limit=100,
-        window_ms=DAY,
-        lease_size=10,
-        key_prefix=unique("fork"),
-        clock="manual",
-    )
+    lim = day_limiter(redis_server, unique("fork"), limit=100, lease_size=10)
     assert lim.acquire("k")  # the parent leases 10 and runs its broker
     lim.settle()
     before = lim.metrics()  # the child inherits these counters

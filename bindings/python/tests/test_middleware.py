@@ -15,12 +15,10 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from conftest import PATIENT, RedisServer, unique
+from conftest import DAY, PATIENT, RedisServer, unique
 from quotalease import Limiter
 from quotalease import asgi as ql_asgi
 from quotalease import wsgi as ql_wsgi
-
-DAY = 86_400_000
 
 
 def check_denied(status: int, headers: Any, body: bytes) -> None:

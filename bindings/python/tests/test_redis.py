@@ -9,32 +9,14 @@ import threading
 
 import pytest
 
-from conftest import PATIENT, RedisServer, unique, wait_for
+from conftest import DAY, PATIENT, RedisServer, day_limiter, unique, wait_for
 from quotalease import ConfigError, Limiter
-
-DAY = 86_400_000
 
 
 def test_instances_share_one_bucket(redis_server: RedisServer) -> None:
     prefix = unique("share")
-    a = Limiter(
-        redis_server.url,
-        backend_timeout_ms=PATIENT,
-        limit=50,
-        window_ms=DAY,
-        lease_size=5,
-        key_prefix=prefix,
-        clock="manual",
-    )
-    b = Limiter(
-        redis_server.url,
-        backend_timeout_ms=PATIENT,
-        limit=50,
-        window_ms=DAY,
-        lease_size=5,
-        key_prefix=prefix,
-        clock="manual",
-    )
+    a = day_limiter(redis_server, prefix, limit=50, lease_size=5)
+    b = day_limiter(redis_server, prefix, limit=50, lease_size=5)
     allowed = 0
     for _ in range(40):
         for lim in (a, b):
@@ -52,15 +34,7 @@ def test_instances_share_one_bucket(redis_server: RedisServer) -> None:
 
 def test_flush_returns_tokens_to_redis(redis_server: RedisServer) -> None:
     prefix = unique("flush")
-    lim = Limiter(
-        redis_server.url,
-        backend_timeout_ms=PATIENT,
-        limit=100,
-        window_ms=DAY,
-        lease_size=10,
-        key_prefix=prefix,
-        clock="manual",
-    )
+    lim = day_limiter(redis_server, prefix, limit=100, lease_size=10)
     assert lim.acquire("k")
     lim.settle()
     assert lim.inspect("k")["authority_tokens"] == 90

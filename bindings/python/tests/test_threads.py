@@ -6,10 +6,8 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from conftest import PATIENT, RedisServer, unique, wait_for
+from conftest import DAY, RedisServer, day_limiter, unique, wait_for
 from quotalease import Limiter
-
-DAY = 86_400_000
 
 
 def hammer(lim: Limiter, key: str, n: int) -> int:
@@ -27,18 +25,7 @@ def test_threads_on_memory_admit_exactly_the_limit() -> None:
 
 def test_threads_on_two_redis_instances_conserve_tokens(redis_server: RedisServer) -> None:
     prefix = unique("thr")
-    limiters = [
-        Limiter(
-            redis_server.url,
-            backend_timeout_ms=PATIENT,
-            limit=2000,
-            window_ms=DAY,
-            lease_size=20,
-            key_prefix=prefix,
-            clock="manual",
-        )
-        for _ in range(2)
-    ]
+    limiters = [day_limiter(redis_server, prefix, limit=2000, lease_size=20) for _ in range(2)]
     with ThreadPoolExecutor(8) as pool:
         allowed = sum(pool.map(lambda i: hammer(limiters[i % 2], "k", 400), range(8)))
     for lim in limiters:
