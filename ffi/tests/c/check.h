@@ -37,6 +37,17 @@ static int cases_passed, cases_failed;
     CHECK(strstr(lease_last_error(), (needle)) != NULL, "message of %s lacks \"%s\"", #call, (needle)); \
   } while (0)
 
+/* A limiter a test needs before it can check anything: exit(2) if it cannot be made. */
+static lease_limiter *new_limiter_or_exit(const lease_config *c) __attribute__((unused));
+static lease_limiter *new_limiter_or_exit(const lease_config *c) {
+  lease_limiter *l = NULL;
+  if (lease_limiter_new(c, &l) != LEASE_OK) {
+    fprintf(stderr, "lease_limiter_new(%s): %s\n", c->url ? c->url : "memory://", lease_last_error());
+    exit(2);
+  }
+  return l;
+}
+
 #define RUN(fn)                                                   \
   do {                                                            \
     case_failures = 0;                                            \

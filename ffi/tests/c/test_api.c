@@ -9,18 +9,13 @@
 
 static lease_limiter *manual_limiter(uint64_t limit, uint64_t window_ms, uint64_t lease_size) {
   lease_config c;
-  lease_limiter *l = NULL;
   lease_config_init(&c);
   c.limit = limit;
   c.window_ms = window_ms;
   c.lease_size = lease_size;
   c.clock = LEASE_CLOCK_MANUAL;
   c.clock_start_ms = 1000000;
-  if (lease_limiter_new(&c, &l) != LEASE_OK) {
-    fprintf(stderr, "lease_limiter_new: %s\n", lease_last_error());
-    exit(2);
-  }
-  return l;
+  return new_limiter_or_exit(&c);
 }
 
 static void version_matches_header(void) {

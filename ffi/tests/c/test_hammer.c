@@ -117,7 +117,6 @@ static int hammer(lease_limiter **ls, int nls, uint64_t limit, const char *label
 
 static lease_limiter *make(const char *url, const char *prefix, uint64_t limit) {
   lease_config c;
-  lease_limiter *l = NULL;
   lease_config_init(&c);
   c.url = url;
   c.key_prefix = prefix;
@@ -127,11 +126,7 @@ static lease_limiter *make(const char *url, const char *prefix, uint64_t limit) 
   c.clock_start_ms = 1000000;
   c.backend_timeout_ms = 10000;
   c.on_backend_failure = LEASE_FAILURE_DENY;
-  if (lease_limiter_new(&c, &l) != LEASE_OK) {
-    fprintf(stderr, "lease_limiter_new(%s): %s\n", url, lease_last_error());
-    exit(2);
-  }
-  return l;
+  return new_limiter_or_exit(&c);
 }
 
 static void memory_one_limiter(void) {

@@ -27,7 +27,6 @@ static void pause_ms(int ms) {
 
 static lease_limiter *make(const char *prefix, uint64_t limit, uint64_t lease_size, int manual) {
   lease_config c;
-  lease_limiter *l = NULL;
   lease_config_init(&c);
   c.url = url;
   c.key_prefix = prefix;
@@ -39,11 +38,7 @@ static lease_limiter *make(const char *prefix, uint64_t limit, uint64_t lease_si
     c.clock = LEASE_CLOCK_MANUAL;
     c.clock_start_ms = 1000000;
   }
-  if (lease_limiter_new(&c, &l) != LEASE_OK) {
-    fprintf(stderr, "lease_limiter_new: %s\n", lease_last_error());
-    exit(2);
-  }
-  return l;
+  return new_limiter_or_exit(&c);
 }
 
 static void unique_prefix(char *buf, size_t cap, const char *what) {
