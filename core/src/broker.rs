@@ -1,145 +1,213 @@
-//! The broker: an internal tokio runtime (created lazily, named threads) that
-//! sends lease and give-back requests to Redis in pipelined batches, keeps the
-//! coarse clock fresh and runs lease-TTL maintenance.
+//! The broker: ONE tokio runtime per process (one named worker thread,
+//! created on first use, created again in a forked child, never at import),
+//! and ONE connection per Redis backend per process, shared by every limiter.
+//!
+//! Each backend ([`Target`]: its URL and round-trip bound) has one batch
+//! loop that owns its connection: calls from every limiter of the process
+//! queue on one channel and go out together in pipelined round trips. The
+//! loop knows nothing of limiters: a call carries its own callback. One
+//! ticker refreshes every registered limiter ([`Tick`]) for lease-TTL
+//! maintenance. See docs/design.md, "The broker".
 
-use std::sync::{Arc, Weak};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::runtime::Runtime;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::bucket::{Grant, Policy};
-use crate::entry::Entry;
+use crate::authority::redis::Connection;
+use crate::authority::{Call, Done};
+use crate::config::BackendSpec;
 use crate::error::{Error, Result};
-use crate::limiter::Inner;
-use crate::redis_authority::RedisAuthority;
+use crate::fork;
 
-/// Most requests sent in one pipelined round trip.
+/// Most calls sent in one pipelined round trip.
 const MAX_BATCH: usize = 512;
-/// How often the coarse clock is refreshed.
+/// How often registered limiters are ticked (coarse clock, maintenance).
 const TICK: Duration = Duration::from_millis(10);
 
-/// Where the answer to a lease request goes when a caller waits for it
-/// itself (exact mode) instead of the tokens going to the key's local lease.
-pub(crate) enum Reply {
-    Sync(std::sync::mpsc::SyncSender<Result<Grant, String>>),
-    Async(tokio::sync::oneshot::Sender<Result<Grant, String>>),
+/// A Redis backend: one connection per distinct target in a process.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Target {
+    pub spec: BackendSpec,
+    /// Bound on every round trip (and on connecting).
+    pub timeout_ms: u64,
 }
 
-impl Reply {
-    pub fn send(self, r: Result<Grant, String>) {
-        match self {
-            Reply::Sync(tx) => {
-                let _ = tx.try_send(r);
-            }
-            Reply::Async(tx) => {
-                let _ = tx.send(r);
-            }
+/// Something the ticker calls every [`TICK`] while it lives.
+pub(crate) trait Tick: Send + Sync {
+    fn tick(&self);
+}
+
+type Job = (Call, Done);
+
+/// The process-wide runtime with its backend loops and ticker.
+pub(crate) struct Broker {
+    /// Fork generation the runtime's threads belong to.
+    gen: u64,
+    rt: Runtime,
+    loops: Mutex<HashMap<Target, UnboundedSender<Job>>>,
+    tickers: Arc<Mutex<Vec<Weak<dyn Tick>>>>,
+}
+
+/// A limiter's handle on one backend loop.
+pub(crate) struct Link {
+    pub broker: Arc<Broker>,
+    tx: UnboundedSender<Job>,
+}
+
+static BROKER: Mutex<Option<Arc<Broker>>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The process' broker, started on first use (and again after a fork).
+pub(crate) fn get() -> Result<Arc<Broker>> {
+    let gen = fork::generation();
+    let mut slot = lock(&BROKER);
+    if let Some(b) = slot.as_ref() {
+        if b.gen == gen {
+            return Ok(b.clone());
         }
+        // Inherited across fork(): its threads do not exist in this process,
+        // so it must be forgotten, never shut down.
+        std::mem::forget(slot.take());
+    }
+    let b = Arc::new(Broker::start(gen)?);
+    *slot = Some(b.clone());
+    Ok(b)
+}
+
+/// A link to `target`'s batch loop on the current broker.
+pub(crate) fn link(target: &Target) -> Result<Link> {
+    let broker = get()?;
+    let tx = broker.loop_for(target);
+    Ok(Link { broker, tx })
+}
+
+impl Link {
+    /// False once a fork made this link's runtime unusable.
+    pub fn is_current(&self) -> bool {
+        self.broker.gen == fork::current()
+    }
+
+    /// Queue a call; `Err` gives the callback back when the loop is gone.
+    pub fn send(&self, call: Call, done: Done) -> std::result::Result<(), Done> {
+        self.tx.send((call, done)).map_err(|e| e.0 .1)
     }
 }
 
-pub(crate) enum Job {
-    Lease {
-        entry: Arc<Entry>,
-        want: u64,
-        need: u64,
-        reply: Option<Reply>,
-    },
-    GiveBack {
-        key: String,
-        policy: Policy,
-        tokens: u64,
-    },
-}
-
-pub(crate) struct Broker {
-    rt: Option<Runtime>,
-    tx: Option<UnboundedSender<Job>>,
-}
-
 impl Broker {
-    /// Start the runtime and its tasks for `inner`.
-    pub fn start(inner: &Arc<Inner>) -> Result<Broker> {
+    fn start(gen: u64) -> Result<Broker> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("quotalease-broker")
             .enable_all()
             .build()
             .map_err(|e| Error::Backend(format!("cannot start the broker runtime: {e}")))?;
-        let tx = inner.redis_spec().map(|spec| {
-            let (tx, mut rx) = unbounded_channel::<Job>();
-            let weak = Arc::downgrade(inner);
-            let mut auth = RedisAuthority::new(
-                spec.clone(),
-                &inner.r.cfg.key_prefix,
-                Duration::from_millis(inner.r.cfg.backend_timeout_ms),
-            );
-            rt.spawn(async move {
-                let mut batch = Vec::new();
-                while let Some(job) = rx.recv().await {
-                    batch.push(job);
-                    while batch.len() < MAX_BATCH {
-                        match rx.try_recv() {
-                            Ok(j) => batch.push(j),
-                            Err(_) => break,
-                        }
-                    }
-                    let Some(inner) = weak.upgrade() else { break };
-                    let n = batch.len() as u64;
-                    // Every round trip inside is bounded; this outer bound
-                    // guarantees the loop itself can never stall on one batch.
-                    let guard = Duration::from_millis(inner.r.cfg.backend_timeout_ms * 4 + 1_000);
-                    let run = inner.run_batch(&mut auth, std::mem::take(&mut batch));
-                    if tokio::time::timeout(guard, run).await.is_err() {
-                        tracing::error!("quotalease: a backend batch did not finish in {guard:?}; abandoned");
-                        auth.reset();
-                        inner.abandon_batch(n);
-                    }
-                }
-            });
-            tx
-        });
-        if !inner.clock.is_manual() {
-            rt.spawn(ticker(Arc::downgrade(inner)));
-        }
-        Ok(Broker { rt: Some(rt), tx })
-    }
-
-    /// Queue a job for the batch loop. False when there is no Redis backend
-    /// or the loop is gone.
-    pub fn send(&self, job: Job) -> std::result::Result<(), Job> {
-        match &self.tx {
-            Some(tx) => tx.send(job).map_err(|e| e.0),
-            None => Err(job),
-        }
+        let tickers: Arc<Mutex<Vec<Weak<dyn Tick>>>> = Arc::default();
+        rt.spawn(ticker(tickers.clone()));
+        Ok(Broker {
+            gen,
+            rt,
+            loops: Mutex::new(HashMap::new()),
+            tickers,
+        })
     }
 
     pub fn runtime(&self) -> &Runtime {
-        self.rt.as_ref().expect("the runtime lives as long as the broker")
+        &self.rt
     }
-}
 
-impl Drop for Broker {
-    fn drop(&mut self) {
-        if let Some(rt) = self.rt.take() {
-            // Never blocks, so it is safe from any thread, even inside an async context.
-            rt.shutdown_background();
+    /// Tick `t` every [`TICK`] for as long as it lives.
+    pub fn register(&self, t: Weak<dyn Tick>) {
+        lock(&self.tickers).push(t);
+    }
+
+    /// Connections (batch loops) open in this process, for tests and `inspect`.
+    pub fn backends(&self) -> usize {
+        lock(&self.loops).len()
+    }
+
+    fn loop_for(&self, target: &Target) -> UnboundedSender<Job> {
+        let mut loops = lock(&self.loops);
+        if let Some(tx) = loops.get(target) {
+            if !tx.is_closed() {
+                return tx.clone();
+            }
         }
+        let (tx, rx) = unbounded_channel();
+        self.rt.spawn(serve(target.clone(), rx));
+        loops.insert(target.clone(), tx.clone());
+        tx
     }
 }
 
-async fn ticker(weak: Weak<Inner>) {
+/// Process-wide broker facts, for tests and diagnostics.
+pub fn connections_open() -> usize {
+    lock(&BROKER)
+        .as_ref()
+        .filter(|b| b.gen == fork::current())
+        .map_or(0, |b| b.backends())
+}
+
+/// One backend's batch loop: drain what is queued (up to [`MAX_BATCH`]),
+/// answer it in one batch, hand each call's result to its callback.
+async fn serve(target: Target, mut rx: UnboundedReceiver<Job>) {
+    let timeout = Duration::from_millis(target.timeout_ms);
+    let mut conn = Connection::new(target.spec.clone(), timeout);
+    // Every round trip inside is bounded; this outer bound guarantees the
+    // loop itself can never stall on one batch.
+    let guard = timeout * 4 + Duration::from_millis(1_000);
+    let mut calls = Vec::new();
+    let mut dones = Vec::new();
+    while let Some((call, done)) = rx.recv().await {
+        calls.push(call);
+        dones.push(done);
+        while calls.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok((c, d)) => {
+                    calls.push(c);
+                    dones.push(d);
+                }
+                Err(_) => break,
+            }
+        }
+        match tokio::time::timeout(guard, conn.run_batch(&calls)).await {
+            Ok(results) => {
+                for (done, r) in dones.drain(..).zip(results) {
+                    done(r);
+                }
+            }
+            Err(_) => {
+                tracing::error!("quotalease: a backend batch did not finish in {guard:?}; abandoned");
+                conn.reset();
+                for done in dones.drain(..) {
+                    done(Err(format!(
+                        "the batch did not finish in {} ms; abandoned",
+                        guard.as_millis()
+                    )));
+                }
+            }
+        }
+        calls.clear();
+    }
+}
+
+async fn ticker(tickers: Arc<Mutex<Vec<Weak<dyn Tick>>>>) {
     let mut iv = tokio::time::interval(TICK);
     iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut last_sweep = 0u64;
     loop {
         iv.tick().await;
-        let Some(inner) = weak.upgrade() else { break };
-        let now = inner.clock.precise();
-        if now.saturating_sub(last_sweep) >= inner.sweep_every_ms() {
-            last_sweep = now;
-            inner.maintain_at(now);
+        let live: Vec<Arc<dyn Tick>> = {
+            let mut t = lock(&tickers);
+            t.retain(|w| w.strong_count() > 0);
+            t.iter().filter_map(Weak::upgrade).collect()
+        };
+        for t in live {
+            t.tick();
         }
     }
 }

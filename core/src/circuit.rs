@@ -16,6 +16,9 @@ pub(crate) struct Circuit {
     probe_since: AtomicU64,
     next_probe: AtomicU64,
     backoff: AtomicU64,
+    /// Clock reading of the last failure: the answers of one failed round
+    /// trip arrive at one instant and count as one failure.
+    last_failure: AtomicU64,
 }
 
 /// A change of state the caller must report (log, metric, event).
@@ -33,6 +36,7 @@ impl Default for Circuit {
             probe_since: AtomicU64::new(0),
             next_probe: AtomicU64::new(0),
             backoff: AtomicU64::new(BACKOFF_MIN_MS),
+            last_failure: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -76,6 +80,9 @@ impl Circuit {
     }
 
     pub fn on_failure(&self, now: u64) -> Option<Transition> {
+        if self.last_failure.swap(now, AcqRel) == now && self.is_open() {
+            return None;
+        }
         let backoff = self.backoff.load(Relaxed);
         self.next_probe.store(now + backoff, Relaxed);
         self.backoff.store((backoff * 2).min(BACKOFF_MAX_MS), Relaxed);
@@ -93,14 +100,17 @@ mod tests {
         let c = Circuit::default();
         assert!(!c.take_probe(0));
         assert_eq!(c.on_failure(100), Some(Transition::Opened));
+        // the other answers of the same failed round trip change nothing
         assert_eq!(c.on_failure(100), None);
-        // second failure doubled the backoff: next probe at 100 + 100
-        assert!(!c.take_probe(150));
-        assert!(c.take_probe(200));
+        assert_eq!(c.ms_to_probe(100), 50);
+        // a later failure doubles the backoff: next probe at 101 + 100
+        assert_eq!(c.on_failure(101), None);
+        assert!(!c.take_probe(200));
+        assert!(c.take_probe(201));
         assert!(!c.take_probe(200), "only one probe at a time");
-        assert_eq!(c.on_failure(200), None);
-        assert_eq!(c.ms_to_probe(200), 200);
-        assert!(c.take_probe(400));
+        assert_eq!(c.on_failure(201), None);
+        assert_eq!(c.ms_to_probe(201), 200);
+        assert!(c.take_probe(401));
         assert_eq!(c.on_success(), Some(Transition::Closed));
         assert!(!c.is_open());
         assert_eq!(c.on_success(), None);

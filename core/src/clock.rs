@@ -48,12 +48,6 @@ impl Clock {
         t
     }
 
-    /// The time an authority should be told: `Some` for a manual clock (Redis
-    /// scripts then take it instead of Redis `TIME`).
-    pub fn explicit_now(&self) -> Option<u64> {
-        self.manual.then(|| self.now.load(Relaxed))
-    }
-
     /// Move a manual clock forward. Returns false for the system clock.
     pub fn advance(&self, ms: u64) -> bool {
         if !self.manual {

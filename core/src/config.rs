@@ -134,7 +134,7 @@ impl Default for Config {
 }
 
 /// Where the authoritative buckets live.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum BackendSpec {
     /// In-process; `Some(name)` is shared by name within the process.
     Memory(Option<String>),

@@ -7,10 +7,19 @@ pub enum Error {
     /// A configuration value is invalid; `field` names the option.
     #[error("invalid configuration: `{field}` {reason}")]
     Config {
-        /// The option's name, as in DESIGN.md (`limit`, `lease_size`, `url`, ...).
+        /// The option's name, as in docs/design.md (`limit`, `lease_size`, `url`, ...).
         field: &'static str,
         /// What is wrong and what would be accepted.
         reason: String,
+    },
+    /// An option name that does not exist (set by name, e.g. from a binding's
+    /// keyword arguments); kind [`ErrorKind::Config`].
+    #[error("invalid configuration: unknown option `{name}`{}", suggest(.suggestion))]
+    UnknownOption {
+        /// The name as given.
+        name: String,
+        /// The closest known option, spelled like `name` (snake or camel case).
+        suggestion: Option<String>,
     },
     /// The key is empty, too long or not valid for the backend.
     #[error("invalid key: {0}")]
@@ -52,7 +61,7 @@ impl Error {
     /// The error's category.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Config { .. } => ErrorKind::Config,
+            Error::Config { .. } | Error::UnknownOption { .. } => ErrorKind::Config,
             Error::InvalidKey(_) => ErrorKind::InvalidKey,
             Error::InvalidCost { .. } => ErrorKind::InvalidCost,
             Error::Closed => ErrorKind::Closed,
@@ -65,6 +74,13 @@ impl Error {
             field,
             reason: reason.into(),
         }
+    }
+}
+
+fn suggest(s: &Option<String>) -> String {
+    match s {
+        Some(s) => format!("; did you mean `{s}`?"),
+        None => format!("; the options are {}", crate::options::OPTION_NAMES.join(", ")),
     }
 }
 

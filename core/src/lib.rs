@@ -21,33 +21,34 @@
 //! instances × lease_size.
 #![warn(missing_docs)]
 
+mod authority;
 mod broker;
 pub mod bucket;
+mod builder;
 mod circuit;
 mod clock;
 mod config;
 mod decision;
-mod entry;
+mod engine;
 mod error;
 mod events;
 mod fork;
 mod limiter;
-mod memory;
 mod metrics;
-#[cfg(feature = "redis")]
-mod redis_authority;
-#[cfg(not(feature = "redis"))]
-#[path = "redis_disabled.rs"]
-mod redis_authority;
+pub mod options;
 
+pub use authority::redis_key;
+pub use broker::connections_open;
+pub use builder::Builder;
 pub use config::{
     default_lease_size, parse_rate, validate_key, validate_policy, ClockKind, Config, FailurePolicy, Mode, MAX_KEY_LEN,
 };
 pub use decision::{Decision, Reason};
 pub use error::{Error, ErrorKind, Result};
 pub use events::{Event, EventKind, Listener};
-pub use limiter::{Builder, Inspection, Limiter};
+pub use limiter::{Inspection, Limiter};
 pub use metrics::Metrics;
+pub use options::{OptionValue, Options, MANUAL_CLOCK_START_MS, OPTION_NAMES};
 
 /// The crate version, as in Cargo.toml.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

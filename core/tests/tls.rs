@@ -35,13 +35,14 @@ fn leases_over_tls() {
     // The bucket is in the server (read back over the plain port).
     assert_eq!(stored_tokens(&server.plain.cli(&["GET", &format!("{p}:{{k}}")])), 5);
     // A server whose certificate is not trusted is a backend failure, never a
-    // silent plaintext fallback.
+    // silent plaintext fallback. (Another round-trip bound makes it another
+    // backend: limiters on one URL and bound share one connection.)
     std::env::set_var("SSL_CERT_FILE", "/nonexistent");
     let untrusted = Limiter::builder()
         .url(format!("rediss://127.0.0.1:{}", server.tls_port))
         .key_prefix(&p)
         .limit(10)
-        .backend_timeout_ms(2_000)
+        .backend_timeout_ms(2_001)
         .build()
         .unwrap();
     let d = untrusted.acquire("k2", 1).unwrap();

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use super::{Call, Reply, Stored};
 use crate::bucket::{BucketState, Grant, Policy};
 
 /// Buckets kept before full ones are swept (a full bucket equals a missing one).
@@ -45,6 +46,36 @@ impl MemoryAuthority {
         let a = Arc::new(Self::default());
         reg.insert(name.to_string(), Arc::downgrade(&a));
         a
+    }
+
+    /// Answer one call inline.
+    pub fn answer(&self, call: Call) -> Reply {
+        match call {
+            Call::Lease {
+                key,
+                policy,
+                want,
+                need,
+                now,
+            } => Reply::Grant(self.lease(&key, policy, want, need, now.ms)),
+            Call::GiveBack {
+                key,
+                policy,
+                tokens,
+                now,
+            } => {
+                self.give_back(&key, policy, tokens, now.ms);
+                Reply::Returned
+            }
+            Call::Inspect { key, policy, now } => Reply::Stored(match self.peek(&key, policy, now.ms) {
+                Some((tokens, ts)) => Stored {
+                    tokens: Some(tokens),
+                    refilled_at_ms: Some(ts),
+                    ttl_ms: None,
+                },
+                None => Stored::default(),
+            }),
+        }
     }
 
     pub fn lease(&self, key: &str, policy: Policy, want: u64, need: u64, now: u64) -> Grant {

@@ -1,6 +1,7 @@
-//! The Redis authority: one string per key, `{prefix}:{<key>}` (hash-tagged
-//! so Redis Cluster keeps the key in one slot), changed only by two Lua
-//! scripts that implement [`crate::bucket`]'s math atomically.
+//! The Redis authority's connection: one string per key, `{prefix}:{<key>}`
+//! (hash-tagged so Redis Cluster keeps the key in one slot), changed only by
+//! two Lua scripts (`lua/lease.lua`, `lua/give_back.lua`, each after
+//! `lua/prelude.lua`) that implement [`crate::bucket`]'s math atomically.
 //!
 //! The stored value is three integers, `"c t w"`: `c` credit units (1/`w`
 //! token each), `t` ms up to which refill is accounted, `w` the window the
@@ -18,76 +19,13 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, Script, Value};
 
-use crate::bucket::{Grant, Policy};
+use super::{Call, Reply, Stored};
+use crate::bucket::Grant;
 use crate::config::BackendSpec;
 
-/// Common head of both scripts: read the bucket, bring it to `now`.
-/// ARGV[1] limit, ARGV[2] window_ms, ARGV[5] now_ms or "" for Redis TIME.
-const PRELUDE: &str = r#"
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local now
-local pad = 0
-if ARGV[5] ~= nil and ARGV[5] ~= '' then
-  now = tonumber(ARGV[5])
-  -- a caller-supplied clock is not Redis' clock: keep idle keys longer
-  pad = 600000
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local cap = limit * window
-local credit, ts, w
-local v = redis.call('GET', KEYS[1])
-if v then
-  local c0, t0, w0 = string.match(v, '^(%d+) (%d+) (%d+)$')
-  credit, ts, w = tonumber(c0), tonumber(t0), tonumber(w0)
-end
-if credit == nil or ts == nil or w == nil or w <= 0 then
-  credit = cap
-  ts = now
-  w = window
-end
-if w ~= window then
-  local whole = math.floor(credit / w)
-  credit = whole * window + math.floor((credit - whole * w) * window / w)
-end
-if now > ts then
-  local e = now - ts
-  if e > window then e = window end
-  credit = credit + e * limit
-  ts = now
-end
-if credit > cap then credit = cap end
-"#;
-
-/// Common tail: store the bucket with an expiry at the time it is full again.
-const STORE: &str = r#"
-redis.call('SET', KEYS[1], string.format('%.0f %.0f %.0f', credit, ts, window),
-  'PX', string.format('%.0f', math.ceil((cap - credit) / limit) + 1000 + pad))
-"#;
-
-/// Lease: ARGV[3] want, ARGV[4] need. Grants min(whole, want) when at least
-/// `need` whole tokens are there, else 0. Returns {granted, remaining, wait_ms}.
-const LEASE_BODY: &str = r#"
-local want = tonumber(ARGV[3])
-local need = tonumber(ARGV[4])
-if need < 1 then need = 1 end
-if need > limit then need = limit end
-local avail = math.floor(credit / window)
-local granted = 0
-if avail >= need then granted = math.min(avail, want) end
-credit = credit - granted * window
-local wait = 0
-if granted == 0 then wait = math.ceil((need * window - credit) / limit) end
-"#;
-const LEASE_RETURN: &str = "return {granted, math.floor(credit / window), wait}\n";
-
-/// Give back: ARGV[3] tokens. Returns whole tokens remaining.
-const GIVE_BACK_BODY: &str = r#"
-credit = math.min(cap, credit + tonumber(ARGV[3]) * window)
-"#;
-const GIVE_BACK_RETURN: &str = "return math.floor(credit / window)\n";
+const PRELUDE: &str = include_str!("lua/prelude.lua");
+const LEASE: &str = include_str!("lua/lease.lua");
+const GIVE_BACK: &str = include_str!("lua/give_back.lua");
 
 /// A script's text and its SHA1 (for EVALSHA).
 #[derive(Clone)]
@@ -112,8 +50,8 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Scripts {
-            lease: Lua::new(&[PRELUDE, LEASE_BODY, STORE, LEASE_RETURN]),
-            give_back: Lua::new(&[PRELUDE, GIVE_BACK_BODY, STORE, GIVE_BACK_RETURN]),
+            lease: Lua::new(&[PRELUDE, LEASE]),
+            give_back: Lua::new(&[PRELUDE, GIVE_BACK]),
         }
     }
 }
@@ -123,27 +61,10 @@ enum Conn {
     Cluster(ClusterConnection),
 }
 
-/// The stored fields `c`, `t`, `w` (None: no bucket stored) and PTTL.
-pub(crate) type RawBucket = (Option<u64>, Option<u64>, Option<u64>, i64);
-
-/// One lease call of a batch.
-pub(crate) struct LeaseCall {
-    pub key: String,
-    pub policy: Policy,
-    pub want: u64,
-    pub need: u64,
-}
-
-/// One give-back call of a batch.
-pub(crate) struct GiveBackCall {
-    pub key: String,
-    pub policy: Policy,
-    pub tokens: u64,
-}
-
-pub(crate) struct RedisAuthority {
+/// One connection to one Redis backend (a server or a cluster), owned by
+/// the broker's batch loop for that backend.
+pub(crate) struct Connection {
     spec: BackendSpec,
-    prefix: String,
     timeout: Duration,
     scripts: Scripts,
     conn: Option<Conn>,
@@ -153,11 +74,10 @@ fn err_text(e: &RedisError) -> String {
     e.to_string()
 }
 
-impl RedisAuthority {
-    pub fn new(spec: BackendSpec, prefix: &str, timeout: Duration) -> Self {
-        RedisAuthority {
+impl Connection {
+    pub fn new(spec: BackendSpec, timeout: Duration) -> Self {
+        Connection {
             spec,
-            prefix: prefix.to_string(),
             timeout,
             scripts: Scripts::new(),
             conn: None,
@@ -167,11 +87,6 @@ impl RedisAuthority {
     /// Forget the connection (the next call reconnects).
     pub fn reset(&mut self) {
         self.conn = None;
-    }
-
-    /// The Redis key of a limiter key.
-    pub fn redis_key(prefix: &str, key: &str) -> String {
-        format!("{prefix}:{{{key}}}")
     }
 
     async fn connect(&mut self) -> Result<&mut Conn, String> {
@@ -317,93 +232,163 @@ impl RedisAuthority {
         cmd
     }
 
-    /// One call of `script` per (key, args); per-call results (see [`Self::run`]).
+    /// One call of `script` per (key, args, now); per-call results (see [`Self::run`]).
     async fn script_batch(
         &mut self,
         script: &Lua,
-        calls: Vec<(String, [u64; 4])>,
-        now: Option<u64>,
+        calls: &[(&str, [u64; 4], Option<u64>)],
     ) -> Result<Vec<Result<Value, String>>, String> {
-        let prefix = self.prefix.clone();
         self.run(calls.len(), |eval, idx| {
             idx.iter()
-                .map(|&i| Self::script_cmd(script, eval, &Self::redis_key(&prefix, &calls[i].0), calls[i].1, now))
+                .map(|&i| Self::script_cmd(script, eval, calls[i].0, calls[i].1, calls[i].2))
                 .collect()
         })
         .await
     }
 
-    /// One lease script call per entry; per-call results.
-    pub async fn lease_batch(
-        &mut self,
-        calls: &[LeaseCall],
-        now: Option<u64>,
-    ) -> Result<Vec<Result<Grant, String>>, String> {
-        let script = self.scripts.lease.clone();
-        let args = calls
-            .iter()
-            .map(|c| (c.key.clone(), [c.policy.limit, c.policy.window_ms, c.want, c.need]))
-            .collect();
-        let replies = self.script_batch(&script, args, now).await?;
-        Ok(replies
-            .into_iter()
-            .map(|r| {
-                let (granted, remaining, wait_ms): (u64, u64, u64) =
-                    redis::from_redis_value(r?).map_err(|e| format!("unexpected reply from the lease script: {e}"))?;
-                Ok(Grant {
-                    granted,
-                    remaining,
-                    wait_ms,
-                })
-            })
-            .collect())
+    /// Answer a batch of calls, one result per call in order: give-backs
+    /// first (tokens returned can serve the leases of the same batch), then
+    /// leases in one pipelined round trip, then inspections. When the
+    /// give-back round trip itself fails, the leases fail at once rather
+    /// than wait out a second timeout.
+    pub async fn run_batch(&mut self, calls: &[Call]) -> Vec<Result<Reply, String>> {
+        let mut out: Vec<Option<Result<Reply, String>>> = (0..calls.len()).map(|_| None).collect();
+        let mut backs = Vec::new();
+        let mut leases = Vec::new();
+        let mut inspects = Vec::new();
+        for (i, c) in calls.iter().enumerate() {
+            match c {
+                Call::GiveBack {
+                    key,
+                    policy,
+                    tokens,
+                    now,
+                } => backs.push((
+                    i,
+                    (
+                        key.as_str(),
+                        [policy.limit, policy.window_ms, *tokens, 0],
+                        now.for_script(),
+                    ),
+                )),
+                Call::Lease {
+                    key,
+                    policy,
+                    want,
+                    need,
+                    now,
+                } => leases.push((
+                    i,
+                    (
+                        key.as_str(),
+                        [policy.limit, policy.window_ms, *want, *need],
+                        now.for_script(),
+                    ),
+                )),
+                Call::Inspect { key, .. } => inspects.push((i, key.as_str())),
+            }
+        }
+        let mut transport: Option<String> = None;
+        if !backs.is_empty() {
+            let script = self.scripts.give_back.clone();
+            let args: Vec<_> = backs.iter().map(|(_, a)| *a).collect();
+            match self.script_batch(&script, &args).await {
+                Ok(replies) => {
+                    for ((i, _), r) in backs.iter().zip(replies) {
+                        out[*i] = Some(r.and_then(|v| {
+                            redis::from_redis_value::<u64>(v)
+                                .map(|_| Reply::Returned)
+                                .map_err(|e| format!("unexpected reply from the give-back script: {e}"))
+                        }));
+                    }
+                }
+                Err(e) => {
+                    for (i, _) in &backs {
+                        out[*i] = Some(Err(e.clone()));
+                    }
+                    transport = Some(e);
+                }
+            }
+        }
+        if !leases.is_empty() {
+            let replies = match &transport {
+                Some(e) => Err(e.clone()),
+                None => {
+                    let script = self.scripts.lease.clone();
+                    let args: Vec<_> = leases.iter().map(|(_, a)| *a).collect();
+                    self.script_batch(&script, &args).await
+                }
+            };
+            match replies {
+                Ok(replies) => {
+                    for ((i, _), r) in leases.iter().zip(replies) {
+                        out[*i] = Some(r.and_then(|v| {
+                            let (granted, remaining, wait_ms): (u64, u64, u64) = redis::from_redis_value(v)
+                                .map_err(|e| format!("unexpected reply from the lease script: {e}"))?;
+                            Ok(Reply::Grant(Grant {
+                                granted,
+                                remaining,
+                                wait_ms,
+                            }))
+                        }));
+                    }
+                }
+                Err(e) => {
+                    for (i, _) in &leases {
+                        out[*i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        for (i, key) in inspects {
+            out[i] = Some(self.inspect(key).await.map(Reply::Stored));
+        }
+        out.into_iter()
+            .map(|o| o.unwrap_or_else(|| Err("no reply".into())))
+            .collect()
     }
 
-    /// One give-back script call per entry; per-call results.
-    pub async fn give_back_batch(
-        &mut self,
-        calls: &[GiveBackCall],
-        now: Option<u64>,
-    ) -> Result<Vec<Result<u64, String>>, String> {
-        let script = self.scripts.give_back.clone();
-        let args = calls
-            .iter()
-            .map(|c| (c.key.clone(), [c.policy.limit, c.policy.window_ms, c.tokens, 0]))
-            .collect();
-        let replies = self.script_batch(&script, args, now).await?;
-        Ok(replies
-            .into_iter()
-            .map(|r| {
-                redis::from_redis_value(r?).map_err(|e| format!("unexpected reply from the give-back script: {e}"))
-            })
-            .collect())
-    }
-
-    /// The raw stored fields of a key and its PTTL, for `inspect`.
-    pub async fn inspect(&mut self, key: &str) -> Result<RawBucket, String> {
-        let k = Self::redis_key(&self.prefix, key);
+    /// The stored bucket of a Redis key and its PTTL, for `inspect`.
+    async fn inspect(&mut self, key: &str) -> Result<Stored, String> {
         let mut get = redis::cmd("GET");
-        get.arg(&k);
+        get.arg(key);
         let mut pttl = redis::cmd("PTTL");
-        pttl.arg(&k);
-        let conn = match tokio::time::timeout(self.timeout, self.connect()).await {
+        pttl.arg(key);
+        let timeout = self.timeout;
+        let conn = match tokio::time::timeout(timeout, self.connect()).await {
             Ok(conn) => conn?,
             Err(_) => return Err("connect timed out".into()),
         };
-        let (value, ttl): (Option<String>, i64) = match conn {
-            Conn::Single(c) => {
-                let v = get.query_async(c).await.map_err(|e| err_text(&e))?;
-                let t = pttl.query_async(c).await.map_err(|e| err_text(&e))?;
-                (v, t)
+        let query = async {
+            match conn {
+                Conn::Single(c) => {
+                    let v: Option<String> = get.query_async(c).await?;
+                    let t: i64 = pttl.query_async(c).await?;
+                    Ok::<_, RedisError>((v, t))
+                }
+                Conn::Cluster(c) => {
+                    let v: Option<String> = get.query_async(c).await?;
+                    let t: i64 = pttl.query_async(c).await?;
+                    Ok((v, t))
+                }
             }
-            Conn::Cluster(c) => {
-                let v = get.query_async(c).await.map_err(|e| err_text(&e))?;
-                let t = pttl.query_async(c).await.map_err(|e| err_text(&e))?;
-                (v, t)
+        };
+        let (value, ttl) = match tokio::time::timeout(timeout, query).await {
+            Ok(r) => r.map_err(|e| err_text(&e))?,
+            Err(_) => {
+                self.conn = None;
+                return Err(format!("timed out after {} ms", timeout.as_millis()));
             }
         };
         let (c, t, w) = value.as_deref().map_or((None, None, None), parse_stored);
-        Ok((c, t, w, ttl))
+        Ok(Stored {
+            tokens: match (c, w) {
+                (Some(c), Some(w)) => Some(c / w.max(1)),
+                _ => None,
+            },
+            refilled_at_ms: t,
+            ttl_ms: (ttl >= 0).then_some(ttl as u64),
+        })
     }
 }
 

@@ -1,0 +1,192 @@
+//! The authority seam: where each key's authoritative token bucket lives.
+//!
+//! The engine talks to an [`Authority`] in one way for every backend: it
+//! hands over a [`Call`] and a [`Done`] callback. The in-memory authority
+//! answers inline (the callback has run when `call` returns); the Redis
+//! authority queues the call on the process-wide broker, which sends it in a
+//! pipelined batch and runs the callback from the broker thread.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+
+use crate::broker::{self, Broker, Target};
+use crate::bucket::{Grant, Policy};
+use crate::error::{Error, Result};
+
+pub(crate) mod memory;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
+#[cfg(not(feature = "redis"))]
+#[path = "redis_disabled.rs"]
+pub(crate) mod redis;
+
+pub(crate) use memory::MemoryAuthority;
+
+/// One request to the authority about one key.
+#[derive(Clone, Debug)]
+pub(crate) enum Call {
+    /// Take up to `want` tokens if at least `need` are there.
+    Lease {
+        key: String,
+        policy: Policy,
+        want: u64,
+        need: u64,
+        now: Now,
+    },
+    /// Return `tokens` (capped at capacity).
+    GiveBack {
+        key: String,
+        policy: Policy,
+        tokens: u64,
+        now: Now,
+    },
+    /// Read the stored bucket without changing it.
+    Inspect { key: String, policy: Policy, now: Now },
+}
+
+/// The caller's clock reading; `explicit` when the authority must use it
+/// instead of its own clock (manual clocks in deterministic tests).
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) struct Now {
+    pub ms: u64,
+    pub explicit: bool,
+}
+
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+impl Now {
+    /// The time a Redis script is told: `None` means Redis `TIME`.
+    pub fn for_script(self) -> Option<u64> {
+        self.explicit.then_some(self.ms)
+    }
+}
+
+/// What the stored bucket holds, for `inspect`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stored {
+    /// Whole tokens stored (`None`: no bucket stored, which reads as full).
+    pub tokens: Option<u64>,
+    /// Clock reading of the last refill.
+    pub refilled_at_ms: Option<u64>,
+    /// Milliseconds until the stored bucket expires (Redis only).
+    pub ttl_ms: Option<u64>,
+}
+
+/// The answer to a [`Call`], variant by variant.
+#[derive(Clone, Debug)]
+pub(crate) enum Reply {
+    Grant(Grant),
+    /// A give-back was taken.
+    Returned,
+    Stored(Stored),
+}
+
+/// Receives the answer to one call exactly once.
+pub(crate) type Done = Box<dyn FnOnce(std::result::Result<Reply, String>) + Send>;
+
+/// A Redis backend seen from one limiter: where its calls go.
+pub(crate) struct Remote {
+    target: Target,
+    prefix: String,
+    /// The broker link (cached; replaced after a fork).
+    link: ArcSwapOption<broker::Link>,
+}
+
+/// Where a limiter's keys have their authoritative buckets.
+pub(crate) enum Authority {
+    /// In this process: answers inline.
+    Memory(Arc<MemoryAuthority>),
+    /// Redis (single node or cluster), through the process-wide broker.
+    Remote(Remote),
+}
+
+impl Authority {
+    pub fn remote(target: Target, prefix: &str) -> Self {
+        Authority::Remote(Remote {
+            target,
+            prefix: prefix.to_string(),
+            link: ArcSwapOption::empty(),
+        })
+    }
+
+    /// True when calls are answered before [`Authority::call`] returns.
+    #[inline]
+    pub fn is_inline(&self) -> bool {
+        matches!(self, Authority::Memory(_))
+    }
+
+    /// Send `call`; `done` receives the answer (inline for memory).
+    /// `Err` only when the call could not be sent (then `done` is dropped).
+    pub fn call(&self, call: Call, done: Done) -> Result<()> {
+        match self {
+            Authority::Memory(m) => {
+                done(Ok(m.answer(call)));
+                Ok(())
+            }
+            Authority::Remote(r) => r.send(call, done),
+        }
+    }
+
+    /// The broker this authority's calls run on (Redis only).
+    pub fn broker(&self) -> Option<Result<Arc<Broker>>> {
+        match self {
+            Authority::Memory(_) => None,
+            Authority::Remote(r) => Some(r.link().map(|l| l.broker.clone())),
+        }
+    }
+}
+
+impl Remote {
+    fn link(&self) -> Result<Arc<broker::Link>> {
+        if let Some(l) = self.link.load_full() {
+            if l.is_current() {
+                return Ok(l);
+            }
+        }
+        let l = Arc::new(broker::link(&self.target)?);
+        self.link.store(Some(l.clone()));
+        Ok(l)
+    }
+
+    fn send(&self, call: Call, done: Done) -> Result<()> {
+        let call = match call {
+            Call::Lease {
+                key,
+                policy,
+                want,
+                need,
+                now,
+            } => Call::Lease {
+                key: redis_key(&self.prefix, &key),
+                policy,
+                want,
+                need,
+                now,
+            },
+            Call::GiveBack {
+                key,
+                policy,
+                tokens,
+                now,
+            } => Call::GiveBack {
+                key: redis_key(&self.prefix, &key),
+                policy,
+                tokens,
+                now,
+            },
+            Call::Inspect { key, policy, now } => Call::Inspect {
+                key: redis_key(&self.prefix, &key),
+                policy,
+                now,
+            },
+        };
+        self.link()?.send(call, done).map_err(|_| Error::Closed)
+    }
+}
+
+/// The Redis key of a limiter key: hash-tagged, so Redis Cluster keeps every
+/// structure of one key in one slot.
+pub fn redis_key(prefix: &str, key: &str) -> String {
+    format!("{prefix}:{{{key}}}")
+}

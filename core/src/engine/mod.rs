@@ -1,0 +1,336 @@
+//! The engine behind one [`crate::Limiter`]: its key table, circuit,
+//! counters and clock, and the paths a request takes through them.
+//!
+//! - `admit.rs`: the hot path (local tokens, one atomic update) and decisions.
+//! - `cold.rs`: the cold path, one state machine (`step`) driven by a
+//!   blocking and an async waiter.
+//! - `exact.rs`: mode `exact` (one authority call per request).
+//! - `fallback.rs`: the failure policy, circuit transitions and events.
+//! - `grants.rs`: lease and give-back calls to the authority, and their results.
+//! - `table.rs`: the key table, eviction, idle sweep, lease-TTL expiry, flush.
+//!
+//! See docs/design.md for how data flows through these parts.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use crate::authority::{Authority, Call, MemoryAuthority, Reply};
+use crate::broker::{Broker, Target, Tick};
+use crate::circuit::Circuit;
+use crate::clock::Clock;
+use crate::config::{validate_key, BackendSpec, Config, Mode, Resolved};
+use crate::error::{Error, Result};
+use crate::events::Listener;
+use crate::fork;
+use crate::limiter::Inspection;
+use crate::metrics::{Counters, Metrics};
+
+mod admit;
+mod cold;
+pub(crate) mod entry;
+mod exact;
+mod fallback;
+mod grants;
+mod table;
+
+pub(crate) use cold::Waiting;
+use table::Table;
+
+/// Wakes callers waiting for an authority call to complete.
+#[derive(Default)]
+struct Signal {
+    gen: Mutex<u64>,
+    cv: Condvar,
+    notify: tokio::sync::Notify,
+}
+
+pub(crate) struct Engine {
+    me: Weak<Engine>,
+    pub(crate) r: Resolved,
+    pub(crate) clock: Clock,
+    /// Fork generation this limiter's state belongs to; `u64::MAX` once closed.
+    gen: AtomicU64,
+    closed: AtomicBool,
+    table: Table,
+    overrides: Mutex<HashMap<String, crate::bucket::Policy>>,
+    authority: Authority,
+    /// Static-share buckets while the backend is down.
+    fallback: MemoryAuthority,
+    circuit: Circuit,
+    counters: Counters,
+    /// Authority calls sent and not yet answered.
+    pending: AtomicU64,
+    signal: Signal,
+    listeners: Mutex<Vec<Listener>>,
+    /// Fork generation of the broker this engine's ticker is registered with.
+    ticking: AtomicU64,
+    /// Clock reading of the last maintenance pass.
+    last_sweep: AtomicU64,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Engine {
+    pub fn new(cfg: Config) -> Result<Arc<Engine>> {
+        let r = cfg.resolve()?;
+        let authority = match (&r.backend, r.cfg.mode) {
+            (_, Mode::Local) => Authority::Memory(MemoryAuthority::open(None)),
+            (BackendSpec::Memory(name), _) => Authority::Memory(MemoryAuthority::open(name.as_deref())),
+            (spec, _) => Authority::remote(
+                Target {
+                    spec: spec.clone(),
+                    timeout_ms: r.cfg.backend_timeout_ms,
+                },
+                &r.cfg.key_prefix,
+            ),
+        };
+        Ok(Arc::new_cyclic(|me| Engine {
+            me: me.clone(),
+            clock: Clock::new(r.cfg.clock),
+            gen: AtomicU64::new(fork::generation()),
+            closed: AtomicBool::new(false),
+            table: Table::new(r.cfg.max_keys),
+            overrides: Mutex::new(HashMap::new()),
+            authority,
+            fallback: MemoryAuthority::default(),
+            circuit: Circuit::default(),
+            counters: Counters::default(),
+            pending: AtomicU64::new(0),
+            signal: Signal::default(),
+            listeners: Mutex::new(Vec::new()),
+            ticking: AtomicU64::new(0),
+            last_sweep: AtomicU64::new(0),
+            r,
+        }))
+    }
+
+    /// Whether the authority answers inline (memory) rather than through the broker.
+    pub fn is_inline(&self) -> bool {
+        self.authority.is_inline()
+    }
+
+    /// The broker for a Redis authority, with this engine's ticker registered.
+    pub fn broker(&self) -> Result<Arc<Broker>> {
+        let b = self.authority.broker().unwrap_or_else(crate::broker::get)?;
+        let gen = fork::current();
+        if !self.clock.is_manual() && self.ticking.swap(gen, AcqRel) != gen {
+            if let Some(me) = self.me.upgrade() {
+                b.register(Arc::downgrade(&me) as Weak<dyn Tick>);
+            }
+        }
+        Ok(b)
+    }
+
+    pub fn on_event(&self, l: Listener) {
+        lock(&self.listeners).push(l);
+    }
+
+    /// After a fork the child must not spend the parent's leased tokens nor
+    /// wait for the parent's calls (the broker's threads do not exist here).
+    #[inline]
+    pub fn check_fork(&self) -> bool {
+        let g = fork::current();
+        let mine = self.gen.load(Relaxed);
+        if g == mine {
+            return true;
+        }
+        if mine == u64::MAX {
+            return false; // closed
+        }
+        if self.gen.compare_exchange(mine, g, AcqRel, Relaxed).is_ok() {
+            let dropped = self.table.forget_leases();
+            Counters::add(&self.counters.tokens_expired, dropped);
+            self.pending.store(0, Release);
+            tracing::info!(
+                dropped,
+                "quotalease: fork detected; the child dropped the parent's leased tokens"
+            );
+        }
+        true
+    }
+
+    pub fn check_open(&self) -> Result<()> {
+        if self.check_fork() {
+            Ok(())
+        } else {
+            Err(Error::Closed)
+        }
+    }
+
+    /// Refuse new calls, give every leased token back. Idempotent.
+    pub fn close(&self) -> Result<()> {
+        if self.closed.load(Acquire) {
+            return Ok(());
+        }
+        self.check_fork();
+        // Refuse new calls first, so nothing is leased while we give back.
+        self.gen.store(u64::MAX, Release);
+        self.closed.store(true, Release);
+        let flushed = self.flush();
+        self.wake_all();
+        flushed
+    }
+
+    pub fn set_policy(&self, key: &str, p: crate::bucket::Policy) {
+        lock(&self.overrides).insert(key.to_owned(), p);
+        if let Some(e) = self.table.get(key) {
+            e.limit.store(p.limit, Relaxed);
+            e.window_ms.store(p.window_ms, Relaxed);
+            // The authority's last "empty" was under the old policy.
+            e.exhausted_until.store(0, Relaxed);
+            // Local tokens above the new limit go back.
+            if e.tokens.load(Relaxed) > p.limit {
+                let extra = e.tokens.swap(p.limit, AcqRel).saturating_sub(p.limit);
+                self.give_back(&e.key, p, extra);
+            }
+        }
+    }
+
+    fn policy_of(&self, key: &str) -> crate::bucket::Policy {
+        lock(&self.overrides)
+            .get(key)
+            .copied()
+            .unwrap_or_else(|| self.r.policy())
+    }
+
+    fn wake_all(&self) {
+        *lock(&self.signal.gen) += 1;
+        self.signal.cv.notify_all();
+        self.signal.notify.notify_waiters();
+    }
+
+    /// Block until `done()` holds or `deadline` passes (false then).
+    fn wait_blocking(&self, done: impl Fn() -> bool, deadline: Instant) -> bool {
+        let mut g = lock(&self.signal.gen);
+        loop {
+            if done() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = self
+                .signal
+                .cv
+                .wait_timeout(g, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    /// Await until `done()` holds or `deadline` passes (false then).
+    async fn wait_async(&self, done: impl Fn() -> bool, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let notified = self.signal.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if done() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return done();
+            }
+        }
+    }
+
+    /// Wait until no authority call is in flight (at most `bound`).
+    fn wait_idle(&self, bound: Duration) -> Result<()> {
+        if self.wait_blocking(|| self.pending.load(Acquire) == 0, Instant::now() + bound) {
+            return Ok(());
+        }
+        Err(Error::Backend(format!(
+            "{} backend requests still in flight after {} ms",
+            self.pending.load(Acquire),
+            bound.as_millis()
+        )))
+    }
+
+    /// For deterministic tests: maintenance now, then wait for quiet.
+    pub fn settle(&self) -> Result<()> {
+        self.check_open()?;
+        self.maintain_at(self.clock.precise());
+        self.wait_idle(Duration::from_secs(10))
+    }
+
+    /// What this limiter and the authority know about `key`.
+    pub fn inspect(&self, key: &str) -> Result<Inspection> {
+        self.check_open()?;
+        validate_key(key)?;
+        let policy = self.policy_of(key);
+        let now = self.clock.precise();
+        let mut out = Inspection {
+            limit: policy.limit,
+            window_ms: policy.window_ms,
+            ..Inspection::default()
+        };
+        if let Some(e) = self.table.get(key) {
+            out.local_tokens = e.tokens.load(Relaxed);
+            out.lease_in_flight = e.in_flight.load(Relaxed);
+            out.exhausted_for_ms = e.exhausted_until.load(Relaxed).saturating_sub(now);
+            out.admitted = e.admitted.load(Relaxed);
+            out.denied = e.denied.load(Relaxed);
+        }
+        if !self.is_inline() {
+            self.broker()?;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let call = Call::Inspect {
+            key: key.to_owned(),
+            policy: self.authority_policy(policy),
+            now: self.now(),
+        };
+        self.authority.call(
+            call,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        )?;
+        let bound = Duration::from_millis(self.r.cfg.backend_timeout_ms.max(1_000) * 5);
+        let stored = match rx.recv_timeout(bound) {
+            Ok(Ok(Reply::Stored(s))) => s,
+            Ok(Ok(other)) => return Err(Error::Backend(format!("unexpected answer to inspect: {other:?}"))),
+            Ok(Err(e)) => return Err(Error::Backend(e)),
+            Err(_) => return Err(Error::Backend("inspect timed out".into())),
+        };
+        out.authority_tokens = stored.tokens;
+        out.authority_refilled_at_ms = stored.refilled_at_ms;
+        out.authority_ttl_ms = stored.ttl_ms;
+        Ok(out)
+    }
+
+    pub fn metrics(&self) -> Metrics {
+        let mut m = Metrics {
+            admitted: self.counters.admitted_retired.load(Relaxed),
+            denied: self.counters.denied_retired.load(Relaxed),
+            backend_calls: self.counters.backend_calls.load(Relaxed),
+            backend_errors: self.counters.backend_errors.load(Relaxed),
+            tokens_leased: self.counters.tokens_leased.load(Relaxed),
+            tokens_returned: self.counters.tokens_returned.load(Relaxed),
+            tokens_expired: self.counters.tokens_expired.load(Relaxed),
+            fallback_active: self.circuit.is_open() as u64,
+            fallback_transitions: self.counters.fallback_transitions.load(Relaxed),
+            ..Metrics::default()
+        };
+        self.table.sum_into(&mut m);
+        m
+    }
+}
+
+impl Tick for Engine {
+    fn tick(&self) {
+        if self.closed.load(Acquire) || fork::current() != self.gen.load(Relaxed) {
+            return;
+        }
+        let now = self.clock.precise();
+        let every = (self.r.cfg.lease_ttl_ms / 4).clamp(5, 1_000);
+        if now.saturating_sub(self.last_sweep.load(Relaxed)) >= every {
+            self.last_sweep.store(now, Relaxed);
+            self.maintain_at(now);
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! The key table: one [`Entry`] per key this limiter has seen, its eviction
+//! when more than `max_keys` are tracked, the idle sweep, lease-TTL expiry
+//! (tokens unused for `lease_ttl_ms` go back to the authority) and flush.
+
+use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::entry::Entry;
+use super::Engine;
+use crate::bucket::Policy;
+use crate::error::Result;
+use crate::metrics::{Counters, Metrics};
+
+/// Entries idle this many lease TTLs (with no tokens) leave the table.
+const IDLE_TTLS: u64 = 30;
+/// When the table is full, this fraction of `max_keys` (the least recently
+/// used) is evicted in one pass: the pass is O(keys), so its cost spread
+/// over the inserts it makes room for is constant.
+const EVICT_FRACTION: usize = 16;
+
+type Map = papaya::HashMap<Box<str>, Arc<Entry>, foldhash::fast::RandomState>;
+
+pub(super) struct Table {
+    pub(super) map: Map,
+    max_keys: usize,
+    /// One eviction pass at a time; others insert meanwhile.
+    evicting: AtomicBool,
+}
+
+impl Table {
+    pub fn new(max_keys: usize) -> Self {
+        Table {
+            // Blocking resizes: an incremental resize left unfinished (no
+            // further inserts) makes every later lookup search two tables.
+            map: papaya::HashMap::builder()
+                .hasher(foldhash::fast::RandomState::default())
+                .resize_mode(papaya::ResizeMode::Blocking)
+                .build(),
+            max_keys,
+            evicting: AtomicBool::new(false),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<Arc<Entry>> {
+        self.map.pin().get(key).cloned()
+    }
+
+    /// The keys to evict when the table is full: the least recently used
+    /// `max_keys / 16` (at least one), keys with a request in flight last.
+    fn eviction_victims(&self) -> Vec<Box<str>> {
+        let guard = self.map.pin();
+        let mut all: Vec<(bool, u64, &Box<str>)> = guard
+            .iter()
+            .map(|(k, e)| (e.in_flight.load(Relaxed), e.last_used.load(Relaxed), k))
+            .collect();
+        let n = (self.max_keys / EVICT_FRACTION).max(1).min(all.len());
+        if n == 0 {
+            return Vec::new();
+        }
+        if n < all.len() {
+            all.select_nth_unstable(n - 1);
+        }
+        all.truncate(n);
+        all.into_iter().map(|(_, _, k)| k.clone()).collect()
+    }
+
+    /// Tokens held now and per-key counters, added into `m`.
+    pub fn sum_into(&self, m: &mut Metrics) {
+        let guard = self.map.pin();
+        m.keys_tracked = guard.len() as u64;
+        for (_, e) in guard.iter() {
+            m.admitted += e.admitted.load(Relaxed);
+            m.denied += e.denied.load(Relaxed);
+            m.overshoot_bound += e.tokens.load(Relaxed);
+        }
+    }
+
+    /// In a forked child: drop every leased token, forget calls in flight.
+    pub fn forget_leases(&self) -> u64 {
+        let guard = self.map.pin();
+        let mut dropped = 0;
+        for (_, e) in guard.iter() {
+            dropped += e.tokens.swap(0, AcqRel);
+            e.in_flight.store(false, Release);
+        }
+        dropped
+    }
+}
+
+impl Engine {
+    /// The key's entry, created (after eviction when full) if new.
+    pub(super) fn entry(&self, key: &str) -> Arc<Entry> {
+        if let Some(e) = self.table.get(key) {
+            return e;
+        }
+        if self.table.map.len() >= self.table.max_keys {
+            self.evict();
+        }
+        let policy = self.policy_of(key);
+        let now = self.clock.precise();
+        self.table
+            .map
+            .pin()
+            .get_or_insert_with(key.into(), || Arc::new(Entry::new(key, policy, now)))
+            .clone()
+    }
+
+    /// Evict the least recently used sixteenth of `max_keys`.
+    fn evict(&self) {
+        if self.table.evicting.swap(true, AcqRel) {
+            return; // another thread is making room
+        }
+        let victims = self.table.eviction_victims();
+        let guard = self.table.map.pin();
+        for k in victims {
+            if let Some(e) = guard.remove(&k) {
+                self.retire(e);
+            }
+        }
+        self.table.evicting.store(false, Release);
+    }
+
+    fn retire(&self, e: &Entry) {
+        e.retired.store(true, Release);
+        let t = e.tokens.swap(0, AcqRel);
+        Counters::add(&self.counters.tokens_expired, t);
+        self.give_back(&e.key, e.policy(), t);
+        Counters::add(&self.counters.admitted_retired, e.admitted.load(Relaxed));
+        Counters::add(&self.counters.denied_retired, e.denied.load(Relaxed));
+    }
+
+    /// Lease TTL, applied lazily on the cold path as well as by the sweeper.
+    pub(super) fn expire_if_idle(&self, e: &Entry, p: Policy, now: u64) -> u64 {
+        let last = e.last_used.load(Relaxed);
+        if now.saturating_sub(last) < self.r.cfg.lease_ttl_ms || e.tokens.load(Relaxed) == 0 {
+            return 0;
+        }
+        let t = e.tokens.swap(0, AcqRel);
+        if t > 0 {
+            Counters::add(&self.counters.tokens_expired, t);
+            self.give_back(&e.key, p, t);
+        }
+        t
+    }
+
+    /// Lease TTL and idle-entry sweep (broker ticker, or `settle()`).
+    pub(super) fn maintain_at(&self, now: u64) {
+        if self.closed.load(Acquire) {
+            return;
+        }
+        let idle_drop = self.r.cfg.lease_ttl_ms.saturating_mul(IDLE_TTLS).max(60_000);
+        let guard = self.table.map.pin();
+        let mut gone = Vec::new();
+        for (k, e) in guard.iter() {
+            self.expire_if_idle(e, e.policy(), now);
+            let idle = now.saturating_sub(e.last_used.load(Relaxed));
+            if idle >= idle_drop && e.tokens.load(Relaxed) == 0 && !e.in_flight.load(Relaxed) {
+                gone.push(k.clone());
+            }
+        }
+        for k in gone {
+            if let Some(e) = guard.remove(&k) {
+                self.retire(e);
+            }
+        }
+    }
+
+    /// Give every leased token back and wait for the authority to take them.
+    pub(crate) fn flush(&self) -> Result<()> {
+        let bound = Duration::from_millis(self.r.cfg.backend_timeout_ms * 4 + 100);
+        // Leases in flight land first, so their tokens are given back too.
+        self.wait_idle(bound)?;
+        let guard = self.table.map.pin();
+        for (_, e) in guard.iter() {
+            let t = e.tokens.swap(0, AcqRel);
+            self.give_back(&e.key, e.policy(), t);
+        }
+        drop(guard);
+        self.wait_idle(bound)
+    }
+}

@@ -1,0 +1,373 @@
+//! Options by name: the one place where an option's name, the type of its
+//! value and the rules between options live. Every binding (Python keyword
+//! arguments, a Node options object, the C ABI's `lease_options_set`, Go)
+//! hands names and values to [`Options::set`] and builds with
+//! [`Options::into_config`], so the same mistake reads the same way in
+//! every language.
+//!
+//! Names are snake_case (`lease_size`); camelCase (`leaseSize`) is accepted
+//! too, for Node and Go. Rules kept here:
+//! - `rate` ("600/min") and `limit`/`window_ms` are alternatives: giving both
+//!   is an error (never a silent override).
+//! - `clock = "manual"` starts at [`MANUAL_CLOCK_START_MS`] unless
+//!   `clock_start_ms` says otherwise; `clock_start_ms` needs the manual clock.
+//! - A null value (Python `None`, JS `undefined`/`null`) leaves the default.
+
+use crate::config::{parse_rate, ClockKind, Config};
+use crate::error::{Error, Result};
+
+/// Where a manual clock starts unless told otherwise (as in the
+/// conformance vectors; non-zero, so no reading is ever mistaken for "never").
+pub const MANUAL_CLOCK_START_MS: u64 = 1_000_000;
+
+/// Every option name, in the order the docs list them.
+pub const OPTION_NAMES: &[&str] = &[
+    "url",
+    "limit",
+    "window_ms",
+    "rate",
+    "lease_size",
+    "refill_threshold",
+    "lease_ttl_ms",
+    "on_backend_failure",
+    "expected_replicas",
+    "backend_timeout_ms",
+    "key_prefix",
+    "max_keys",
+    "mode",
+    "clock",
+    "clock_start_ms",
+];
+
+/// An option's value as a binding received it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum OptionValue<'a> {
+    /// Leave the default (None, undefined, null).
+    Null,
+    /// An integer (Python int, a Go/C integer). Negative values are rejected
+    /// with the option's name.
+    Int(i128),
+    /// A number that may not be whole (JavaScript): accepted when whole.
+    Float(f64),
+    /// A string.
+    Str(&'a str),
+}
+
+impl OptionValue<'_> {
+    fn describe(&self) -> String {
+        match self {
+            OptionValue::Null => "null".into(),
+            OptionValue::Int(i) => i.to_string(),
+            OptionValue::Float(f) => f.to_string(),
+            OptionValue::Str(s) => format!("{s:?}"),
+        }
+    }
+}
+
+/// A configuration being assembled option by option.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    cfg: Config,
+    rate: Option<String>,
+    limit_set: bool,
+    window_set: bool,
+    manual_clock: bool,
+    clock_start_ms: Option<u64>,
+}
+
+/// The option's canonical (snake_case) name, if it is one.
+fn canonical(name: &str) -> Option<&'static str> {
+    let snake = to_snake(name);
+    OPTION_NAMES.iter().copied().find(|n| *n == snake)
+}
+
+fn to_snake(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn to_camel(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut up = false;
+    for c in name.chars() {
+        if c == '_' {
+            up = true;
+        } else if up {
+            out.push(c.to_ascii_uppercase());
+            up = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Edit distance (insertions, deletions, substitutions), for suggestions.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The known option closest to `name` (within a third of its length), in
+/// `name`'s spelling style.
+pub fn suggest(name: &str) -> Option<String> {
+    let snake = to_snake(name).to_ascii_lowercase().replace('-', "_");
+    // A name that is part of an option ("timeout") or holds one.
+    let part = OPTION_NAMES
+        .iter()
+        .copied()
+        .filter(|n| snake.len() >= 4 && (n.contains(&snake) || snake.contains(n)))
+        .min_by_key(|n| n.len());
+    let near = || {
+        OPTION_NAMES
+            .iter()
+            .map(|n| (*n, distance(&snake, n)))
+            .min_by_key(|(_, d)| *d)
+            .filter(|(n, d)| *d <= (n.len() / 3).max(2))
+            .map(|(n, _)| n)
+    };
+    let best = part.or_else(near)?;
+    Some(if name.contains('_') || !name.chars().any(|c| c.is_ascii_uppercase()) {
+        best.to_string()
+    } else {
+        to_camel(best)
+    })
+}
+
+fn int(field: &'static str, v: OptionValue<'_>) -> Result<u64> {
+    let n = match v {
+        OptionValue::Int(i) => i,
+        OptionValue::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 2f64.powi(64) => f as i128,
+        other => {
+            return Err(Error::config(
+                field,
+                format!("must be a whole number (got {})", other.describe()),
+            ))
+        }
+    };
+    u64::try_from(n).map_err(|_| Error::config(field, format!("must be a non-negative integer below 2^64 (got {n})")))
+}
+
+fn string<'a>(field: &'static str, v: OptionValue<'a>) -> Result<&'a str> {
+    match v {
+        OptionValue::Str(s) => Ok(s),
+        other => Err(Error::config(
+            field,
+            format!("must be a string (got {})", other.describe()),
+        )),
+    }
+}
+
+impl Options {
+    /// Every option at its default.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Set one option by name (snake_case or camelCase). A null value
+    /// leaves the default. Unknown names fail with a suggestion.
+    pub fn set(&mut self, name: &str, value: OptionValue<'_>) -> Result<&mut Self> {
+        let Some(field) = canonical(name) else {
+            return Err(Error::UnknownOption {
+                name: name.to_string(),
+                suggestion: suggest(name),
+            });
+        };
+        if value == OptionValue::Null {
+            return Ok(self);
+        }
+        let c = &mut self.cfg;
+        match field {
+            "url" => c.url = string(field, value)?.to_string(),
+            "limit" => {
+                c.limit = int(field, value)?;
+                self.limit_set = true;
+            }
+            "window_ms" => {
+                c.window_ms = int(field, value)?;
+                self.window_set = true;
+            }
+            "rate" => self.rate = Some(string(field, value)?.to_string()),
+            "lease_size" => c.lease_size = Some(int(field, value)?),
+            "refill_threshold" => c.refill_threshold = Some(int(field, value)?),
+            "lease_ttl_ms" => c.lease_ttl_ms = int(field, value)?,
+            "on_backend_failure" => c.on_backend_failure = string(field, value)?.parse()?,
+            "expected_replicas" => c.expected_replicas = int(field, value)?,
+            "backend_timeout_ms" => c.backend_timeout_ms = int(field, value)?,
+            "key_prefix" => c.key_prefix = string(field, value)?.to_string(),
+            "max_keys" => {
+                c.max_keys = usize::try_from(int(field, value)?)
+                    .map_err(|_| Error::config("max_keys", "is too large for this platform"))?
+            }
+            "mode" => c.mode = string(field, value)?.parse()?,
+            "clock" => {
+                self.manual_clock = match string(field, value)? {
+                    "system" => false,
+                    "manual" => true,
+                    other => {
+                        return Err(Error::config(
+                            "clock",
+                            format!("must be one of \"system\" \"manual\" (got {other:?})"),
+                        ))
+                    }
+                }
+            }
+            "clock_start_ms" => self.clock_start_ms = Some(int(field, value)?),
+            _ => unreachable!("every name in OPTION_NAMES is handled"),
+        }
+        Ok(self)
+    }
+
+    /// Apply the rules between options and return the configuration (not
+    /// yet validated: [`crate::Limiter::new`] does that).
+    pub fn into_config(self) -> Result<Config> {
+        let mut cfg = self.cfg;
+        if let Some(rate) = &self.rate {
+            if self.limit_set || self.window_set {
+                return Err(Error::config(
+                    "rate",
+                    "cannot be combined with `limit` or `window_ms`: give either `rate` (\"600/min\") or `limit` and `window_ms`",
+                ));
+            }
+            (cfg.limit, cfg.window_ms) = parse_rate(rate)?;
+        }
+        match (self.manual_clock, self.clock_start_ms) {
+            (true, start) => {
+                cfg.clock = ClockKind::Manual {
+                    start_ms: start.unwrap_or(MANUAL_CLOCK_START_MS),
+                }
+            }
+            (false, Some(_)) => {
+                return Err(Error::config("clock_start_ms", "needs `clock` = \"manual\""));
+            }
+            (false, None) => cfg.clock = ClockKind::System,
+        }
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FailurePolicy, Mode};
+    use crate::ErrorKind;
+    use OptionValue::*;
+
+    fn build(pairs: &[(&str, OptionValue<'_>)]) -> Result<Config> {
+        let mut o = Options::new();
+        for (n, v) in pairs {
+            o.set(n, *v)?;
+        }
+        o.into_config()
+    }
+
+    #[test]
+    fn every_option_is_set_by_name_in_either_case() {
+        let c = build(&[
+            ("url", Str("memory://x")),
+            ("limit", Int(10)),
+            ("windowMs", Float(2000.0)),
+            ("lease_size", Int(3)),
+            ("refillThreshold", Int(1)),
+            ("lease_ttl_ms", Int(500)),
+            ("on_backend_failure", Str("deny")),
+            ("expectedReplicas", Int(4)),
+            ("backend_timeout_ms", Int(100)),
+            ("key_prefix", Str("p")),
+            ("maxKeys", Int(7)),
+            ("mode", Str("exact")),
+            ("clock", Str("manual")),
+        ])
+        .unwrap();
+        assert_eq!(c.url, "memory://x");
+        assert_eq!((c.limit, c.window_ms), (10, 2000));
+        assert_eq!((c.lease_size, c.refill_threshold), (Some(3), Some(1)));
+        assert_eq!(c.lease_ttl_ms, 500);
+        assert_eq!(c.on_backend_failure, FailurePolicy::Deny);
+        assert_eq!((c.expected_replicas, c.backend_timeout_ms), (4, 100));
+        assert_eq!((c.key_prefix.as_str(), c.max_keys, c.mode), ("p", 7, Mode::Exact));
+        assert_eq!(
+            c.clock,
+            ClockKind::Manual {
+                start_ms: MANUAL_CLOCK_START_MS
+            }
+        );
+        assert_eq!(OPTION_NAMES.len(), 15);
+    }
+
+    #[test]
+    fn rate_and_limit_are_alternatives() {
+        let c = build(&[("rate", Str("600/min"))]).unwrap();
+        assert_eq!((c.limit, c.window_ms), (600, 60_000));
+        for other in ["limit", "window_ms"] {
+            let e = build(&[("rate", Str("600/min")), (other, Int(5))]).unwrap_err();
+            assert!(matches!(e, Error::Config { field: "rate", .. }), "{e}");
+        }
+        // null leaves the default and does not count as given
+        assert!(build(&[("rate", Str("6/s")), ("limit", Null)]).is_ok());
+    }
+
+    #[test]
+    fn manual_clock_start() {
+        let c = build(&[("limit", Int(1)), ("clock", Str("manual")), ("clock_start_ms", Int(0))]).unwrap();
+        assert_eq!(c.clock, ClockKind::Manual { start_ms: 0 });
+        let e = build(&[("limit", Int(1)), ("clock_start_ms", Int(5))]).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::Config {
+                field: "clock_start_ms",
+                ..
+            }
+        ));
+        let e = build(&[("clock", Str("sundial"))]).unwrap_err();
+        assert!(matches!(e, Error::Config { field: "clock", .. }));
+    }
+
+    #[test]
+    fn bad_values_name_their_option() {
+        for (name, v) in [
+            ("limit", Int(-1)),
+            ("limit", Float(1.5)),
+            ("limit", Str("10")),
+            ("limit", Float(f64::NAN)),
+            ("url", Int(3)),
+            ("mode", Str("sideways")),
+            ("max_keys", Int(i128::from(u64::MAX) + 1)),
+        ] {
+            let e = build(&[(name, v)]).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{name} {v:?}");
+            assert!(e.to_string().contains(name), "{e}");
+        }
+    }
+
+    #[test]
+    fn unknown_names_get_a_suggestion_in_their_own_style() {
+        let e = build(&[("lease_sise", Int(3))]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        assert_eq!(
+            e.to_string(),
+            "invalid configuration: unknown option `lease_sise`; did you mean `lease_size`?"
+        );
+        assert_eq!(suggest("leaseSise").as_deref(), Some("leaseSize"));
+        assert_eq!(suggest("timeout").as_deref(), Some("backend_timeout_ms"));
+        assert_eq!(suggest("limt").as_deref(), Some("limit"));
+        let e = build(&[("banana", Int(3))]).unwrap_err();
+        assert!(e.to_string().contains("the options are url, limit"), "{e}");
+    }
+}
