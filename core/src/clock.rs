@@ -2,7 +2,15 @@
 //! syscall); the broker's ticker and every cold path refresh it.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
 use std::time::Instant;
+
+/// One epoch for every system clock of the process, so limiters sharing a
+/// `memory://NAME` authority read the same time.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
 
 use crate::config::ClockKind;
 
@@ -18,12 +26,12 @@ impl Clock {
             ClockKind::System => Clock {
                 now: AtomicU64::new(1),
                 manual: false,
-                epoch: Instant::now(),
+                epoch: epoch(),
             },
             ClockKind::Manual { start_ms } => Clock {
                 now: AtomicU64::new(start_ms),
                 manual: true,
-                epoch: Instant::now(),
+                epoch: epoch(),
             },
         }
     }

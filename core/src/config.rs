@@ -202,6 +202,25 @@ pub fn validate_key(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// The limiter key an HTTP middleware uses for a raw key (a header, an
+/// address, a user id): the raw key when it fits in [`MAX_KEY_LEN`] bytes,
+/// else `"sha256:"` and the 64 hex digits of its SHA-256. A long header then
+/// never turns a request into an error, and equal raw keys share one bucket
+/// in every process and language. Every middleware uses this rule.
+pub fn http_key(raw: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+    if raw.len() <= MAX_KEY_LEN {
+        return raw.into();
+    }
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in Sha256::digest(raw.as_bytes()) {
+        let _ = write!(out, "{b:02x}");
+    }
+    out.into()
+}
+
 /// Parse a rate such as `"600/min"`, `"10/s"`, `"5000/hour"`, `"100/30s"` into
 /// `(limit, window_ms)`.
 pub fn parse_rate(rate: &str) -> Result<(u64, u64)> {
@@ -508,6 +527,24 @@ mod tests {
         assert!(validate_key("a").is_ok());
         assert_eq!(validate_key("").unwrap_err().kind(), crate::ErrorKind::InvalidKey);
         assert!(validate_key(&"x".repeat(MAX_KEY_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn http_keys_stay_within_the_limit() {
+        assert_eq!(http_key("1.2.3.4"), "1.2.3.4");
+        let max = "k".repeat(MAX_KEY_LEN);
+        assert_eq!(http_key(&max), max.as_str());
+        let long = "k".repeat(MAX_KEY_LEN + 1);
+        let h = http_key(&long);
+        assert!(h.starts_with("sha256:") && h.len() == 71, "{h}");
+        assert!(validate_key(&h).is_ok());
+        assert_eq!(h, http_key(&long), "stable");
+        // the SHA-256 of "abc" repeated, checked against Python's hashlib
+        let abc = "abc".repeat(200);
+        assert_eq!(
+            http_key(&abc),
+            "sha256:1318642cb851c27771f76b674b229a3e49b577f6ed728e2beef0c27c38602d35"
+        );
     }
 
     #[test]

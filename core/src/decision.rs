@@ -21,6 +21,21 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in code order (`Reason as u8`).
+    pub const ALL: [Reason; 6] = [
+        Reason::Lease,
+        Reason::Exhausted,
+        Reason::Fallback,
+        Reason::Pending,
+        Reason::Exact,
+        Reason::Local,
+    ];
+
+    /// The reason with this code (`Reason as u8`).
+    pub fn from_code(code: u8) -> Option<Reason> {
+        Reason::ALL.get(code as usize).copied()
+    }
+
     /// The reason's name in every binding.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -118,5 +133,21 @@ mod tests {
             ..d
         };
         assert_eq!(ok.headers().len(), 2);
+    }
+}
+
+#[cfg(test)]
+mod reason_tests {
+    use super::Reason;
+
+    #[test]
+    fn codes_and_names_round_trip() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*r as u8 as usize, i);
+            assert_eq!(Reason::from_code(i as u8), Some(*r));
+        }
+        assert_eq!(Reason::from_code(6), None);
+        let names: Vec<&str> = Reason::ALL.iter().map(Reason::as_str).collect();
+        assert_eq!(names, ["lease", "exhausted", "fallback", "pending", "exact", "local"]);
     }
 }

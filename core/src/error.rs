@@ -57,6 +57,29 @@ pub enum ErrorKind {
     Backend,
 }
 
+impl ErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ErrorKind; 5] = [
+        ErrorKind::Config,
+        ErrorKind::InvalidKey,
+        ErrorKind::InvalidCost,
+        ErrorKind::Closed,
+        ErrorKind::Backend,
+    ];
+
+    /// The kind's name in every binding: `config`, `invalid_key`,
+    /// `invalid_cost`, `closed`, `backend`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ErrorKind::Config => "config",
+            ErrorKind::InvalidKey => "invalid_key",
+            ErrorKind::InvalidCost => "invalid_cost",
+            ErrorKind::Closed => "closed",
+            ErrorKind::Backend => "backend",
+        }
+    }
+}
+
 impl Error {
     /// The error's category.
     pub fn kind(&self) -> ErrorKind {

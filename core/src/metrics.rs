@@ -1,4 +1,4 @@
-//! Counters with the names DESIGN.md fixes, and their Prometheus exposition.
+//! Counters with the names docs/design.md fixes, and their Prometheus exposition.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -19,7 +19,8 @@ pub struct Metrics {
     pub tokens_leased: u64,
     /// Tokens given back to the authority.
     pub tokens_returned: u64,
-    /// Leased tokens dropped locally unused (TTL, eviction, fork, flush).
+    /// Leased tokens dropped locally unused (lease TTL, eviction, fork); tokens
+    /// given back by `flush()` count in `tokens_returned` only.
     pub tokens_expired: u64,
     /// 1 while the failure policy is in force, else 0.
     pub fallback_active: u64,

@@ -94,6 +94,11 @@ impl Engine {
         if let Some(e) = self.table.get(key) {
             return e;
         }
+        // The ticker gives idle leases back (memory:// too); Redis limiters
+        // also register on their first call.
+        if !self.clock.is_manual() && self.ticking.load(Relaxed) != crate::fork::current() {
+            let _ = self.broker();
+        }
         if self.table.map.len() >= self.table.max_keys {
             self.evict();
         }
