@@ -70,8 +70,8 @@ run() { # $1 = label, rest = command
   tally "$out"
 }
 
-# The README quick start, built exactly as it says (pkg-config), and a static link.
-awk '/^## C$/{c=1} c&&/^```c$/{p=1;next} p&&/^```$/{exit} p' README.md > "$work/app.c"
+# The C guide's quick start (include/README.md), built exactly as it says (pkg-config), and a static link.
+awk '/^```c$/{p=1;next} p&&/^```$/{exit} p' include/README.md > "$work/app.c"
 if [ -s "$work/app.c" ]; then
   echo "== README quick start: cc app.c \$(pkg-config --cflags --libs lease)"
   (cd "$work" && cc app.c $(pkg-config --cflags --libs lease) -o app && ./app) && passed=$((passed + 1)) || {
@@ -80,7 +80,7 @@ if [ -s "$work/app.c" ]; then
   (cd "$work" && cc app.c -I"$prefix/include" "$prefix/lib/liblease.a" -lpthread -ldl -lm -o app-static && ./app-static >/dev/null) \
     && passed=$((passed + 1)) || { echo "FAILED: static link"; failed=$((failed + 1)); }
 else
-  echo "FAILED: no \`\`\`c block under '## C' in README.md"; failed=$((failed + 1))
+  echo "FAILED: no \`\`\`c block in include/README.md"; failed=$((failed + 1))
 fi
 
 port=$("$redisctl" start)          # vectors and hammer

@@ -30,10 +30,10 @@ go vet ./...
 
 passed=0
 failed=0
-# The README quick start, in a fresh module that points at this checkout.
+# The README quick start (bindings/go/README.md), in a fresh module that points at this checkout.
 work=$(mktemp -d "${TMPDIR:-/tmp}/quotalease-go.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-awk '/^## Go$/{g=1} g&&/^```go$/{p=1;next} p&&/^```$/{exit} p' "$root/README.md" > "$work/main.go"
+awk '/^```go$/{p=1;next} p&&/^```$/{exit} p' "$root/bindings/go/README.md" > "$work/main.go"
 if [ -s "$work/main.go" ]; then
   echo "== README quick start (go run)"
   if (cd "$work" && go mod init example.com/app >/dev/null 2>&1 &&
@@ -46,7 +46,7 @@ if [ -s "$work/main.go" ]; then
     failed=$((failed + 1))
   fi
 else
-  echo "FAILED: no \`\`\`go block under '## Go' in README.md"
+  echo "FAILED: no \`\`\`go block in bindings/go/README.md"
   failed=$((failed + 1))
 fi
 

@@ -1,6 +1,6 @@
 'use strict'
-// The README's `## Node` examples work when copied: the JavaScript ones run,
-// the TypeScript one type-checks.
+// The package README's examples (bindings/node/README.md) work when copied:
+// the JavaScript ones run, the TypeScript one type-checks.
 
 const test = require('node:test')
 const assert = require('node:assert/strict')
@@ -8,19 +8,13 @@ const { spawn, execFileSync } = require('node:child_process')
 const fs = require('node:fs')
 const path = require('node:path')
 
-const { REPO } = require('./helpers')
-
 const PKG = path.resolve(__dirname, '..')
 // Inside the package, so `require('quotalease')` resolves to it by its own name.
 const DIR = path.join(__dirname, '.readme')
 
 function blocks() {
-  const readme = fs.readFileSync(path.join(REPO, 'README.md'), 'utf8')
-  const start = readme.indexOf('\n## Node\n')
-  assert.ok(start >= 0, 'README.md has a ## Node section')
-  const end = readme.indexOf('\n## ', start + 1)
-  const section = readme.slice(start, end < 0 ? undefined : end)
-  return [...section.matchAll(/```(js|ts)\n([\s\S]*?)```/g)].map((m) => ({ lang: m[1], code: m[2] }))
+  const readme = fs.readFileSync(path.join(PKG, 'README.md'), 'utf8')
+  return [...readme.matchAll(/```(js|ts)\n([\s\S]*?)```/g)].map((m) => ({ lang: m[1], code: m[2] }))
 }
 
 function write(name, code) {
