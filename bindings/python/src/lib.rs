@@ -15,12 +15,9 @@ use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple, PyType};
 
 use quotalease as ql;
-
-/// Start of the manual clock (`clock="manual"`), as in the conformance vectors.
-const MANUAL_CLOCK_START_MS: u64 = 1_000_000;
 
 create_exception!(
     quotalease,
@@ -198,6 +195,45 @@ fn opt_option_u64(obj: Option<&Bound<'_, PyAny>>, field: &str) -> PyResult<Optio
     obj.filter(|o| !o.is_none()).map(|o| option_u64(o, field)).transpose()
 }
 
+/// Set one keyword argument of `Limiter(...)` as the core's option `name`:
+/// None leaves the default, an int, float or str goes to the core as it is
+/// (the core knows each option's type and range, and every name). A bool
+/// (an int subclass) or any other object is no option value: TypeError,
+/// naming the type the core takes for `name`.
+fn set_option(opts: &mut ql::Options, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = value.py();
+    let v = if value.is_none() {
+        Some(ql::OptionValue::Null)
+    } else if value.is_instance_of::<PyBool>() {
+        None
+    } else if let Ok(i) = value.cast::<PyInt>() {
+        // Beyond i128 is beyond every option's range: the core says so.
+        let n = i
+            .extract::<i128>()
+            .unwrap_or_else(|_| if i.lt(0).unwrap_or(false) { i128::MIN } else { i128::MAX });
+        Some(ql::OptionValue::Int(n))
+    } else if let Ok(f) = value.cast::<PyFloat>() {
+        Some(ql::OptionValue::Float(f.value()))
+    } else if let Ok(s) = value.cast::<PyString>() {
+        Some(ql::OptionValue::Str(s.to_str()?))
+    } else {
+        None
+    };
+    if let Some(v) = v {
+        return opts.set(name, v).map(drop).map_err(|e| to_pyerr(py, e));
+    }
+    // Ask the core whether `name` exists and takes a number.
+    let expects = match ql::Options::new().set(name, ql::OptionValue::Int(0)) {
+        Ok(_) => "an int",
+        Err(e @ ql::Error::UnknownOption { .. }) => return Err(to_pyerr(py, e)),
+        Err(_) => "a str",
+    };
+    Err(PyTypeError::new_err(format!(
+        "`{name}` must be {expects} (got {})",
+        type_name(value)
+    )))
+}
+
 /// The `cost` argument: an int from 1 to the key's limit (the engine checks
 /// the upper bound). Negative or huge ints are InvalidCostError, other types
 /// TypeError.
@@ -238,15 +274,17 @@ struct Decision {
     d: ql::Decision,
 }
 
-fn reason_str<'py>(py: Python<'py>, r: ql::Reason) -> Bound<'py, pyo3::types::PyString> {
-    match r {
-        ql::Reason::Lease => intern!(py, "lease").clone(),
-        ql::Reason::Exhausted => intern!(py, "exhausted").clone(),
-        ql::Reason::Fallback => intern!(py, "fallback").clone(),
-        ql::Reason::Pending => intern!(py, "pending").clone(),
-        ql::Reason::Exact => intern!(py, "exact").clone(),
-        ql::Reason::Local => intern!(py, "local").clone(),
-    }
+/// Every reason's name as an interned Python string, indexed by its code.
+static REASON_NAMES: PyOnceLock<Vec<Py<PyString>>> = PyOnceLock::new();
+
+fn reason_str<'py>(py: Python<'py>, r: ql::Reason) -> Bound<'py, PyString> {
+    let names = REASON_NAMES.get_or_init(py, || {
+        ql::Reason::ALL
+            .iter()
+            .map(|r| PyString::intern(py, r.as_str()).unbind())
+            .collect()
+    });
+    names[r as usize].bind(py).clone()
 }
 
 #[pymethods]
@@ -283,7 +321,7 @@ impl Decision {
     }
     /// lease, exhausted, fallback, pending, exact or local.
     #[getter]
-    fn reason<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyString> {
+    fn reason<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
         reason_str(py, self.d.reason)
     }
 
@@ -385,96 +423,25 @@ impl Limiter {
 
 #[pymethods]
 impl Limiter {
+    // Every keyword argument but `on_event` is an option of the core,
+    // set by name (`quotalease::Options`): a misspelt one is a ConfigError
+    // with a suggestion, never a silent default.
     #[new]
-    #[pyo3(signature = (
-        url = "memory://",
-        *,
-        limit = None,
-        window_ms = None,
-        rate = None,
-        lease_size = None,
-        refill_threshold = None,
-        lease_ttl_ms = None,
-        on_backend_failure = "static-share",
-        expected_replicas = None,
-        backend_timeout_ms = None,
-        key_prefix = "ql",
-        max_keys = None,
-        mode = "lease",
-        clock = None,
-        on_event = None,
-    ))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (url = "memory://", *, on_event = None, **options))]
     fn new(
         py: Python<'_>,
         url: &str,
-        limit: Option<&Bound<'_, PyAny>>,
-        window_ms: Option<&Bound<'_, PyAny>>,
-        rate: Option<&str>,
-        lease_size: Option<&Bound<'_, PyAny>>,
-        refill_threshold: Option<&Bound<'_, PyAny>>,
-        lease_ttl_ms: Option<&Bound<'_, PyAny>>,
-        on_backend_failure: &str,
-        expected_replicas: Option<&Bound<'_, PyAny>>,
-        backend_timeout_ms: Option<&Bound<'_, PyAny>>,
-        key_prefix: &str,
-        max_keys: Option<&Bound<'_, PyAny>>,
-        mode: &str,
-        clock: Option<&str>,
         on_event: Option<&Bound<'_, PyAny>>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let err = |e: ql::Error| to_pyerr(py, e);
-        let mut c = ql::Config {
-            url: url.to_string(),
-            key_prefix: key_prefix.to_string(),
-            ..ql::Config::default()
-        };
-        let limit = opt_option_u64(limit, "limit")?;
-        let window = opt_option_u64(window_ms, "window_ms")?;
-        if let Some(rate) = rate {
-            if limit.is_some() || window.is_some() {
-                return Err(config_error(
-                    py,
-                    "invalid configuration: give either `rate` (\"600/min\") or `limit` and `window_ms`, not both"
-                        .into(),
-                ));
+        let mut opts = ql::Options::new();
+        opts.set("url", ql::OptionValue::Str(url)).map_err(err)?;
+        if let Some(options) = options {
+            for (name, value) in options.iter() {
+                set_option(&mut opts, name.cast::<PyString>()?.to_str()?, &value)?;
             }
-            (c.limit, c.window_ms) = ql::parse_rate(rate).map_err(err)?;
         }
-        if let Some(v) = limit {
-            c.limit = v;
-        }
-        if let Some(v) = window {
-            c.window_ms = v;
-        }
-        c.lease_size = opt_option_u64(lease_size, "lease_size")?;
-        c.refill_threshold = opt_option_u64(refill_threshold, "refill_threshold")?;
-        if let Some(v) = opt_option_u64(lease_ttl_ms, "lease_ttl_ms")? {
-            c.lease_ttl_ms = v;
-        }
-        c.on_backend_failure = on_backend_failure.parse().map_err(err)?;
-        if let Some(v) = opt_option_u64(expected_replicas, "expected_replicas")? {
-            c.expected_replicas = v;
-        }
-        if let Some(v) = opt_option_u64(backend_timeout_ms, "backend_timeout_ms")? {
-            c.backend_timeout_ms = v;
-        }
-        if let Some(v) = opt_option_u64(max_keys, "max_keys")? {
-            c.max_keys = usize::try_from(v).unwrap_or(usize::MAX);
-        }
-        c.mode = mode.parse().map_err(err)?;
-        c.clock = match clock {
-            None | Some("system") => ql::ClockKind::System,
-            Some("manual") => ql::ClockKind::Manual {
-                start_ms: MANUAL_CLOCK_START_MS,
-            },
-            Some(other) => {
-                return Err(config_error(
-                    py,
-                    format!("invalid configuration: `clock` must be None, \"system\" or \"manual\" (got {other:?})"),
-                ))
-            }
-        };
         let callback = match on_event {
             Some(cb) if !cb.is_none() => {
                 if !cb.is_callable() {
@@ -487,7 +454,7 @@ impl Limiter {
             }
             _ => None,
         };
-        let inner = ql::Limiter::new(c).map_err(err)?;
+        let inner = ql::Limiter::from_options(opts).map_err(err)?;
         inner.on_event(move |ev: &ql::Event| {
             with_python(|py| forward_event(py, ev, callback.as_ref()));
         });

@@ -134,6 +134,18 @@ def test_advance_clock_refills() -> None:
     assert lim.acquire("k")
 
 
+def test_manual_clock_starts_at_one_million_ms_unless_told() -> None:
+    lim = Limiter(limit=5, window_ms=1000, clock="manual")
+    assert lim.acquire("k")
+    assert lim.inspect("k")["authority_refilled_at_ms"] == 1_000_000
+    lim.advance_clock(250)
+    lim.acquire("other")
+    assert lim.inspect("other")["authority_refilled_at_ms"] == 1_000_250
+    told = Limiter(limit=5, clock="manual", clock_start_ms=7)
+    assert told.acquire("k")
+    assert told.inspect("k")["authority_refilled_at_ms"] == 7
+
+
 def test_flush_gives_back() -> None:
     lim = Limiter(limit=100, window_ms=60_000, lease_size=10, clock="manual")
     lim.acquire("k")

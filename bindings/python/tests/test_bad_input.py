@@ -1,7 +1,10 @@
 """Every bad input raises the right exception, with a message that says what
 to fix: wrong Python types are TypeError; wrong values are QuotaLeaseError
 subclasses (ConfigError / InvalidKeyError / InvalidCostError are also
-ValueError); use after close is ClosedError."""
+ValueError); use after close is ClosedError. Options go to the engine by
+name: an int, float or str it cannot use for an option, and an unknown name,
+are ConfigError (the same message in every language); an object that is no
+option value at all (a bool, a list) is TypeError."""
 
 from __future__ import annotations
 
@@ -43,8 +46,21 @@ from quotalease import (
         ({"limit": 10, "clock": "sundial"}, "`clock` must be"),
         ({"rate": "10/fortnight"}, "`rate` must look like"),
         ({"rate": "0/min"}, "`limit` must be at least 1"),
-        ({"rate": "10/min", "limit": 10}, "either `rate`"),
-        ({"rate": "10/min", "window_ms": 10}, "either `rate`"),
+        ({"rate": "10/min", "limit": 10}, "`rate` cannot be combined with `limit` or `window_ms`"),
+        ({"rate": "10/min", "window_ms": 10}, "`rate` cannot be combined"),
+        ({"limit": 10, "clock_start_ms": 5}, '`clock_start_ms` needs `clock` = "manual"'),
+        # Values of a type the engine reads (int, float, str), judged by it.
+        ({"limit": "10"}, '`limit` must be a whole number \\(got "10"\\)'),
+        ({"limit": 10.5}, "`limit` must be a whole number \\(got 10.5\\)"),
+        ({"limit": 10, "window_ms": "1s"}, "`window_ms` must be a whole number"),
+        ({"limit": 10, "mode": 1}, "`mode` must be a string \\(got 1\\)"),
+        ({"limit": 10, "rate": 600}, "`rate` must be a string"),
+        # Names: the engine's, with a suggestion in the caller's spelling.
+        ({"limit": 10, "lease_sise": 3}, "unknown option `lease_sise`; did you mean `lease_size`\\?"),
+        ({"limt": 10}, "unknown option `limt`; did you mean `limit`\\?"),
+        ({"limit": 10, "timeout": 5}, "did you mean `backend_timeout_ms`\\?"),
+        ({"limit": 10, "speed": "fast"}, "unknown option `speed`; the options are url, limit"),
+        ({"limit": 10, "lease_sise": True}, "did you mean `lease_size`"),
     ],
 )
 def test_bad_config_values(kwargs: dict[str, Any], match: str) -> None:
@@ -52,6 +68,18 @@ def test_bad_config_values(kwargs: dict[str, Any], match: str) -> None:
         Limiter(**kwargs)
     assert isinstance(info.value, ValueError)
     assert isinstance(info.value, QuotaLeaseError)
+
+
+def test_unknown_option_is_a_config_error_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError) as info:
+        Limiter(limit=10, lease_sise=3)  # type: ignore[call-arg]
+    assert str(info.value) == "invalid configuration: unknown option `lease_sise`; did you mean `lease_size`?"
+
+
+def test_whole_floats_are_accepted_as_numbers() -> None:
+    # The engine reads numbers the same way in every language (JS has no int).
+    lim = Limiter(limit=10.0, window_ms=1e3)  # type: ignore[arg-type]
+    assert lim.acquire("k").limit == 10 and lim.acquire("k").window_ms == 1000
 
 
 @pytest.mark.parametrize(
@@ -66,16 +94,13 @@ def test_bad_urls(url: str) -> None:
 @pytest.mark.parametrize(
     ("args", "kwargs", "match"),
     [
-        ((), {"limit": "10"}, "`limit` must be an int \\(got str\\)"),
-        ((), {"limit": 10.0}, "`limit` must be an int \\(got float\\)"),
+        # bool is an int subclass, but no option is a bool.
         ((), {"limit": True}, "`limit` must be an int \\(got bool\\)"),
-        ((), {"limit": 10, "window_ms": "1s"}, "`window_ms` must be an int"),
-        ((), {"limit": 10, "lease_size": [1]}, "`lease_size` must be an int"),
+        ((), {"limit": 10, "mode": False}, "`mode` must be a str \\(got bool\\)"),
+        ((), {"limit": 10, "lease_size": [1]}, "`lease_size` must be an int \\(got list\\)"),
+        ((), {"limit": 10, "key_prefix": b"p"}, "`key_prefix` must be a str \\(got bytes\\)"),
         ((5,), {"limit": 10}, "url"),
-        ((), {"limit": 10, "mode": 1}, "mode"),
-        ((), {"limit": 10, "rate": 600}, "rate"),
         ((), {"limit": 10, "on_event": 5}, "`on_event` must be a callable"),
-        ((), {"limit": 10, "speed": "fast"}, "speed"),
         (("memory://", 10), {}, "positional"),
     ],
 )

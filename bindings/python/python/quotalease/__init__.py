@@ -14,7 +14,8 @@ authoritative token bucket per key (Redis, or the in-process ``memory://``).
 Errors: every exception raised for a wrong *value* derives from
 :class:`QuotaLeaseError` (ConfigError, InvalidKeyError and InvalidCostError are
 also ValueError; ClosedError is also a RuntimeError). A wrong *type* (a key that
-is not a str, a cost that is not an int) raises TypeError.
+is not a str, a cost that is not an int, an option given as a bool or a list)
+raises TypeError.
 """
 
 from __future__ import annotations
@@ -63,12 +64,17 @@ class Limiter(_native.Limiter):
     lease_size=None, refill_threshold=None, lease_ttl_ms=None,
     on_backend_failure="static-share", expected_replicas=None,
     backend_timeout_ms=None, key_prefix="ql", max_keys=None, mode="lease",
-    clock=None, on_event=None)``
+    clock=None, clock_start_ms=None, on_event=None)``
 
     Give ``limit`` (tokens per window) and ``window_ms`` (default 60000), or
-    ``rate="600/min"``. Options left as None take the engine's defaults
-    (lease_size: 2 % of limit between 1 and 20; lease_ttl_ms 2000;
-    expected_replicas 1; backend_timeout_ms 250; max_keys 100000).
+    ``rate="600/min"`` (not both). Options left as None take the engine's
+    defaults (lease_size: 2 % of limit between 1 and 20; lease_ttl_ms 2000;
+    expected_replicas 1; backend_timeout_ms 250; max_keys 100000). The
+    engine checks every option by name: a misspelt keyword raises
+    ConfigError with a suggestion ("did you mean `lease_size`?").
+    ``clock="manual"`` starts at 1,000,000 ms unless ``clock_start_ms`` says
+    otherwise.
+
     ``on_event(kind, message)`` is called from the broker thread on every
     backend transition ("degraded" / "recovered"), which is also logged on the
     ``quotalease`` logger (ERROR / WARNING).

@@ -70,6 +70,7 @@ class Limiter:
         max_keys: int | None = None,
         mode: Literal["lease", "exact", "local"] = "lease",
         clock: Literal["system", "manual"] | None = None,
+        clock_start_ms: int | None = None,
         on_event: Callable[[str, str], object] | None = None,
     ) -> Self: ...
     def acquire(self, key: str, cost: int = 1) -> Decision: ...
