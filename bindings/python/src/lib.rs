@@ -636,6 +636,17 @@ fn forward_event(py: Python<'_>, ev: &ql::Event, callback: Option<&Py<PyAny>>) {
     }
 }
 
+/// The limiter key an HTTP middleware uses for `raw` (a header, an address):
+/// `raw` itself when it fits in 512 UTF-8 bytes, else "sha256:" and its
+/// SHA-256 in 64 hex digits, so an over-long key is limited, never an error.
+#[pyfunction]
+fn http_key<'py>(raw: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyString>> {
+    Ok(match ql::http_key(raw.to_str()?) {
+        std::borrow::Cow::Borrowed(_) => raw.clone(),
+        std::borrow::Cow::Owned(hashed) => PyString::new(raw.py(), &hashed),
+    })
+}
+
 /// The engine's version.
 #[pyfunction]
 fn version() -> &'static str {
@@ -655,6 +666,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Limiter>()?;
     m.add_class::<Decision>()?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(http_key, m)?)?;
     m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     let resolve = wrap_pyfunction!(_resolve_future, m)?;

@@ -3,6 +3,7 @@ context managers, stubs' promises."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import pytest
@@ -144,6 +145,17 @@ def test_manual_clock_starts_at_one_million_ms_unless_told() -> None:
     told = Limiter(limit=5, clock="manual", clock_start_ms=7)
     assert told.acquire("k")
     assert told.inspect("k")["authority_refilled_at_ms"] == 7
+
+
+def test_http_key_hashes_keys_over_512_bytes() -> None:
+    long = "k" * 600
+    assert quotalease.http_key(long) == "sha256:" + hashlib.sha256(long.encode()).hexdigest()
+    assert quotalease.http_key("é" * 300) == "sha256:" + hashlib.sha256(("é" * 300).encode()).hexdigest()
+    for short in ("", "user:42", "x" * 512, "é" * 256):
+        assert quotalease.http_key(short) == short
+    assert quotalease._native.http_key is quotalease.http_key
+    with pytest.raises(TypeError):
+        quotalease.http_key(5)  # type: ignore[arg-type]
 
 
 def test_flush_gives_back() -> None:

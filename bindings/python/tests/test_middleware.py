@@ -4,6 +4,7 @@ a small JSON body when denied, the key function gets the request."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -16,7 +17,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from conftest import DAY, PATIENT, RedisServer, unique
-from quotalease import Limiter
+from quotalease import Limiter, http_key
 from quotalease import asgi as ql_asgi
 from quotalease import wsgi as ql_wsgi
 
@@ -29,6 +30,11 @@ def check_denied(status: int, headers: Any, body: bytes) -> None:
     payload = json.loads(body)
     assert payload["error"] == "rate_limited" and payload["retry_after_ms"] > 0
     assert len(body) < 200
+
+
+#: A derived key over the engine's 512 bytes: limited under its sha256 key.
+LONG_KEY = "k" * 600
+HASHED = "sha256:" + hashlib.sha256(LONG_KEY.encode()).hexdigest()
 
 
 # --- ASGI / Starlette -------------------------------------------------------
@@ -98,6 +104,16 @@ def test_starlette_default_key_is_the_client_address_and_long_keys_are_hashed() 
     )
     with TestClient(long_keys) as client:
         assert client.get("/", headers={"x-key": "k" * 5000}).status_code == 200
+
+
+def test_starlette_limits_a_600_byte_key_under_its_sha256_key() -> None:
+    limiter = Limiter(limit=2, window_ms=60_000)
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("x"))])
+    app.add_middleware(ql_asgi.RateLimitMiddleware, limiter=limiter, key=lambda request: "k" * 600)
+    with TestClient(app) as client:
+        assert [client.get("/").status_code for _ in range(3)] == [200, 200, 429]
+    assert http_key(LONG_KEY) == HASHED
+    assert limiter.inspect(HASHED)["admitted"] == 2
 
 
 def test_starlette_with_redis(redis_server: RedisServer) -> None:
@@ -173,6 +189,18 @@ def test_flask_default_key_and_cost() -> None:
     assert client.post("/").status_code == 429
     assert client.get("/").status_code == 200
     assert limiter.inspect("127.0.0.1")["admitted"] == 2
+
+
+def test_flask_limits_a_600_byte_key_under_its_sha256_key() -> None:
+    limiter = Limiter(limit=2, window_ms=60_000)
+    app = flask.Flask("quotalease_long_key")
+    app.add_url_rule("/", "i", lambda: "x")
+    app.wsgi_app = ql_wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+        app.wsgi_app, limiter=limiter, key=lambda request: "k" * 600
+    )
+    client = app.test_client()
+    assert [client.get("/").status_code for _ in range(3)] == [200, 200, 429]
+    assert limiter.inspect(HASHED)["admitted"] == 2
 
 
 def test_flask_with_redis(redis_server: RedisServer) -> None:

@@ -34,6 +34,7 @@ from ._native import (
     InvalidCostError,
     InvalidKeyError,
     QuotaLeaseError,
+    http_key,
 )
 
 __version__: str = _native.__version__
@@ -48,6 +49,7 @@ __all__ = [
     "Limiter",
     "QuotaLeaseError",
     "__version__",
+    "http_key",
 ]
 
 # The broker thread calls into Python (asyncio completions, logging): stop it

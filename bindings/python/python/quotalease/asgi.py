@@ -16,7 +16,9 @@ and a small JSON body, and never reaches the app.
 otherwise the raw ASGI ``scope`` dict. The default key is the client's address.
 Return None to let a request through without limiting it (health checks).
 ``cost`` is an int or a callable taking the same request. WebSocket and
-lifespan messages pass through untouched.
+lifespan messages pass through untouched. A key longer than 512 bytes is
+limited under ``quotalease.http_key(key)`` ("sha256:" and its hex digest),
+as in every quotalease middleware, instead of failing the request.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from . import Limiter
-from ._middleware import denied_body, fit_key, header_pairs
-from ._native import Decision
+from ._middleware import denied_body, header_pairs
+from ._native import Decision, http_key
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -72,7 +74,7 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         cost = self.cost(request) if callable(self.cost) else self.cost
-        decision: Decision = await self.limiter.acquire_async(fit_key(k), cost)
+        decision: Decision = await self.limiter.acquire_async(http_key(k), cost)
         extra = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in header_pairs(decision)]
         if not decision.allowed:
             body = denied_body(decision)

@@ -14,7 +14,10 @@ and a small JSON body, and never reaches the app.
 ``key(request)`` picks the bucket. ``request`` is a ``werkzeug.wrappers.Request``
 when Werkzeug is installed (Flask), otherwise the WSGI ``environ`` dict. The
 default key is ``REMOTE_ADDR``. Return None to let a request through without
-limiting it. ``cost`` is an int or a callable taking the same request.
+limiting it. ``cost`` is an int or a callable taking the same request. A key
+longer than 512 bytes is limited under ``quotalease.http_key(key)``
+("sha256:" and its hex digest), as in every quotalease middleware, instead of
+failing the request.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._middleware import denied_body, fit_key, header_pairs
-from ._native import Limiter
+from ._middleware import denied_body, header_pairs
+from ._native import Limiter, http_key
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -62,7 +65,7 @@ class RateLimitMiddleware:
         if k is None:
             return self.app(environ, start_response)
         cost = self.cost(request) if callable(self.cost) else self.cost
-        decision = self.limiter.acquire(fit_key(k), cost)
+        decision = self.limiter.acquire(http_key(k), cost)
         extra = header_pairs(decision)
         if not decision.allowed:
             body = denied_body(decision)
