@@ -478,6 +478,18 @@ enum lease_status lease_decision_headers(const struct lease_decision *decision,
                                          size_t *needed);
 
 /**
+ * The name, as in every binding and in the conformance vectors, of the
+ * error kind a status reports: "config" (`LEASE_ERR_CONFIG`),
+ * "invalid_key", "invalid_cost", "closed" or "backend". "" for a status
+ * with no kind of its own: `LEASE_OK`, `LEASE_ERR_NULL`,
+ * `LEASE_ERR_BUFFER_TOO_SMALL`, `LEASE_ERR_PANIC`, `LEASE_ERR_UTF8` (an
+ * invalid key when it was about a key, a configuration error when it was
+ * about an option) and any unknown number. Takes the status as an integer
+ * (pass a `lease_status`). Static storage: never free it.
+ */
+const char *lease_error_kind_name(uint32_t status);
+
+/**
  * The message of the last failure on the calling thread: what went wrong
  * and what to fix, e.g. "lease_limiter_new: invalid configuration: `limit`
  * must be at least 1: every limiter needs a limit (tokens per window)".

@@ -1,6 +1,7 @@
 //! `lease_decision`: the answer to an acquire, and the HTTP headers it implies.
 
-use std::ffi::c_char;
+use std::ffi::{c_char, CString};
+use std::sync::OnceLock;
 
 use quotalease::{Decision, Reason};
 
@@ -56,15 +57,28 @@ impl From<Decision> for lease_decision {
     }
 }
 
+// The constants are the core's codes (`Reason as u8`).
+const _: () = {
+    assert!(LEASE_REASON_LEASE == Reason::Lease as lease_reason);
+    assert!(LEASE_REASON_EXHAUSTED == Reason::Exhausted as lease_reason);
+    assert!(LEASE_REASON_FALLBACK == Reason::Fallback as lease_reason);
+    assert!(LEASE_REASON_PENDING == Reason::Pending as lease_reason);
+    assert!(LEASE_REASON_EXACT == Reason::Exact as lease_reason);
+    assert!(LEASE_REASON_LOCAL == Reason::Local as lease_reason);
+};
+
 fn reason_of(r: lease_reason) -> Option<Reason> {
-    Some(match r {
-        LEASE_REASON_LEASE => Reason::Lease,
-        LEASE_REASON_EXHAUSTED => Reason::Exhausted,
-        LEASE_REASON_FALLBACK => Reason::Fallback,
-        LEASE_REASON_PENDING => Reason::Pending,
-        LEASE_REASON_EXACT => Reason::Exact,
-        LEASE_REASON_LOCAL => Reason::Local,
-        _ => return None,
+    u8::try_from(r).ok().and_then(Reason::from_code)
+}
+
+/// The core's name of every reason, NUL-terminated, in code order.
+fn reason_names() -> &'static [CString] {
+    static NAMES: OnceLock<Vec<CString>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        Reason::ALL
+            .iter()
+            .map(|r| CString::new(r.as_str()).unwrap_or_default())
+            .collect()
     })
 }
 
@@ -75,15 +89,9 @@ fn reason_of(r: lease_reason) -> Option<Reason> {
 pub extern "C" fn lease_reason_name(reason: lease_reason) -> *const c_char {
     ffi_boundary! {
         match reason_of(reason) {
-            Some(Reason::Lease) => c"lease",
-            Some(Reason::Exhausted) => c"exhausted",
-            Some(Reason::Fallback) => c"fallback",
-            Some(Reason::Pending) => c"pending",
-            Some(Reason::Exact) => c"exact",
-            Some(Reason::Local) => c"local",
-            None => c"unknown",
+            Some(r) => reason_names()[r as usize].as_ptr(),
+            None => c"unknown".as_ptr(),
         }
-        .as_ptr()
     }
 }
 
@@ -122,5 +130,24 @@ pub unsafe extern "C" fn lease_decision_headers(
             text.push_str("\r\n");
         }
         unsafe { write_str("lease_decision_headers", &text, buf, cap, needed) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    #[test]
+    fn reason_names_are_the_cores() {
+        for r in Reason::ALL {
+            let name = unsafe { CStr::from_ptr(lease_reason_name(r as lease_reason)) };
+            assert_eq!(name.to_str().unwrap(), r.as_str());
+        }
+        let n = Reason::ALL.len() as lease_reason;
+        for code in [n, 255, 256, u32::MAX] {
+            let name = unsafe { CStr::from_ptr(lease_reason_name(code)) };
+            assert_eq!(name.to_bytes(), b"unknown", "{code}");
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
+use std::sync::OnceLock;
 
 use quotalease::{Error, ErrorKind};
 
@@ -41,12 +42,46 @@ use lease_status::*;
 
 impl lease_status {
     pub(crate) fn of(e: &Error) -> lease_status {
-        match e.kind() {
+        Self::of_kind(e.kind())
+    }
+
+    /// The status that reports errors of `kind`.
+    fn of_kind(kind: ErrorKind) -> lease_status {
+        match kind {
             ErrorKind::Config => LEASE_ERR_CONFIG,
             ErrorKind::InvalidKey => LEASE_ERR_INVALID_KEY,
             ErrorKind::InvalidCost => LEASE_ERR_INVALID_COST,
             ErrorKind::Closed => LEASE_ERR_CLOSED,
             ErrorKind::Backend => LEASE_ERR_BACKEND,
+        }
+    }
+}
+
+/// The core's name of every error kind, NUL-terminated, in `ErrorKind::ALL` order.
+fn kind_names() -> &'static [CString] {
+    static NAMES: OnceLock<Vec<CString>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        ErrorKind::ALL
+            .iter()
+            .map(|k| CString::new(k.as_str()).unwrap_or_default())
+            .collect()
+    })
+}
+
+/// The name, as in every binding and in the conformance vectors, of the
+/// error kind a status reports: "config" (`LEASE_ERR_CONFIG`),
+/// "invalid_key", "invalid_cost", "closed" or "backend". "" for a status
+/// with no kind of its own: `LEASE_OK`, `LEASE_ERR_NULL`,
+/// `LEASE_ERR_BUFFER_TOO_SMALL`, `LEASE_ERR_PANIC`, `LEASE_ERR_UTF8` (an
+/// invalid key when it was about a key, a configuration error when it was
+/// about an option) and any unknown number. Takes the status as an integer
+/// (pass a `lease_status`). Static storage: never free it.
+#[no_mangle]
+pub extern "C" fn lease_error_kind_name(status: u32) -> *const c_char {
+    ffi_boundary! {
+        match ErrorKind::ALL.iter().position(|k| lease_status::of_kind(*k) as u32 == status) {
+            Some(i) => kind_names()[i].as_ptr(),
+            None => c"".as_ptr(),
         }
     }
 }
@@ -280,6 +315,33 @@ mod tests {
         assert!(last().contains("owned message"));
         let () = ffi_boundary! { panic!("in a void function") };
         assert!(last().contains("void function"));
+    }
+
+    #[test]
+    fn error_kind_names_are_the_cores() {
+        for k in ErrorKind::ALL {
+            let st = lease_status::of_kind(k) as u32;
+            assert_eq!(
+                unsafe { CStr::from_ptr(lease_error_kind_name(st)) }.to_str().unwrap(),
+                k.as_str()
+            );
+        }
+        for st in [
+            LEASE_OK,
+            LEASE_ERR_NULL,
+            LEASE_ERR_UTF8,
+            LEASE_ERR_BUFFER_TOO_SMALL,
+            LEASE_ERR_PANIC,
+        ] {
+            assert_eq!(
+                unsafe { CStr::from_ptr(lease_error_kind_name(st as u32)) }.to_bytes(),
+                b""
+            );
+        }
+        assert_eq!(
+            unsafe { CStr::from_ptr(lease_error_kind_name(u32::MAX)) }.to_bytes(),
+            b""
+        );
     }
 
     #[test]

@@ -405,6 +405,19 @@ static void bad_configs(void) {
   CHECK(l == NULL, "out not NULL after a NULL config");
 }
 
+static void error_kind_names_are_the_cores(void) {
+  CHECK(strcmp(lease_error_kind_name(LEASE_ERR_CONFIG), "config") == 0, "config");
+  CHECK(strcmp(lease_error_kind_name(LEASE_ERR_INVALID_KEY), "invalid_key") == 0, "invalid_key");
+  CHECK(strcmp(lease_error_kind_name(LEASE_ERR_INVALID_COST), "invalid_cost") == 0, "invalid_cost");
+  CHECK(strcmp(lease_error_kind_name(LEASE_ERR_CLOSED), "closed") == 0, "closed");
+  CHECK(strcmp(lease_error_kind_name(LEASE_ERR_BACKEND), "backend") == 0, "backend");
+  CHECK(strcmp(lease_error_kind_name(LEASE_OK), "") == 0, "ok");
+  CHECK(strcmp(lease_error_kind_name(LEASE_ERR_NULL), "") == 0, "null");
+  CHECK(strcmp(lease_error_kind_name(LEASE_ERR_UTF8), "") == 0, "utf8");
+  CHECK(strcmp(lease_error_kind_name(LEASE_ERR_PANIC), "") == 0, "panic");
+  CHECK(strcmp(lease_error_kind_name(12345), "") == 0, "unknown");
+}
+
 static void advance_clock_needs_manual_clock(void) {
   lease_config c;
   lease_limiter *l;
@@ -486,6 +499,7 @@ int main(void) {
   RUN(bad_keys);
   RUN(bad_costs);
   RUN(bad_configs);
+  RUN(error_kind_names_are_the_cores);
   RUN(advance_clock_needs_manual_clock);
   RUN(last_error_is_thread_local);
   RUN(works_after_fork);
