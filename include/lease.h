@@ -9,7 +9,7 @@
  *   with decision.allowed == false.
  * - After a failure, lease_last_error() describes it (thread-local).
  * - Every pointer argument is checked: NULL is LEASE_ERR_NULL, never a crash.
- *   lease_limiter_free(NULL) is a no-op.
+ *   lease_limiter_free(NULL) and lease_options_free(NULL) are no-ops.
  * - Keys are (pointer, length) byte strings of UTF-8, 1..512 bytes; no NUL needed.
  * - No panic crosses this boundary (a bug becomes LEASE_ERR_PANIC).
  *
@@ -17,7 +17,9 @@
  * - One lease_limiter may be used from any number of threads at once; every
  *   call is safe concurrently with every other, except lease_limiter_free,
  *   which must be the last call on a limiter.
- * - lease_config and lease_decision are plain caller-owned data.
+ * - lease_config and lease_decision are plain caller-owned data. A
+ *   lease_options is not synchronised: set options from one thread at a
+ *   time; lease_limiter_new_from_options only reads it.
  * - A process may fork() after creating a limiter: the child drops the
  *   parent's leased tokens and rebuilds its own runtime on first use.
  *
@@ -40,6 +42,7 @@
   LEASE_STRINGIFY(LEASE_VERSION_MAJOR) "." LEASE_STRINGIFY(LEASE_VERSION_MINOR) "." LEASE_STRINGIFY(LEASE_VERSION_PATCH)
 
 typedef struct lease_limiter lease_limiter;
+typedef struct lease_options lease_options;
 typedef struct lease_config lease_config;
 typedef struct lease_decision lease_decision;
 /* No typedef for struct lease_metrics: lease_metrics is the function that fills it. */
@@ -132,8 +135,8 @@ enum lease_event_kind {
 };
 
 /**
- * A distributed rate limiter (opaque). Create it with `lease_limiter_new`,
- * release it with `lease_limiter_free`.
+ * A distributed rate limiter (opaque). Create it with `lease_limiter_new`
+ * or `lease_limiter_new_from_options`, release it with `lease_limiter_free`.
  *
  * Thread safety: every function taking a `lease_limiter*` may be called
  * from many threads at once on the same limiter, except `lease_limiter_free`,
@@ -141,6 +144,26 @@ enum lease_event_kind {
  * after it).
  */
 struct lease_limiter;
+
+/**
+ * A configuration being assembled option by option (opaque): create it with
+ * `lease_options_new`, set options by name with `lease_options_set_str` /
+ * `lease_options_set_int`, build limiters with
+ * `lease_limiter_new_from_options`, release it with `lease_options_free`.
+ *
+ * The names are those of the project README's configuration table, in
+ * snake_case ("lease_size") or camelCase ("leaseSize"): `url`, `limit`,
+ * `window_ms`, `rate`, `lease_size`, `refill_threshold`, `lease_ttl_ms`,
+ * `on_backend_failure`, `expected_replicas`, `backend_timeout_ms`,
+ * `key_prefix`, `max_keys`, `mode`, `clock`, `clock_start_ms`. An option
+ * not set keeps its default.
+ *
+ * Thread safety: a `lease_options` is not synchronised. Calls that change it
+ * (`lease_options_set_*`, `lease_options_free`) must not run at the same
+ * time as any other call on it; `lease_limiter_new_from_options` only reads
+ * it and may run on many threads at once.
+ */
+struct lease_options;
 
 /**
  * What the limiter does while the backend is unreachable and local tokens
@@ -161,7 +184,9 @@ typedef uint32_t lease_clock;
 /**
  * Every option a limiter takes. Always start from `lease_config_init`, then
  * set what you need: a zero is passed on as zero (and rejected where it is
- * invalid), never silently replaced by a default.
+ * invalid), never silently replaced by a default. The values go through the
+ * same rules as options set by name (`lease_options`, which also takes a
+ * `rate` such as "600/min").
  *
  * The struct belongs to the caller; liblease copies what it needs in
  * `lease_limiter_new`, so the strings may be freed after that call.
@@ -227,7 +252,10 @@ struct lease_config {
    */
   lease_clock clock;
   /**
-   * With `LEASE_CLOCK_MANUAL`: the clock's first reading in ms (default 0).
+   * With `LEASE_CLOCK_MANUAL`: the clock's first reading in ms (default
+   * 1000000, where every language's manual clock starts). With
+   * `LEASE_CLOCK_SYSTEM` leave it at its default: any other value is
+   * `LEASE_ERR_CONFIG` (it needs the manual clock).
    */
   uint64_t clock_start_ms;
   /**
@@ -373,8 +401,8 @@ typedef void (*lease_event_callback)(void *user,
 #define LEASE_CLOCK_SYSTEM 0
 
 /**
- * A manual clock starting at `clock_start_ms`, moved only by
- * `lease_advance_clock`: for deterministic tests.
+ * A manual clock starting at `clock_start_ms` (default 1000000, as in every
+ * language), moved only by `lease_advance_clock`: for deterministic tests.
  */
 #define LEASE_CLOCK_MANUAL 1
 
@@ -517,13 +545,35 @@ enum lease_status lease_limiter_new(const struct lease_config *config,
                                     struct lease_limiter **out);
 
 /**
+ * Create a limiter from options set by name (see `lease_options`) in `*out`
+ * (NULL on failure). The rules between options are checked here: `rate`
+ * together with `limit` or `window_ms`, or `clock_start_ms` without
+ * `clock` = "manual", is `LEASE_ERR_CONFIG`; the manual clock starts at
+ * 1000000 ms unless `clock_start_ms` is set (as in every language). Then
+ * every value is validated as by `lease_limiter_new`.
+ *
+ * The options are only read: build as many limiters from them as you like,
+ * and free them whenever you are done.
+ *
+ * Errors: `LEASE_ERR_NULL`, `LEASE_ERR_CONFIG` (the message names the
+ * option and what would be accepted).
+ *
+ * # Safety
+ * `options` is NULL or live (from `lease_options_new`); `out` is NULL or
+ * writable.
+ */
+enum lease_status lease_limiter_new_from_options(const struct lease_options *options,
+                                                 struct lease_limiter **out);
+
+/**
  * Release a limiter. NULL is a no-op. It does not give leased tokens back
  * (call `lease_close` first for a graceful shutdown; otherwise the lease
  * TTL and the authority's refill recover them). Once it returns, the event
  * callback is not running and will not be called again.
  *
  * # Safety
- * `limiter` is NULL or came from `lease_limiter_new` and was not freed; no
+ * `limiter` is NULL or came from `lease_limiter_new` (or
+ * `lease_limiter_new_from_options`) and was not freed; no
  * other call on it may run during or after this one.
  */
 void lease_limiter_free(struct lease_limiter *limiter);
@@ -669,6 +719,70 @@ enum lease_status lease_advance_clock(const struct lease_limiter *limiter,
  * `limiter` is NULL or live.
  */
 enum lease_status lease_settle(const struct lease_limiter *limiter);
+
+/**
+ * Create an empty set of options (every option at its default) in `*out`
+ * (NULL on failure).
+ *
+ * Errors: `LEASE_ERR_NULL`.
+ *
+ * # Safety
+ * `out` is NULL or writable.
+ */
+enum lease_status lease_options_new(struct lease_options **out);
+
+/**
+ * Release options. NULL is a no-op. Limiters built from them are not
+ * affected.
+ *
+ * # Safety
+ * `options` is NULL or came from `lease_options_new` and was not freed; no
+ * other call on it may run during or after this one.
+ */
+void lease_options_free(struct lease_options *options);
+
+/**
+ * Set a string option by name: `url`, `rate` ("600/min"), `key_prefix`,
+ * `mode` ("lease", "exact", "local"), `on_backend_failure`
+ * ("static-share", "allow", "deny") or `clock` ("system", "manual"). The
+ * string is copied: it may be freed after the call.
+ *
+ * Errors: `LEASE_ERR_NULL` (options, name or value), `LEASE_ERR_UTF8`,
+ * `LEASE_ERR_CONFIG`: an unknown name (the message suggests the closest
+ * option, e.g. "unknown option `lese_size`; did you mean `lease_size`?"),
+ * a value the option does not take (the message names the option and what
+ * it accepts), or an integer option given a string. The `rate` text and
+ * the rules between options (`rate` with `limit` or `window_ms`,
+ * `clock_start_ms` without the manual clock) are checked by
+ * `lease_limiter_new_from_options`. On failure the options are unchanged.
+ *
+ * # Safety
+ * `options` is NULL or live; `name` and `value` are NULL or NUL-terminated.
+ */
+enum lease_status lease_options_set_str(struct lease_options *options,
+                                        const char *name,
+                                        const char *value);
+
+/**
+ * Set an integer option by name: `limit`, `window_ms`, `lease_size`,
+ * `refill_threshold`, `lease_ttl_ms`, `expected_replicas`,
+ * `backend_timeout_ms`, `max_keys` or `clock_start_ms`.
+ *
+ * The value is signed so that a negative number (a C `int` gone wrong) is
+ * a clear `LEASE_ERR_CONFIG` naming the option instead of a huge unsigned
+ * value; every useful value fits in `int64_t` (`limit` × `window_ms` is at
+ * most 2^52). There is no `LEASE_AUTO` here: leave `lease_size` /
+ * `refill_threshold` unset to derive them from `limit`.
+ *
+ * Errors as for `lease_options_set_str` (a string option given an integer
+ * is `LEASE_ERR_CONFIG`).
+ *
+ * # Safety
+ * `options` is NULL or live; `name` is NULL or NUL-terminated.
+ */
+enum lease_status lease_options_set_int(struct lease_options *options,
+                                        const char *name,
+                                        int64_t value);
 
 /**
  * The library's version, "MAJOR.MINOR.PATCH" (compare it with

@@ -2,9 +2,9 @@
 
 use std::ffi::c_char;
 
-use quotalease::{ClockKind, Config, FailurePolicy, Mode};
+use quotalease::{Config, FailurePolicy, Mode, OptionValue, Options, MANUAL_CLOCK_START_MS};
 
-use crate::error::{c_str, fail, lease_status, lease_status::*};
+use crate::error::{c_str, fail, fail_with, lease_status, lease_status::*};
 
 /// Coordination mode: one of the `LEASE_MODE_*` constants.
 pub type lease_mode = u32;
@@ -29,8 +29,8 @@ pub const LEASE_FAILURE_DENY: lease_failure_policy = 2;
 pub type lease_clock = u32;
 /// The process' monotonic clock; Redis scripts use Redis `TIME` (default).
 pub const LEASE_CLOCK_SYSTEM: lease_clock = 0;
-/// A manual clock starting at `clock_start_ms`, moved only by
-/// `lease_advance_clock`: for deterministic tests.
+/// A manual clock starting at `clock_start_ms` (default 1000000, as in every
+/// language), moved only by `lease_advance_clock`: for deterministic tests.
 pub const LEASE_CLOCK_MANUAL: lease_clock = 1;
 
 /// `lease_size` / `refill_threshold` value meaning "derive it from `limit`".
@@ -38,7 +38,9 @@ pub const LEASE_AUTO: u64 = u64::MAX;
 
 /// Every option a limiter takes. Always start from `lease_config_init`, then
 /// set what you need: a zero is passed on as zero (and rejected where it is
-/// invalid), never silently replaced by a default.
+/// invalid), never silently replaced by a default. The values go through the
+/// same rules as options set by name (`lease_options`, which also takes a
+/// `rate` such as "600/min").
 ///
 /// The struct belongs to the caller; liblease copies what it needs in
 /// `lease_limiter_new`, so the strings may be freed after that call.
@@ -78,7 +80,10 @@ pub struct lease_config {
     pub max_keys: u64,
     /// `LEASE_CLOCK_SYSTEM` (default) or `LEASE_CLOCK_MANUAL` (tests).
     pub clock: lease_clock,
-    /// With `LEASE_CLOCK_MANUAL`: the clock's first reading in ms (default 0).
+    /// With `LEASE_CLOCK_MANUAL`: the clock's first reading in ms (default
+    /// 1000000, where every language's manual clock starts). With
+    /// `LEASE_CLOCK_SYSTEM` leave it at its default: any other value is
+    /// `LEASE_ERR_CONFIG` (it needs the manual clock).
     pub clock_start_ms: u64,
     /// Reserved for options added in later minor versions; `lease_config_init`
     /// sets them, leave them alone.
@@ -113,7 +118,7 @@ pub unsafe extern "C" fn lease_config_init(config: *mut lease_config) -> lease_s
             key_prefix: c"ql".as_ptr(),
             max_keys: d.max_keys as u64,
             clock: LEASE_CLOCK_SYSTEM,
-            clock_start_ms: 0,
+            clock_start_ms: MANUAL_CLOCK_START_MS,
             _reserved: [0; 4],
         };
         unsafe { config.write(c) };
@@ -128,7 +133,12 @@ fn bad_enum(fname: &str, field: &str, got: u32, allowed: &str) -> lease_status {
     )
 }
 
-/// Translate a C configuration into the engine's, checking every enum value.
+/// Translate a C configuration into the engine's. The enum values are
+/// checked here; every field then goes through the core's options by name
+/// ([`Options::set`]), so the rules and messages are those of every
+/// language. `LEASE_AUTO` leaves `lease_size` / `refill_threshold` unset,
+/// and with the system clock a `clock_start_ms` left at its default is not
+/// set (any other value is, and the core rejects it without the manual clock).
 ///
 /// # Safety
 /// `c` points to a readable `lease_config` whose strings are NULL or valid.
@@ -162,11 +172,9 @@ pub(crate) unsafe fn to_config(fname: &str, c: *const lease_config) -> Result<Co
             ))
         }
     };
-    let clock = match c.clock {
-        LEASE_CLOCK_SYSTEM => ClockKind::System,
-        LEASE_CLOCK_MANUAL => ClockKind::Manual {
-            start_ms: c.clock_start_ms,
-        },
+    let manual_clock = match c.clock {
+        LEASE_CLOCK_SYSTEM => false,
+        LEASE_CLOCK_MANUAL => true,
         other => {
             return Err(bad_enum(
                 fname,
@@ -176,28 +184,37 @@ pub(crate) unsafe fn to_config(fname: &str, c: *const lease_config) -> Result<Co
             ))
         }
     };
-    let max_keys = usize::try_from(c.max_keys).map_err(|_| {
-        fail(
-            LEASE_ERR_CONFIG,
-            format!("{fname}: invalid configuration: `max_keys` {} is too large", c.max_keys),
-        )
-    })?;
-    let auto = |v: u64| (v != LEASE_AUTO).then_some(v);
-    Ok(Config {
-        url: unsafe { c_str(fname, "config->url", c.url) }?.to_string(),
-        limit: c.limit,
-        window_ms: c.window_ms,
-        lease_size: auto(c.lease_size),
-        refill_threshold: auto(c.refill_threshold),
-        lease_ttl_ms: c.lease_ttl_ms,
-        on_backend_failure,
-        expected_replicas: c.expected_replicas,
-        backend_timeout_ms: c.backend_timeout_ms,
-        key_prefix: unsafe { c_str(fname, "config->key_prefix", c.key_prefix) }?.to_string(),
-        max_keys,
-        mode,
-        clock,
-    })
+    let url = unsafe { c_str(fname, "config->url", c.url) }?;
+    let key_prefix = unsafe { c_str(fname, "config->key_prefix", c.key_prefix) }?;
+    let int = |v: u64| OptionValue::Int(v.into());
+    let str = OptionValue::Str;
+    let build = || -> quotalease::Result<Config> {
+        let mut o = Options::new();
+        o.set("url", str(url))?
+            .set("limit", int(c.limit))?
+            .set("window_ms", int(c.window_ms))?
+            .set("lease_ttl_ms", int(c.lease_ttl_ms))?
+            .set("on_backend_failure", str(on_backend_failure.as_str()))?
+            .set("expected_replicas", int(c.expected_replicas))?
+            .set("backend_timeout_ms", int(c.backend_timeout_ms))?
+            .set("key_prefix", str(key_prefix))?
+            .set("max_keys", int(c.max_keys))?
+            .set("mode", str(mode.as_str()))?;
+        if c.lease_size != LEASE_AUTO {
+            o.set("lease_size", int(c.lease_size))?;
+        }
+        if c.refill_threshold != LEASE_AUTO {
+            o.set("refill_threshold", int(c.refill_threshold))?;
+        }
+        if manual_clock {
+            o.set("clock", str("manual"))?;
+        }
+        if manual_clock || c.clock_start_ms != MANUAL_CLOCK_START_MS {
+            o.set("clock_start_ms", int(c.clock_start_ms))?;
+        }
+        o.into_config()
+    };
+    build().map_err(|e| fail_with(fname, &e))
 }
 
 /// Parse a mode name ("lease", "exact", "local") into `*out`, e.g. from a
@@ -222,7 +239,7 @@ pub unsafe extern "C" fn lease_mode_parse(name: *const c_char, out: *mut lease_m
                 };
                 LEASE_OK
             }
-            Err(e) => crate::error::fail_with("lease_mode_parse", &e),
+            Err(e) => fail_with("lease_mode_parse", &e),
         }
     }
 }
@@ -252,7 +269,7 @@ pub unsafe extern "C" fn lease_failure_policy_parse(
                 };
                 LEASE_OK
             }
-            Err(e) => crate::error::fail_with("lease_failure_policy_parse", &e),
+            Err(e) => fail_with("lease_failure_policy_parse", &e),
         }
     }
 }
@@ -277,7 +294,7 @@ pub unsafe extern "C" fn lease_parse_rate(rate: *const c_char, limit: *mut u64, 
                 *window_ms = w;
                 LEASE_OK
             }
-            Err(e) => crate::error::fail_with("lease_parse_rate", &e),
+            Err(e) => fail_with("lease_parse_rate", &e),
         }
     }
 }

@@ -4,8 +4,9 @@
 //! generated from this crate by a pinned cbindgen (`scripts/check-header.sh`).
 //! rustls-ffi is the model:
 //!
-//! - opaque handle `lease_limiter`, names `lease_<thing>_<verb>`, and every
-//!   allocation has its free (`lease_limiter_free(NULL)` is a no-op);
+//! - opaque handles `lease_limiter` and `lease_options`, names
+//!   `lease_<thing>_<verb>`, and every allocation has its free
+//!   (`lease_limiter_free(NULL)` is a no-op);
 //! - every function returns a [`lease_status`] with fixed numbers that are
 //!   never reused, and writes results through out-params;
 //! - every pointer is NULL-checked (a NULL is `LEASE_ERR_NULL`, never a crash);
@@ -18,6 +19,10 @@
 //! `uint32_t` typedefs with named constants rather than C enums, because
 //! reading an out-of-range C enum into a Rust enum is undefined behaviour; an
 //! unknown value is a clear `LEASE_ERR_CONFIG` instead.
+//!
+//! The ABI only translates: option names and the rules between options
+//! ([`quotalease::Options`]), and reason and error-kind names come from the
+//! core.
 #![allow(non_camel_case_types)]
 #![warn(missing_docs)]
 
@@ -60,6 +65,7 @@ mod error;
 mod events;
 mod limiter;
 mod metrics;
+mod options;
 mod version;
 
 pub use config::*;
@@ -68,4 +74,5 @@ pub use error::*;
 pub use events::*;
 pub use limiter::*;
 pub use metrics::*;
+pub use options::*;
 pub use version::*;

@@ -9,9 +9,10 @@ use crate::decision::lease_decision;
 use crate::error::{fail_with, key_str, lease_status, lease_status::*, null_arg, status, write_str};
 use crate::events::{self, lease_event_callback, SharedSink};
 use crate::metrics::lease_metrics;
+use crate::options::lease_options;
 
-/// A distributed rate limiter (opaque). Create it with `lease_limiter_new`,
-/// release it with `lease_limiter_free`.
+/// A distributed rate limiter (opaque). Create it with `lease_limiter_new`
+/// or `lease_limiter_new_from_options`, release it with `lease_limiter_free`.
 ///
 /// Thread safety: every function taking a `lease_limiter*` may be called
 /// from many threads at once on the same limiter, except `lease_limiter_free`,
@@ -44,16 +45,53 @@ pub unsafe extern "C" fn lease_limiter_new(config: *const lease_config, out: *mu
             Ok(c) => c,
             Err(st) => return st,
         };
-        let limiter = match Limiter::new(cfg) {
-            Ok(l) => l,
+        match Limiter::new(cfg) {
+            Ok(l) => *out = into_handle(l),
             Err(e) => return fail_with("lease_limiter_new", &e),
-        };
-        let sink = events::new_sink();
-        let s = sink.clone();
-        limiter.on_event(move |e| events::deliver(&s, e));
-        *out = Box::into_raw(Box::new(lease_limiter { limiter, events: sink }));
+        }
         LEASE_OK
     }
+}
+
+/// Create a limiter from options set by name (see `lease_options`) in `*out`
+/// (NULL on failure). The rules between options are checked here: `rate`
+/// together with `limit` or `window_ms`, or `clock_start_ms` without
+/// `clock` = "manual", is `LEASE_ERR_CONFIG`; the manual clock starts at
+/// 1000000 ms unless `clock_start_ms` is set (as in every language). Then
+/// every value is validated as by `lease_limiter_new`.
+///
+/// The options are only read: build as many limiters from them as you like,
+/// and free them whenever you are done.
+///
+/// Errors: `LEASE_ERR_NULL`, `LEASE_ERR_CONFIG` (the message names the
+/// option and what would be accepted).
+///
+/// # Safety
+/// `options` is NULL or live (from `lease_options_new`); `out` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn lease_limiter_new_from_options(
+    options: *const lease_options,
+    out: *mut *mut lease_limiter,
+) -> lease_status {
+    ffi_boundary! {
+        let out = arg_mut!("lease_limiter_new_from_options", out);
+        *out = std::ptr::null_mut();
+        let o = arg_ref!("lease_limiter_new_from_options", options);
+        match Limiter::from_options(o.options.clone()) {
+            Ok(l) => *out = into_handle(l),
+            Err(e) => return fail_with("lease_limiter_new_from_options", &e),
+        }
+        LEASE_OK
+    }
+}
+
+/// The C handle of a new limiter, its event sink registered.
+fn into_handle(limiter: Limiter) -> *mut lease_limiter {
+    let sink = events::new_sink();
+    let s = sink.clone();
+    limiter.on_event(move |e| events::deliver(&s, e));
+    Box::into_raw(Box::new(lease_limiter { limiter, events: sink }))
 }
 
 /// Release a limiter. NULL is a no-op. It does not give leased tokens back
@@ -62,7 +100,8 @@ pub unsafe extern "C" fn lease_limiter_new(config: *const lease_config, out: *mu
 /// callback is not running and will not be called again.
 ///
 /// # Safety
-/// `limiter` is NULL or came from `lease_limiter_new` and was not freed; no
+/// `limiter` is NULL or came from `lease_limiter_new` (or
+/// `lease_limiter_new_from_options`) and was not freed; no
 /// other call on it may run during or after this one.
 #[no_mangle]
 pub unsafe extern "C" fn lease_limiter_free(limiter: *mut lease_limiter) {

@@ -47,7 +47,8 @@ static void config_init_fills_documented_defaults(void) {
   CHECK(strcmp(c.key_prefix, "ql") == 0, "key_prefix %s", c.key_prefix);
   CHECK(c.max_keys == 100000, "max_keys");
   CHECK(c.clock == LEASE_CLOCK_SYSTEM, "clock");
-  CHECK(c.clock_start_ms == 0, "clock_start_ms");
+  /* Where every language's manual clock starts. */
+  CHECK(c.clock_start_ms == 1000000, "clock_start_ms %llu", (unsigned long long)c.clock_start_ms);
 }
 
 static void acquire_until_exhausted(void) {
@@ -399,10 +400,202 @@ static void bad_configs(void) {
   BAD(c.mode = 7, LEASE_ERR_CONFIG, "`mode`");
   BAD(c.on_backend_failure = 3, LEASE_ERR_CONFIG, "`on_backend_failure`");
   BAD(c.clock = 2, LEASE_ERR_CONFIG, "`clock`");
+  /* The core's rule: a start needs the manual clock. */
+  BAD(c.clock_start_ms = 5, LEASE_ERR_CONFIG, "`clock_start_ms`");
   BAD(c.limit = 1000000000000ULL; c.window_ms = 10000000, LEASE_ERR_CONFIG, "2^52");
 #undef BAD
   EXPECT_ERR(new_with(NULL, &l), LEASE_ERR_NULL, "config");
   CHECK(l == NULL, "out not NULL after a NULL config");
+}
+
+/* ---- options by name ---- */
+
+/* Options with a failing set reported; the caller frees them. */
+static lease_options *new_options(void) {
+  lease_options *o = NULL;
+  if (lease_options_new(&o) != LEASE_OK) {
+    fprintf(stderr, "lease_options_new: %s\n", lease_last_error());
+    exit(2);
+  }
+  return o;
+}
+
+/* Every option set by name, in snake_case and in camelCase, then checked
+ * through what the limiter does. */
+static void options_by_name_every_option(void) {
+  static const char *const names[2][15] = {
+      {"url", "limit", "window_ms", "lease_size", "refill_threshold", "lease_ttl_ms", "on_backend_failure",
+       "expected_replicas", "backend_timeout_ms", "key_prefix", "max_keys", "mode", "clock", "clock_start_ms",
+       "rate"},
+      {"url", "limit", "windowMs", "leaseSize", "refillThreshold", "leaseTtlMs", "onBackendFailure",
+       "expectedReplicas", "backendTimeoutMs", "keyPrefix", "maxKeys", "mode", "clock", "clockStartMs", "rate"},
+  };
+  int spelling;
+  for (spelling = 0; spelling < 2; spelling++) {
+    const char *const *n = names[spelling];
+    lease_options *o = new_options();
+    lease_limiter *l = NULL;
+    lease_decision d;
+    struct lease_metrics m;
+    char url[64];
+    snprintf(url, sizeof url, "memory://c-options-%d", spelling);
+    EXPECT(lease_options_set_str(o, n[0], url), LEASE_OK);
+    EXPECT(lease_options_set_int(o, n[1], 10), LEASE_OK);
+    EXPECT(lease_options_set_int(o, n[2], 1000), LEASE_OK);
+    EXPECT(lease_options_set_int(o, n[3], 4), LEASE_OK);
+    EXPECT(lease_options_set_int(o, n[4], 1), LEASE_OK);
+    EXPECT(lease_options_set_int(o, n[5], 500), LEASE_OK);
+    EXPECT(lease_options_set_str(o, n[6], "deny"), LEASE_OK);
+    EXPECT(lease_options_set_int(o, n[7], 2), LEASE_OK);
+    EXPECT(lease_options_set_int(o, n[8], 100), LEASE_OK);
+    EXPECT(lease_options_set_str(o, n[9], "p"), LEASE_OK);
+    EXPECT(lease_options_set_int(o, n[10], 7), LEASE_OK);
+    EXPECT(lease_options_set_str(o, n[11], "lease"), LEASE_OK);
+    EXPECT(lease_options_set_str(o, n[12], "manual"), LEASE_OK);
+    EXPECT(lease_options_set_int(o, n[13], 0), LEASE_OK);
+    EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+    if (!l) {
+      lease_options_free(o);
+      return;
+    }
+    EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+    CHECK(d.allowed && d.reason == LEASE_REASON_LEASE, "reason %s", lease_reason_name(d.reason));
+    CHECK(d.limit == 10 && d.window_ms == 1000, "limit %llu window %llu", (unsigned long long)d.limit,
+          (unsigned long long)d.window_ms);
+    EXPECT(lease_metrics(l, &m), LEASE_OK);
+    CHECK(m.tokens_leased == 4, "lease_size: leased %llu", (unsigned long long)m.tokens_leased);
+    EXPECT(lease_advance_clock(l, 10), LEASE_OK); /* the manual clock */
+    lease_limiter_free(l);
+    /* rate, alone: the options above name limit and window_ms, so a fresh set. */
+    lease_options_free(o);
+    o = new_options();
+    EXPECT(lease_options_set_str(o, n[14], "600/min"), LEASE_OK);
+    EXPECT(lease_options_set_str(o, n[11], "local"), LEASE_OK);
+    EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+    if (l) {
+      EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+      CHECK(d.limit == 600 && d.window_ms == 60000 && d.reason == LEASE_REASON_LOCAL, "rate: %llu/%llu %s",
+            (unsigned long long)d.limit, (unsigned long long)d.window_ms, lease_reason_name(d.reason));
+      lease_limiter_free(l);
+    }
+    lease_options_free(o);
+  }
+}
+
+/* The rules between options are the core's. */
+static void options_rules_between_options(void) {
+  lease_options *o = new_options();
+  lease_limiter *l = (lease_limiter *)0x1;
+  EXPECT(lease_options_set_str(o, "rate", "10/s"), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "limit", 5), LEASE_OK);
+  EXPECT_ERR(lease_limiter_new_from_options(o, &l), LEASE_ERR_CONFIG, "`rate`");
+  CHECK(l == NULL, "out not NULL after a failure");
+  lease_options_free(o);
+
+  o = new_options();
+  EXPECT(lease_options_set_int(o, "windowMs", 1000), LEASE_OK);
+  EXPECT(lease_options_set_str(o, "rate", "10/s"), LEASE_OK);
+  EXPECT_ERR(lease_limiter_new_from_options(o, &l), LEASE_ERR_CONFIG, "cannot be combined with `limit` or `window_ms`");
+  lease_options_free(o);
+
+  o = new_options();
+  EXPECT(lease_options_set_int(o, "limit", 5), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "clock_start_ms", 5), LEASE_OK);
+  EXPECT_ERR(lease_limiter_new_from_options(o, &l), LEASE_ERR_CONFIG, "`clock_start_ms`");
+  EXPECT(lease_options_set_str(o, "clock", "manual"), LEASE_OK);
+  EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+  lease_limiter_free(l);
+  lease_options_free(o);
+
+  /* The rate is read when the limiter is built. */
+  o = new_options();
+  EXPECT(lease_options_set_str(o, "rate", "5/fortnight"), LEASE_OK);
+  EXPECT_ERR(lease_limiter_new_from_options(o, &l), LEASE_ERR_CONFIG, "`rate` must look like");
+  lease_options_free(o);
+
+  /* No limit: the same message as every language. */
+  o = new_options();
+  EXPECT_ERR(lease_limiter_new_from_options(o, &l), LEASE_ERR_CONFIG, "`limit` must be at least 1");
+  /* Values are checked when built too (lease_size above limit). */
+  EXPECT(lease_options_set_int(o, "limit", 3), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "lease_size", 4), LEASE_OK);
+  EXPECT_ERR(lease_limiter_new_from_options(o, &l), LEASE_ERR_CONFIG, "`lease_size`");
+  lease_options_free(o);
+}
+
+static void options_unknown_names_and_bad_values(void) {
+  lease_options *o = new_options();
+  lease_limiter *l = NULL;
+  lease_decision d;
+  EXPECT(lease_options_set_int(o, "limit", 5), LEASE_OK);
+  EXPECT_ERR(lease_options_set_int(o, "lese_size", 2), LEASE_ERR_CONFIG, "did you mean `lease_size`?");
+  CHECK(strcmp(lease_last_error(),
+               "lease_options_set_int: invalid configuration: unknown option `lese_size`; did you mean "
+               "`lease_size`?") == 0,
+        "message");
+  EXPECT_ERR(lease_options_set_int(o, "leaseSise", 2), LEASE_ERR_CONFIG, "did you mean `leaseSize`?");
+  EXPECT_ERR(lease_options_set_str(o, "mdoe", "exact"), LEASE_ERR_CONFIG, "did you mean `mode`?");
+  EXPECT_ERR(lease_options_set_str(o, "banana", "x"), LEASE_ERR_CONFIG, "the options are url, limit");
+  EXPECT_ERR(lease_options_set_str(o, "limit", "10"), LEASE_ERR_CONFIG, "`limit`");
+  EXPECT_ERR(lease_options_set_int(o, "url", 3), LEASE_ERR_CONFIG, "`url`");
+  EXPECT_ERR(lease_options_set_int(o, "limit", -1), LEASE_ERR_CONFIG, "`limit`");
+  EXPECT_ERR(lease_options_set_str(o, "mode", "fast"), LEASE_ERR_CONFIG, "`mode`");
+  EXPECT_ERR(lease_options_set_str(o, "on_backend_failure", "panic"), LEASE_ERR_CONFIG, "`on_backend_failure`");
+  EXPECT_ERR(lease_options_set_str(o, "clock", "sundial"), LEASE_ERR_CONFIG, "`clock`");
+  /* Failed sets changed nothing: limit 5, the defaults for everything else. */
+  EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+  if (l) {
+    EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+    CHECK(d.limit == 5 && d.window_ms == 60000 && d.reason == LEASE_REASON_LEASE, "%llu/%llu %s",
+          (unsigned long long)d.limit, (unsigned long long)d.window_ms, lease_reason_name(d.reason));
+    lease_limiter_free(l);
+  }
+  lease_options_free(o);
+}
+
+static void options_bad_input(void) {
+  lease_options *o = new_options();
+  lease_limiter *l = (lease_limiter *)0x1;
+  EXPECT_ERR(lease_options_new(NULL), LEASE_ERR_NULL, "out");
+  EXPECT_ERR(lease_options_set_str(NULL, "url", "memory://"), LEASE_ERR_NULL, "options");
+  EXPECT_ERR(lease_options_set_int(NULL, "limit", 1), LEASE_ERR_NULL, "options");
+  EXPECT_ERR(lease_options_set_str(o, NULL, "memory://"), LEASE_ERR_NULL, "name");
+  EXPECT_ERR(lease_options_set_int(o, NULL, 1), LEASE_ERR_NULL, "name");
+  EXPECT_ERR(lease_options_set_str(o, "url", NULL), LEASE_ERR_NULL, "value");
+  EXPECT_ERR(lease_options_set_str(o, "url", "redis://h\xff"), LEASE_ERR_UTF8, "option `url`");
+  EXPECT_ERR(lease_options_set_int(o, "li\xffmit", 1), LEASE_ERR_UTF8, "name");
+  EXPECT_ERR(lease_limiter_new_from_options(NULL, &l), LEASE_ERR_NULL, "options");
+  CHECK(l == NULL, "out not NULL after a NULL options");
+  EXPECT_ERR(lease_limiter_new_from_options(o, NULL), LEASE_ERR_NULL, "out");
+  lease_options_free(o);
+  lease_options_free(NULL); /* a no-op */
+}
+
+/* One set of options builds many limiters, and may be freed before them. */
+static void options_build_many_limiters(void) {
+  lease_options *o = new_options();
+  lease_limiter *a = NULL, *b = NULL;
+  lease_decision d;
+  int i, admitted = 0;
+  EXPECT(lease_options_set_str(o, "url", "memory://c-options-shared"), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "limit", 6), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "lease_size", 2), LEASE_OK);
+  EXPECT(lease_options_set_str(o, "clock", "manual"), LEASE_OK);
+  EXPECT(lease_limiter_new_from_options(o, &a), LEASE_OK);
+  EXPECT(lease_limiter_new_from_options(o, &b), LEASE_OK);
+  lease_options_free(o);
+  if (!a || !b) {
+    lease_limiter_free(a);
+    lease_limiter_free(b);
+    return;
+  }
+  for (i = 0; i < 12; i++) {
+    EXPECT(lease_acquire(i % 2 ? a : b, KEY("shared"), 1, &d), LEASE_OK);
+    admitted += d.allowed;
+  }
+  CHECK(admitted == 6, "two limiters from one options admitted %d of limit 6", admitted);
+  lease_limiter_free(a);
+  lease_limiter_free(b);
 }
 
 static void error_kind_names_are_the_cores(void) {
@@ -499,6 +692,11 @@ int main(void) {
   RUN(bad_keys);
   RUN(bad_costs);
   RUN(bad_configs);
+  RUN(options_by_name_every_option);
+  RUN(options_rules_between_options);
+  RUN(options_unknown_names_and_bad_values);
+  RUN(options_bad_input);
+  RUN(options_build_many_limiters);
   RUN(error_kind_names_are_the_cores);
   RUN(advance_clock_needs_manual_clock);
   RUN(last_error_is_thread_local);

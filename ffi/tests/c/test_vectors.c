@@ -9,7 +9,6 @@
 #include "check.h"
 #include "json.h"
 
-#define START_MS 1000000
 #define MAX_INSTANCES 8
 
 static const char *backend;
@@ -31,34 +30,38 @@ static uint64_t u64_of(const jval *v, const char *what) {
   return v->uint;
 }
 
-/* Apply one JSON config object over c. Strings live in the JSON. A bad enum
- * name returns its status (the "new" op expects it). */
-static lease_status apply_config(lease_config *c, const jval *obj) {
+/* Set one JSON config object's options by name (numbers with
+ * lease_options_set_int, strings with lease_options_set_str): the names,
+ * their values and the rules between them are the core's. */
+static lease_status apply_config(lease_options *o, const jval *obj) {
   size_t i;
   if (!obj) return LEASE_OK;
   for (i = 0; i < obj->count; i++) {
     const char *k = obj->keys[i];
     const jval *v = &obj->items[i];
-    lease_status s = LEASE_OK;
-    if (!strcmp(k, "limit")) c->limit = u64_of(v, k);
-    else if (!strcmp(k, "window_ms")) c->window_ms = u64_of(v, k);
-    else if (!strcmp(k, "lease_size")) c->lease_size = u64_of(v, k);
-    else if (!strcmp(k, "refill_threshold")) c->refill_threshold = u64_of(v, k);
-    else if (!strcmp(k, "lease_ttl_ms")) c->lease_ttl_ms = u64_of(v, k);
-    else if (!strcmp(k, "expected_replicas")) c->expected_replicas = u64_of(v, k);
-    else if (!strcmp(k, "backend_timeout_ms")) c->backend_timeout_ms = u64_of(v, k);
-    else if (!strcmp(k, "max_keys")) c->max_keys = u64_of(v, k);
-    else if (!strcmp(k, "mode")) s = lease_mode_parse(v->str, &c->mode);
-    else if (!strcmp(k, "on_backend_failure")) s = lease_failure_policy_parse(v->str, &c->on_backend_failure);
-    else if (!strcmp(k, "url")) c->url = v->str;
-    else if (!strcmp(k, "key_prefix")) c->key_prefix = v->str;
-    else {
-      fprintf(stderr, "vector error: unknown config field %s\n", k);
-      exit(2);
-    }
+    lease_status s = v->type == J_STR ? lease_options_set_str(o, k, v->str)
+                                      : lease_options_set_int(o, k, (int64_t)u64_of(v, k));
     if (s != LEASE_OK) return s;
   }
   return LEASE_OK;
+}
+
+/* One limiter of a vector: a unique url and key_prefix, the manual clock (it
+ * starts at 1000000 ms, the core's default), the vector's config, then a
+ * step's (for "new"). *out is NULL on failure. */
+static lease_status new_instance(const char *url, const char *prefix, const jval *base, const jval *extra,
+                                 lease_limiter **out) {
+  lease_options *o = NULL;
+  lease_status s = lease_options_new(&o);
+  *out = NULL;
+  if (s == LEASE_OK) s = lease_options_set_str(o, "url", url);
+  if (s == LEASE_OK) s = lease_options_set_str(o, "key_prefix", prefix);
+  if (s == LEASE_OK) s = lease_options_set_str(o, "clock", "manual");
+  if (s == LEASE_OK) s = apply_config(o, base);
+  if (s == LEASE_OK) s = apply_config(o, extra);
+  if (s == LEASE_OK) s = lease_limiter_new_from_options(o, out);
+  lease_options_free(o);
+  return s;
 }
 
 /* The step's key: a string, or {"repeat": "x", "times": N}; "k" when absent. */
@@ -203,13 +206,7 @@ static int run_vector(const char *path) {
   else snprintf(url, sizeof url, "memory://%s-%s", name, prefix);
 
   for (i = 0; i < instances; i++) {
-    lease_config c;
-    lease_config_init(&c);
-    c.url = url;
-    c.key_prefix = prefix;
-    c.clock = LEASE_CLOCK_MANUAL;
-    c.clock_start_ms = START_MS;
-    if (apply_config(&c, base) != LEASE_OK || lease_limiter_new(&c, &ls[i]) != LEASE_OK) {
+    if (new_instance(url, prefix, base, NULL, &ls[i]) != LEASE_OK) {
       fprintf(stderr, "%s: cannot build instance %d: %s\n", name, i, lease_last_error());
       while (i-- > 0) lease_limiter_free(ls[i]);
       json_free(v);
@@ -291,16 +288,8 @@ static int run_vector(const char *path) {
       struct lease_metrics m;
       if (lease_metrics(l, &m) != LEASE_OK || check_metrics(ctx, &m, expect)) bad = 1;
     } else if (!strcmp(op, "new")) {
-      lease_config c;
       lease_limiter *extra = NULL;
-      lease_config_init(&c);
-      c.url = url;
-      c.key_prefix = prefix;
-      c.clock = LEASE_CLOCK_MANUAL;
-      c.clock_start_ms = START_MS;
-      s = apply_config(&c, base);
-      if (s == LEASE_OK) s = apply_config(&c, json_get(step, "config"));
-      if (s == LEASE_OK) s = lease_limiter_new(&c, &extra);
+      s = new_instance(url, prefix, base, json_get(step, "config"), &extra);
       lease_limiter_free(extra);
       if (strcmp(kind_name(s), expect_error->str) != 0) {
         fprintf(stderr, "  %s: expected error %s, got %s (%s)\n", ctx, expect_error->str, kind_name(s),
