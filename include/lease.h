@@ -54,6 +54,11 @@ typedef struct lease_decision lease_decision;
 #define LEASE_AUTO UINT64_MAX
 
 /**
+ * Longest key accepted by `lease_acquire` and friends, in bytes.
+ */
+#define LEASE_MAX_KEY_LEN 512
+
+/**
  * Major version of the header (semver; 0.x: every minor may break the ABI).
  */
 #define LEASE_VERSION_MAJOR 0
@@ -528,6 +533,35 @@ const char *lease_error_kind_name(uint32_t status);
  * longer). Each thread has its own.
  */
 const char *lease_last_error(void);
+
+/**
+ * The limiter key an HTTP middleware should use for a raw value (a header,
+ * a client address, a user id), written NUL-terminated into `buf`: the raw
+ * value itself when it is at most `LEASE_MAX_KEY_LEN` bytes, else "sha256:"
+ * followed by the 64 lowercase hex digits of its SHA-256. Every binding's
+ * middleware uses this rule, so an over-long header never turns a request
+ * into an error, and equal raw values share one bucket in every process and
+ * language.
+ *
+ * `key` is `key_len` bytes of UTF-8 (no NUL needed; NULL with length 0 is
+ * the empty key, written back as ""). The result is `*needed - 1` bytes.
+ * Buffer rules as for `lease_metrics_prometheus`: `*needed` (when `needed`
+ * is not NULL) receives the size needed, NUL included; a smaller `cap`
+ * gets "" (if `cap > 0`) and `LEASE_ERR_BUFFER_TOO_SMALL`.
+ * `LEASE_MAX_KEY_LEN + 1` bytes always suffice.
+ *
+ * Errors: `LEASE_ERR_NULL` (key with `key_len > 0`, or buf with
+ * `cap > 0`), `LEASE_ERR_UTF8`, `LEASE_ERR_BUFFER_TOO_SMALL`.
+ *
+ * # Safety
+ * `key` is NULL or has `key_len` readable bytes; `buf` is NULL or has `cap`
+ * writable bytes; `needed` is NULL or writable.
+ */
+enum lease_status lease_http_key(const uint8_t *key,
+                                 size_t key_len,
+                                 char *buf,
+                                 size_t cap,
+                                 size_t *needed);
 
 /**
  * Validate `config` and create a limiter in `*out` (NULL on failure).

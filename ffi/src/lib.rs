@@ -21,8 +21,8 @@
 //! unknown value is a clear `LEASE_ERR_CONFIG` instead.
 //!
 //! The ABI only translates: option names and the rules between options
-//! ([`quotalease::Options`]), and reason and error-kind names come from the
-//! core.
+//! ([`quotalease::Options`]), reason and error-kind names, and the
+//! middleware key rule ([`quotalease::http_key`]) all come from the core.
 #![allow(non_camel_case_types)]
 #![warn(missing_docs)]
 
@@ -63,6 +63,7 @@ mod config;
 mod decision;
 mod error;
 mod events;
+mod keys;
 mod limiter;
 mod metrics;
 mod options;
@@ -72,6 +73,7 @@ pub use config::*;
 pub use decision::*;
 pub use error::*;
 pub use events::*;
+pub use keys::*;
 pub use limiter::*;
 pub use metrics::*;
 pub use options::*;

@@ -598,6 +598,49 @@ static void options_build_many_limiters(void) {
   lease_limiter_free(b);
 }
 
+/* ---- the middleware key rule ---- */
+
+static void http_key_hashes_long_keys(void) {
+  char raw[600], buf[LEASE_MAX_KEY_LEN + 1], small[16];
+  size_t needed = 0;
+  lease_limiter *l = manual_limiter(2, 60000, 1);
+  lease_decision d;
+  memset(raw, 'x', sizeof raw);
+  /* Short keys come back unchanged. */
+  EXPECT(lease_http_key(KEY("user:42"), buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strcmp(buf, "user:42") == 0 && needed == 8, "short: %s (%zu)", buf, needed);
+  EXPECT(lease_http_key((const uint8_t *)raw, LEASE_MAX_KEY_LEN, buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(needed == LEASE_MAX_KEY_LEN + 1 && memcmp(buf, raw, LEASE_MAX_KEY_LEN) == 0 && buf[LEASE_MAX_KEY_LEN] == 0,
+        "512 bytes stay (needed %zu)", needed);
+  /* 600 bytes of 'x': sha256 from python3 hashlib. */
+  EXPECT(lease_http_key((const uint8_t *)raw, sizeof raw, buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strcmp(buf, "sha256:5130b33e6b87fbf5316ed9049e98924eb110800bcbaaad8050f642fba6df37c9") == 0, "got %s",
+        buf);
+  CHECK(needed == 72, "needed %zu", needed);
+  /* The hashed key is a valid limiter key; the raw one is not. */
+  EXPECT(lease_acquire(l, (const uint8_t *)buf, needed - 1, 1, &d), LEASE_OK);
+  CHECK(d.allowed, "hashed key denied");
+  EXPECT(lease_acquire(l, (const uint8_t *)raw, sizeof raw, 1, &d), LEASE_ERR_INVALID_KEY);
+  /* Buffer too small: "" and the size; NULL/0 asks for the size. */
+  memset(small, 'z', sizeof small);
+  EXPECT_ERR(lease_http_key((const uint8_t *)raw, sizeof raw, small, sizeof small, &needed),
+             LEASE_ERR_BUFFER_TOO_SMALL, "needed");
+  CHECK(small[0] == '\0' && needed == 72, "small: needed %zu", needed);
+  EXPECT(lease_http_key((const uint8_t *)raw, sizeof raw, buf, 71, NULL), LEASE_ERR_BUFFER_TOO_SMALL);
+  needed = 0;
+  EXPECT(lease_http_key(KEY("abc"), NULL, 0, &needed), LEASE_ERR_BUFFER_TOO_SMALL);
+  CHECK(needed == 4, "size query %zu", needed);
+  EXPECT(lease_http_key(KEY("abc"), small, 4, NULL), LEASE_OK);
+  CHECK(strcmp(small, "abc") == 0, "exact fit %s", small);
+  /* Bad input. */
+  EXPECT_ERR(lease_http_key(KEY("abc"), NULL, 8, &needed), LEASE_ERR_NULL, "buf");
+  EXPECT_ERR(lease_http_key(NULL, 3, buf, sizeof buf, &needed), LEASE_ERR_NULL, "key");
+  EXPECT_ERR(lease_http_key((const uint8_t *)"ab\xff", 3, buf, sizeof buf, &needed), LEASE_ERR_UTF8, "UTF-8");
+  EXPECT(lease_http_key(NULL, 0, buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(buf[0] == '\0' && needed == 1, "empty key");
+  lease_limiter_free(l);
+}
+
 static void error_kind_names_are_the_cores(void) {
   CHECK(strcmp(lease_error_kind_name(LEASE_ERR_CONFIG), "config") == 0, "config");
   CHECK(strcmp(lease_error_kind_name(LEASE_ERR_INVALID_KEY), "invalid_key") == 0, "invalid_key");
@@ -697,6 +740,7 @@ int main(void) {
   RUN(options_unknown_names_and_bad_values);
   RUN(options_bad_input);
   RUN(options_build_many_limiters);
+  RUN(http_key_hashes_long_keys);
   RUN(error_kind_names_are_the_cores);
   RUN(advance_clock_needs_manual_clock);
   RUN(last_error_is_thread_local);
