@@ -17,9 +17,9 @@ pub enum Error {
     #[error("invalid configuration: unknown option `{name}`{}", suggest(.suggestion))]
     UnknownOption {
         /// The name as given.
-        name: String,
+        name: Box<str>,
         /// The closest known option, spelled like `name` (snake or camel case).
-        suggestion: Option<String>,
+        suggestion: Option<Box<str>>,
     },
     /// The key is empty, too long or not valid for the backend.
     #[error("invalid key: {0}")]
@@ -100,7 +100,7 @@ impl Error {
     }
 }
 
-fn suggest(s: &Option<String>) -> String {
+fn suggest(s: &Option<Box<str>>) -> String {
     match s {
         Some(s) => format!("; did you mean `{s}`?"),
         None => format!("; the options are {}", crate::options::OPTION_NAMES.join(", ")),
@@ -109,3 +109,13 @@ fn suggest(s: &Option<String>) -> String {
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn errors_stay_small() {
+        // `acquire` returns Result<Decision>: a larger error costs every
+        // admitted request a larger copy (measured: 206 -> 245 instructions).
+        assert!(std::mem::size_of::<super::Error>() <= 40);
+    }
+}

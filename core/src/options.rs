@@ -185,8 +185,8 @@ impl Options {
     pub fn set(&mut self, name: &str, value: OptionValue<'_>) -> Result<&mut Self> {
         let Some(field) = canonical(name) else {
             return Err(Error::UnknownOption {
-                name: name.to_string(),
-                suggestion: suggest(name),
+                name: name.into(),
+                suggestion: suggest(name).map(String::into_boxed_str),
             });
         };
         if value == OptionValue::Null {

@@ -15,7 +15,7 @@ use crate::fork;
 
 impl Engine {
     /// `(lease size, prefetch threshold)` for a key's policy.
-    #[inline]
+    #[inline(always)]
     pub(super) fn lease_params(&self, p: Policy) -> (u64, u64) {
         let lease = self.r.lease_size.min(p.limit);
         (lease, self.r.refill_threshold.min(lease))
@@ -53,7 +53,7 @@ impl Engine {
         Ok(Some(self.decision(e, p, true, left, 0, self.admit_reason())))
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn admit_reason(&self) -> Reason {
         if self.r.cfg.mode == Mode::Local {
             Reason::Local
@@ -62,7 +62,7 @@ impl Engine {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn decision(
         &self,
         e: &Entry,
