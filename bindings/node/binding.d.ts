@@ -12,10 +12,12 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 /** The engine's limiter, as the wrapper sees it. */
 export declare class NativeLimiter {
   /**
-   * `scratch`: a `Float64Array` of at least 6 elements the wrapper reads
-   * decisions from. `onEvent(kind, message)` is called on backend transitions.
+   * `names[i]` is an option (as in `LimiterOptions`, or snake_case) and
+   * `values[i]` its value. `scratch`: a `Float64Array` of at least 6
+   * elements the wrapper reads decisions from. `onEvent(kind, message)` is
+   * called on backend transitions.
    */
-  constructor(options: NativeOptions, scratch: Float64Array, onEvent?: ((arg0: string, arg1: string) => void) | undefined | null)
+  constructor(names: Array<string>, values: Array<number | string | undefined | null>, scratch: Float64Array, onEvent?: ((arg0: string, arg1: string) => void) | undefined | null)
   /**
    * `{ acquire, tryAcquire, acquireAsync }`: the per-request calls as raw
    * N-API functions bound to this limiter (see `fast.rs`). Each takes
@@ -63,26 +65,19 @@ export declare function decisionHeaders(allowed: boolean, limit: number, remaini
 export declare function engineVersion(): string
 
 /**
- * Options as the wrapper passes them: already type-checked, names in
- * camelCase, every number a whole JS number.
+ * `{ CONFIG: 'ERR_QUOTALEASE_CONFIG', ... }`: the `code` of every error
+ * kind, keyed by the kind's name in capitals.
  */
-export interface NativeOptions {
-  url?: string
-  limit?: number
-  windowMs?: number
-  rate?: string
-  leaseSize?: number
-  refillThreshold?: number
-  leaseTtlMs?: number
-  onBackendFailure?: string
-  expectedReplicas?: number
-  backendTimeoutMs?: number
-  keyPrefix?: string
-  maxKeys?: number
-  mode?: string
-  /** `None`: the system clock; `Some(start)`: a manual clock at `start` ms. */
-  manualClockStartMs?: number
-}
+export declare function errorCodes(): Record<string, string>
+
+/**
+ * The JS type option `name` takes, `'number'` or `'string'` (asked of the
+ * core); an unknown name throws the core's error with its suggestion.
+ */
+export declare function optionType(name: string): 'number' | 'string'
 
 /** `[limit, windowMs]` from a rate such as `"600/min"`. */
 export declare function parseRate(rate: string): Array<number>
+
+/** Every reason's name, indexed by its code (`Reason as u8`). */
+export declare function reasons(): Array<string>

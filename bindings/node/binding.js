@@ -838,4 +838,7 @@ module.exports = nativeBinding
 module.exports.NativeLimiter = nativeBinding.NativeLimiter
 module.exports.decisionHeaders = nativeBinding.decisionHeaders
 module.exports.engineVersion = nativeBinding.engineVersion
+module.exports.errorCodes = nativeBinding.errorCodes
+module.exports.optionType = nativeBinding.optionType
 module.exports.parseRate = nativeBinding.parseRate
+module.exports.reasons = nativeBinding.reasons

@@ -19,7 +19,12 @@ export interface LimiterEvent {
   message: string
 }
 
-/** Options of `new Limiter(...)`. Give `limit` (+ `windowMs`) or `rate`. */
+/**
+ * Options of `new Limiter(...)`. Give `limit` (+ `windowMs`) or `rate`, not
+ * both. The engine checks every option by name (snake_case names such as
+ * `window_ms` are accepted too): an unknown one is an error with a "did you
+ * mean"; `undefined` and `null` leave the default.
+ */
 export interface LimiterOptions {
   /** `memory://` (default), `memory://NAME`, `redis://`, `rediss://`, `redis+cluster://host:port[,host:port]`. */
   url?: string
@@ -47,8 +52,14 @@ export interface LimiterOptions {
   maxKeys?: number
   /** Default `'lease'`. */
   mode?: Mode
-  /** Default `'system'`. `'manual'` (starts at 0) or `{ manualStartMs }` for deterministic tests with `advanceClock`. */
+  /**
+   * Default `'system'`. `'manual'` for deterministic tests with `advanceClock`:
+   * starts at 1000000 ms (as in every language) unless `clockStartMs` is given;
+   * `{ manualStartMs }` is the same as `'manual'` with `clockStartMs`.
+   */
   clock?: 'system' | 'manual' | { manualStartMs: number }
+  /** Where the manual clock starts (default 1000000); only with `clock: 'manual'`. */
+  clockStartMs?: number
   /** Called on every backend transition (as well as the `'degraded'` / `'recovered'` events). */
   onEvent?: (event: LimiterEvent) => void
 }
@@ -135,7 +146,11 @@ export type ErrorCode =
   | 'ERR_QUOTALEASE_CLOSED'
   | 'ERR_QUOTALEASE_BACKEND'
 
-/** An `Error` (or `TypeError` / `RangeError` for a wrong JS type or a non-whole number) with a stable `code`. */
+/**
+ * An `Error` with a stable `code`: a `TypeError` for a wrong JS type (a key
+ * that is not a string, an option that is a boolean or an object), a
+ * `RangeError` for a key's cost or a method argument that is not a whole number.
+ */
 export interface QuotaLeaseError extends Error {
   code: ErrorCode
 }

@@ -1,7 +1,8 @@
 'use strict'
 // quotalease for Node: a thin layer over the Rust engine (binding.js loads
-// the native addon). This file adds what is JavaScript-specific: option
-// checking with helpful errors, Decision objects, Promises and events.
+// the native addon). This file adds what is JavaScript-specific: JS type
+// checks with helpful errors, Decision objects, Promises and events. Option
+// names, values and the rules between them are the engine's.
 
 const { EventEmitter } = require('node:events')
 
@@ -19,17 +20,11 @@ try {
   throw err
 }
 
-/** Stable `code` values of the errors this package throws. */
-const codes = Object.freeze({
-  CONFIG: 'ERR_QUOTALEASE_CONFIG',
-  INVALID_KEY: 'ERR_QUOTALEASE_INVALID_KEY',
-  INVALID_COST: 'ERR_QUOTALEASE_INVALID_COST',
-  CLOSED: 'ERR_QUOTALEASE_CLOSED',
-  BACKEND: 'ERR_QUOTALEASE_BACKEND',
-})
+/** Stable `code` values of the errors this package throws (from the engine's error kinds). */
+const codes = Object.freeze(native.errorCodes())
 
 /** Indexed by the engine's reason code (`Reason as u8`). */
-const REASONS = Object.freeze(['lease', 'exhausted', 'fallback', 'pending', 'exact', 'local'])
+const REASONS = Object.freeze(native.reasons())
 
 function fail(Ctor, code, message) {
   const err = new Ctor(message)
@@ -104,54 +99,6 @@ function decisionFromArray(a) {
   return new Decision((c & 8) !== 0, a[1], a[2], a[3], a[4], a[5], REASONS[c & 7])
 }
 
-// name -> 'string' | 'int' | check function (returns the native value)
-const OPTIONS = {
-  url: 'string',
-  limit: 'int',
-  windowMs: 'int',
-  rate: 'string',
-  leaseSize: 'int',
-  refillThreshold: 'int',
-  leaseTtlMs: 'int',
-  onBackendFailure: 'string',
-  expectedReplicas: 'int',
-  backendTimeoutMs: 'int',
-  keyPrefix: 'string',
-  maxKeys: 'int',
-  mode: 'string',
-  clock: 'clock',
-  onEvent: 'function',
-}
-
-function distance(a, b) {
-  const row = Array.from({ length: b.length + 1 }, (_, i) => i)
-  for (let i = 1; i <= a.length; i++) {
-    let prev = row[0]
-    row[0] = i
-    for (let j = 1; j <= b.length; j++) {
-      const cur = row[j]
-      row[j] = Math.min(row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1))
-      prev = cur
-    }
-  }
-  return row[b.length]
-}
-
-/** The known option a misspelt name most likely meant (`window_ms`, `limt`). */
-function suggest(name) {
-  const norm = (s) => s.toLowerCase().replace(/[_-]/g, '')
-  let best
-  let bestD = 3
-  for (const k of Object.keys(OPTIONS)) {
-    const d = distance(norm(name), norm(k))
-    if (d < bestD) {
-      best = k
-      bestD = d
-    }
-  }
-  return best
-}
-
 function checkInt(name, v) {
   if (typeof v !== 'number') {
     throw fail(TypeError, codes.CONFIG, `invalid configuration: \`${name}\` must be a number (got ${describe(v)})`)
@@ -166,58 +113,57 @@ function checkInt(name, v) {
   return v
 }
 
-/** Check JS types and names; the engine checks values and ranges. */
+function isPlainObject(v) {
+  return v !== null && typeof v === 'object' && !Array.isArray(v)
+}
+
+/**
+ * The options as `[names, values]` for the engine, which knows every name
+ * (camelCase or snake_case) and checks every value: `undefined` and `null`
+ * leave the default, numbers and strings go as they are. Here: `onEvent`,
+ * the `clock: { manualStartMs }` form, and values of no type the engine reads.
+ */
 function nativeOptions(options) {
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+  if (!isPlainObject(options)) {
     throw fail(
       TypeError,
       codes.CONFIG,
       `new Limiter(options): options must be an object such as { limit: 100, windowMs: 60000 } (got ${describe(options)})`,
     )
   }
-  const out = {}
+  const names = []
+  const values = []
   let onEvent
   for (const name of Object.keys(options)) {
     const v = options[name]
-    const kind = OPTIONS[name]
-    if (kind === undefined) {
-      const s = suggest(name)
-      throw fail(
-        Error,
-        codes.CONFIG,
-        `invalid configuration: unknown option \`${name}\`` +
-          (s ? ` (did you mean \`${s}\`?)` : `; known options: ${Object.keys(OPTIONS).join(', ')}`),
-      )
-    }
-    if (v === undefined) continue
-    if (kind === 'int') {
-      out[name] = checkInt(name, v)
-    } else if (kind === 'string') {
-      if (typeof v !== 'string') {
-        throw fail(TypeError, codes.CONFIG, `invalid configuration: \`${name}\` must be a string (got ${describe(v)})`)
+    if (name === 'onEvent') {
+      if (v !== undefined && v !== null && typeof v !== 'function') {
+        throw fail(TypeError, codes.CONFIG, `invalid configuration: \`onEvent\` must be a function (got ${describe(v)})`)
       }
-      out[name] = v
-    } else if (kind === 'function') {
-      if (typeof v !== 'function') {
-        throw fail(TypeError, codes.CONFIG, `invalid configuration: \`${name}\` must be a function (got ${describe(v)})`)
-      }
-      onEvent = v
-    } else if (kind === 'clock') {
-      if (v === 'system') continue
-      if (v === 'manual') {
-        out.manualClockStartMs = 0
-      } else if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
-        out.manualClockStartMs = checkInt('clock.manualStartMs', v.manualStartMs)
-      } else {
+      onEvent = v ?? undefined
+    } else if (name === 'clock' && isPlainObject(v)) {
+      if (v.manualStartMs === undefined) {
         throw fail(
           TypeError,
           codes.CONFIG,
-          `invalid configuration: \`clock\` must be "system", "manual" or { manualStartMs: number } (got ${describe(v)})`,
+          'invalid configuration: `clock` must be "system", "manual" or { manualStartMs: number } (got an object without manualStartMs)',
         )
       }
+      names.push('clock', 'clockStartMs')
+      values.push('manual', v.manualStartMs)
+    } else if (v === undefined || v === null || typeof v === 'number' || typeof v === 'string') {
+      names.push(name)
+      values.push(v)
+    } else {
+      // optionType throws for an unknown name, with the engine's suggestion.
+      throw fail(
+        TypeError,
+        codes.CONFIG,
+        `invalid configuration: \`${name}\` must be a ${native.optionType(name)} (got ${describe(v)})`,
+      )
     }
   }
-  return { out, onEvent }
+  return { names, values, onEvent }
 }
 
 function checkKey(key) {
@@ -242,7 +188,7 @@ class Limiter extends EventEmitter {
 
   constructor(options) {
     super()
-    const { out, onEvent } = nativeOptions(options)
+    const { names, values, onEvent } = nativeOptions(options)
     // [limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason | allowed << 3]
     this.#scratch = new Float64Array(new ArrayBuffer(8 * 8))
     // The native side holds this callback for as long as the limiter lives;
@@ -254,7 +200,7 @@ class Limiter extends EventEmitter {
       const l = self.deref()
       if (l) l.emit(kind, event)
     }
-    this.#native = new native.NativeLimiter(out, this.#scratch, deliver)
+    this.#native = new native.NativeLimiter(names, values, this.#scratch, deliver)
     const hot = this.#native.hotPath()
     this.#acquire = hot.acquire
     this.#tryAcquire = hot.tryAcquire

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use napi::bindgen_prelude::{Float64Array, ToNapiValue};
 use napi::{sys, Env};
-use quotalease::{Decision, Error as QlError, Limiter};
+use quotalease::{Decision, Error as QlError, ErrorKind, Limiter};
 
 use crate::{code_of, code_of_decision, Deferred, Meet, Notifier, KEY_BUF, MAX_SAFE, SCRATCH_LEN};
 
@@ -71,14 +71,7 @@ enum Thrown {
 
 impl From<QlError> for Thrown {
     fn from(e: QlError) -> Self {
-        let code = match code_of(e.kind()) {
-            "ERR_QUOTALEASE_CONFIG" => c"ERR_QUOTALEASE_CONFIG",
-            "ERR_QUOTALEASE_INVALID_KEY" => c"ERR_QUOTALEASE_INVALID_KEY",
-            "ERR_QUOTALEASE_INVALID_COST" => c"ERR_QUOTALEASE_INVALID_COST",
-            "ERR_QUOTALEASE_CLOSED" => c"ERR_QUOTALEASE_CLOSED",
-            _ => c"ERR_QUOTALEASE_BACKEND",
-        };
-        Thrown::Plain(code, e.to_string())
+        Thrown::Plain(code_of(e.kind()), e.to_string())
     }
 }
 
@@ -129,7 +122,7 @@ unsafe fn args<'b>(
     let status = unsafe { sys::napi_get_value_string_utf8(env, argv[0], p.cast(), KEY_BUF, &mut len) };
     if status != sys::Status::napi_ok {
         return Err(Thrown::Type(
-            c"ERR_QUOTALEASE_INVALID_KEY",
+            code_of(ErrorKind::InvalidKey),
             format!("invalid key: the key must be a string (got {})", unsafe {
                 type_name(env, argv[0])
             }),
@@ -152,7 +145,7 @@ unsafe fn args<'b>(
         unsafe { std::str::from_utf8_unchecked(bytes) }
     } else {
         std::str::from_utf8(bytes)
-            .map_err(|_| Thrown::Type(c"ERR_QUOTALEASE_INVALID_KEY", "the key is not valid UTF-8".into()))?
+            .map_err(|_| Thrown::Type(code_of(ErrorKind::InvalidKey), "the key is not valid UTF-8".into()))?
     };
     if argc < 2 {
         return Ok((key, 1));
@@ -160,7 +153,7 @@ unsafe fn args<'b>(
     let mut cost = 0f64;
     if unsafe { sys::napi_get_value_double(env, argv[1], &mut cost) } != sys::Status::napi_ok {
         return Err(Thrown::Type(
-            c"ERR_QUOTALEASE_INVALID_COST",
+            code_of(ErrorKind::InvalidCost),
             format!("invalid cost: the cost must be a number (got {})", unsafe {
                 type_name(env, argv[1])
             }),
@@ -168,7 +161,7 @@ unsafe fn args<'b>(
     }
     if !(cost.is_finite() && (0.0..=MAX_SAFE).contains(&cost) && cost.fract() == 0.0) {
         return Err(Thrown::Range(
-            c"ERR_QUOTALEASE_INVALID_COST",
+            code_of(ErrorKind::InvalidCost),
             format!("invalid cost {cost}: the cost must be a whole number >= 1"),
         ));
     }
@@ -210,7 +203,10 @@ unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info, op: Op) -> sys
         Err(_) => unsafe {
             throw(
                 env,
-                Thrown::Plain(c"ERR_QUOTALEASE_BACKEND", "internal error (panic) in quotalease".into()),
+                Thrown::Plain(
+                    code_of(ErrorKind::Backend),
+                    "internal error (panic) in quotalease".into(),
+                ),
             )
         },
     }
@@ -238,10 +234,10 @@ unsafe fn acquire_async(env: sys::napi_env, shared: &Shared, key: &str, cost: u6
     let env = Env::from_raw(env);
     let (deferred, promise): (Deferred, _) = env
         .create_deferred()
-        .map_err(|e| Thrown::Plain(c"ERR_QUOTALEASE_BACKEND", e.reason.clone()))?;
+        .map_err(|e| Thrown::Plain(code_of(ErrorKind::Backend), e.reason.clone()))?;
     *g = Meet::Waiting(deferred);
     let raw = unsafe { ToNapiValue::to_napi_value(env.raw(), promise) }
-        .map_err(|e| Thrown::Plain(c"ERR_QUOTALEASE_BACKEND", e.reason.clone()))?;
+        .map_err(|e| Thrown::Plain(code_of(ErrorKind::Backend), e.reason.clone()))?;
     Ok(raw)
 }
 

@@ -1,7 +1,9 @@
 //! The native half of the npm package `quotalease`: a thin napi-rs
 //! translation of the Rust engine. The JavaScript wrapper (`index.js`) owns
-//! argument checking, option names and the `Decision` objects; this crate
+//! JS argument checking, the `Decision` objects and events; this crate
 //! turns JS values into engine calls and engine results into JS values.
+//! Option names, their values and the rules between them are the core's
+//! (`quotalease::Options`), as are the reason and error-kind names.
 //!
 //! Hot path: `acquire` reads the key into a stack buffer (no allocation),
 //! calls the engine and writes the decision's numbers into a `Float64Array`
@@ -16,43 +18,55 @@
 
 mod fast;
 
-use std::sync::{Arc, Mutex};
+use std::ffi::{CStr, CString};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
-use quotalease::{ClockKind, Config, Decision, Error as QlError, ErrorKind, Event, Limiter, Reason};
+use quotalease::{Decision, Error as QlError, ErrorKind, Event, Limiter, OptionValue, Options, Reason};
+
+/// `ERR_QUOTALEASE_` and the kind's name in capitals, for every
+/// `ErrorKind::ALL` in its order.
+static CODES: LazyLock<Vec<CString>> = LazyLock::new(|| {
+    ErrorKind::ALL
+        .iter()
+        .map(|k| CString::new(format!("ERR_QUOTALEASE_{}", k.as_str().to_ascii_uppercase())).expect("no NUL"))
+        .collect()
+});
 
 /// Errors thrown to JavaScript carry one of these as `code`.
-fn code_of(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::Config => "ERR_QUOTALEASE_CONFIG",
-        ErrorKind::InvalidKey => "ERR_QUOTALEASE_INVALID_KEY",
-        ErrorKind::InvalidCost => "ERR_QUOTALEASE_INVALID_COST",
-        ErrorKind::Closed => "ERR_QUOTALEASE_CLOSED",
-        ErrorKind::Backend => "ERR_QUOTALEASE_BACKEND",
-    }
+pub(crate) fn code_of(kind: ErrorKind) -> &'static CStr {
+    let i = ErrorKind::ALL
+        .iter()
+        .position(|k| *k == kind)
+        .expect("ALL holds every kind");
+    &CODES[i]
+}
+
+fn code_str(kind: ErrorKind) -> &'static str {
+    code_of(kind).to_str().expect("ASCII")
 }
 
 type JsResult<T> = std::result::Result<T, napi::Error<String>>;
 
 fn js_err(e: QlError) -> napi::Error<String> {
-    napi::Error::new(code_of(e.kind()).to_string(), e.to_string())
+    napi::Error::new(code_str(e.kind()).to_string(), e.to_string())
 }
 
-fn bad(code: &str, msg: impl Into<String>) -> napi::Error<String> {
-    napi::Error::new(code.to_string(), msg.into())
+fn bad(kind: ErrorKind, msg: impl Into<String>) -> napi::Error<String> {
+    napi::Error::new(code_str(kind).to_string(), msg.into())
 }
 
 /// Largest integer a JS number holds exactly.
 pub(crate) const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
 
 /// A JS number that must be a whole number in 0..=2^53-1.
-fn whole(v: f64, code: &str, what: &str) -> JsResult<u64> {
+fn whole(v: f64, kind: ErrorKind, what: &str) -> JsResult<u64> {
     if v.is_finite() && (0.0..=MAX_SAFE).contains(&v) && v.fract() == 0.0 {
         Ok(v as u64)
     } else {
-        Err(bad(code, format!("`{what}` must be a whole number >= 0 (got {v})")))
+        Err(bad(kind, format!("`{what}` must be a whole number >= 0 (got {v})")))
     }
 }
 
@@ -64,94 +78,34 @@ pub(crate) const KEY_BUF: usize = 1024;
 /// resetAfterMs, windowMs, and `reason | allowed << 3`.
 pub(crate) const SCRATCH_LEN: usize = 6;
 
-/// `reason | allowed << 3`: what the wrapper needs besides the numbers.
+/// `reason | allowed << 3`: what the wrapper needs besides the numbers
+/// (the reason's code is `Reason as u8`, its name `reasons()[code]`).
 #[inline]
 fn code_of_decision(d: &Decision) -> u32 {
-    let reason = match d.reason {
-        Reason::Lease => 0,
-        Reason::Exhausted => 1,
-        Reason::Fallback => 2,
-        Reason::Pending => 3,
-        Reason::Exact => 4,
-        Reason::Local => 5,
-    };
-    reason | ((d.allowed as u32) << 3)
+    (d.reason as u32) | ((d.allowed as u32) << 3)
 }
 
-/// Options as the wrapper passes them: already type-checked, names in
-/// camelCase, every number a whole JS number.
-#[napi(object)]
-pub struct NativeOptions {
-    pub url: Option<String>,
-    pub limit: Option<f64>,
-    pub window_ms: Option<f64>,
-    pub rate: Option<String>,
-    pub lease_size: Option<f64>,
-    pub refill_threshold: Option<f64>,
-    pub lease_ttl_ms: Option<f64>,
-    pub on_backend_failure: Option<String>,
-    pub expected_replicas: Option<f64>,
-    pub backend_timeout_ms: Option<f64>,
-    pub key_prefix: Option<String>,
-    pub max_keys: Option<f64>,
-    pub mode: Option<String>,
-    /// `None`: the system clock; `Some(start)`: a manual clock at `start` ms.
-    pub manual_clock_start_ms: Option<f64>,
-}
+/// An option's value as the wrapper passes it: `undefined`/`null` leave
+/// the default; numbers and strings go to the core as they are.
+type NativeValue = Option<Either<f64, String>>;
 
-fn opt(v: Option<f64>, name: &str) -> JsResult<Option<u64>> {
-    v.map(|x| whole(x, "ERR_QUOTALEASE_CONFIG", name)).transpose()
-}
-
-fn config_from(o: NativeOptions) -> JsResult<Config> {
-    let mut c = Config::default();
-    if let Some(u) = o.url {
-        c.url = u;
+/// Every option through the core's `Options::set`, by the name the caller
+/// used (camelCase or snake_case): names, values, defaults and the rules
+/// between options are the core's.
+fn options_from(names: Vec<String>, values: Vec<NativeValue>) -> JsResult<Options> {
+    if names.len() != values.len() {
+        return Err(bad(ErrorKind::Config, "names and values differ in length"));
     }
-    if let Some(r) = o.rate.as_deref() {
-        if o.limit.is_some() || o.window_ms.is_some() {
-            return Err(bad(
-                "ERR_QUOTALEASE_CONFIG",
-                "invalid configuration: give either `rate` or `limit`/`windowMs`, not both",
-            ));
-        }
-        let (limit, window_ms) = quotalease::parse_rate(r).map_err(js_err)?;
-        c.limit = limit;
-        c.window_ms = window_ms;
+    let mut opts = Options::new();
+    for (name, value) in names.iter().zip(&values) {
+        let v = match value {
+            None => OptionValue::Null,
+            Some(Either::A(n)) => OptionValue::Float(*n),
+            Some(Either::B(s)) => OptionValue::Str(s),
+        };
+        opts.set(name, v).map_err(js_err)?;
     }
-    if let Some(v) = opt(o.limit, "limit")? {
-        c.limit = v;
-    }
-    if let Some(v) = opt(o.window_ms, "windowMs")? {
-        c.window_ms = v;
-    }
-    c.lease_size = opt(o.lease_size, "leaseSize")?;
-    c.refill_threshold = opt(o.refill_threshold, "refillThreshold")?;
-    if let Some(v) = opt(o.lease_ttl_ms, "leaseTtlMs")? {
-        c.lease_ttl_ms = v;
-    }
-    if let Some(s) = o.on_backend_failure {
-        c.on_backend_failure = s.parse().map_err(js_err)?;
-    }
-    if let Some(v) = opt(o.expected_replicas, "expectedReplicas")? {
-        c.expected_replicas = v;
-    }
-    if let Some(v) = opt(o.backend_timeout_ms, "backendTimeoutMs")? {
-        c.backend_timeout_ms = v;
-    }
-    if let Some(p) = o.key_prefix {
-        c.key_prefix = p;
-    }
-    if let Some(v) = opt(o.max_keys, "maxKeys")? {
-        c.max_keys = usize::try_from(v).unwrap_or(usize::MAX);
-    }
-    if let Some(m) = o.mode {
-        c.mode = m.parse().map_err(js_err)?;
-    }
-    if let Some(start_ms) = opt(o.manual_clock_start_ms, "clock.manualStartMs")? {
-        c.clock = ClockKind::Manual { start_ms };
-    }
-    Ok(c)
+    Ok(opts)
 }
 
 /// Events reach JS through a weak (unref'd) threadsafe function: it never
@@ -267,19 +221,22 @@ impl NativeLimiter {
 
 #[napi]
 impl NativeLimiter {
-    /// `scratch`: a `Float64Array` of at least 6 elements the wrapper reads
-    /// decisions from. `onEvent(kind, message)` is called on backend transitions.
+    /// `names[i]` is an option (as in `LimiterOptions`, or snake_case) and
+    /// `values[i]` its value. `scratch`: a `Float64Array` of at least 6
+    /// elements the wrapper reads decisions from. `onEvent(kind, message)` is
+    /// called on backend transitions.
     #[napi(constructor)]
     pub fn new(
-        options: NativeOptions,
+        names: Vec<String>,
+        #[napi(ts_arg_type = "Array<number | string | undefined | null>")] values: Vec<NativeValue>,
         scratch: Float64Array,
         on_event: Option<Function<'_, FnArgs<(String, String)>, ()>>,
     ) -> Result<Self, String> {
         if scratch.len() < SCRATCH_LEN {
-            return Err(bad("ERR_QUOTALEASE_CONFIG", "scratch must hold at least 6 numbers"));
+            return Err(bad(ErrorKind::Config, "scratch must hold at least 6 numbers"));
         }
-        let cfg = config_from(options)?;
-        let inner = Arc::new(Limiter::new(cfg).map_err(js_err)?);
+        let opts = options_from(names, values)?;
+        let inner = Arc::new(Limiter::from_options(opts).map_err(js_err)?);
         let events: Arc<Mutex<Option<EventFn>>> = Arc::new(Mutex::new(None));
         if let Some(f) = on_event {
             let tsfn: EventFn = f
@@ -287,7 +244,7 @@ impl NativeLimiter {
                 .callee_handled::<false>()
                 .weak::<true>()
                 .build()
-                .map_err(|e| bad("ERR_QUOTALEASE_CONFIG", e.reason.clone()))?;
+                .map_err(|e| bad(ErrorKind::Config, e.reason.clone()))?;
             *events.lock().unwrap_or_else(|p| p.into_inner()) = Some(tsfn);
             let slot = events.clone();
             inner.on_event(move |ev: &Event| {
@@ -322,8 +279,8 @@ impl NativeLimiter {
     /// Override the limit of one key.
     #[napi]
     pub fn set_limit(&self, key: String, limit: f64, window_ms: f64) -> Result<(), String> {
-        let limit = whole(limit, "ERR_QUOTALEASE_CONFIG", "limit")?;
-        let window_ms = whole(window_ms, "ERR_QUOTALEASE_CONFIG", "windowMs")?;
+        let limit = whole(limit, ErrorKind::Config, "limit")?;
+        let window_ms = whole(window_ms, ErrorKind::Config, "windowMs")?;
         self.inner.set_limit(&key, limit, window_ms).map_err(js_err)
     }
 
@@ -378,7 +335,7 @@ impl NativeLimiter {
     /// Tests with a manual clock: move the clock forward.
     #[napi]
     pub fn advance_clock(&self, ms: f64) -> Result<(), String> {
-        let ms = whole(ms, "ERR_QUOTALEASE_CONFIG", "ms")?;
+        let ms = whole(ms, ErrorKind::Config, "ms")?;
         self.inner.advance_clock(ms).map_err(js_err)
     }
 
@@ -393,7 +350,7 @@ impl NativeLimiter {
     #[napi(ts_return_type = "Record<string, number | boolean | null>")]
     pub fn inspect<'e>(&self, env: &'e Env, key: String) -> Result<Object<'e>, String> {
         let i = self.inner.inspect(&key).map_err(js_err)?;
-        let napi = |e: napi::Error| bad("ERR_QUOTALEASE_BACKEND", e.reason.clone());
+        let napi = |e: napi::Error| bad(ErrorKind::Backend, e.reason.clone());
         let mut o = Object::new(env).map_err(napi)?;
         let n = |v: Option<u64>| v.map(|x| x as f64);
         o.set("limit", i.limit as f64).map_err(napi)?;
@@ -429,7 +386,7 @@ pub fn decision_headers<'e>(
     reset_after_ms: f64,
     window_ms: f64,
 ) -> Result<Object<'e>, String> {
-    let n = |v: f64, what: &str| whole(v, "ERR_QUOTALEASE_CONFIG", what);
+    let n = |v: f64, what: &str| whole(v, ErrorKind::Config, what);
     let d = Decision {
         allowed,
         limit: n(limit, "limit")?,
@@ -439,7 +396,7 @@ pub fn decision_headers<'e>(
         window_ms: n(window_ms, "windowMs")?,
         reason: Reason::Lease,
     };
-    let napi = |e: napi::Error| bad("ERR_QUOTALEASE_CONFIG", e.reason.clone());
+    let napi = |e: napi::Error| bad(ErrorKind::Config, e.reason.clone());
     let mut o = Object::new(env).map_err(napi)?;
     for (name, value) in d.headers() {
         o.set(name, value).map_err(napi)?;
@@ -452,6 +409,34 @@ pub fn decision_headers<'e>(
 pub fn parse_rate(rate: String) -> Result<Vec<f64>, String> {
     let (limit, window_ms) = quotalease::parse_rate(&rate).map_err(js_err)?;
     Ok(vec![limit as f64, window_ms as f64])
+}
+
+/// The JS type option `name` takes, `'number'` or `'string'` (asked of the
+/// core); an unknown name throws the core's error with its suggestion.
+#[napi(ts_return_type = "'number' | 'string'")]
+pub fn option_type(name: String) -> Result<&'static str, String> {
+    match Options::new().set(&name, OptionValue::Int(0)) {
+        Ok(_) => Ok("number"),
+        Err(e @ QlError::UnknownOption { .. }) => Err(js_err(e)),
+        Err(_) => Ok("string"),
+    }
+}
+
+/// Every reason's name, indexed by its code (`Reason as u8`).
+#[napi]
+pub fn reasons() -> Vec<&'static str> {
+    Reason::ALL.iter().map(Reason::as_str).collect()
+}
+
+/// `{ CONFIG: 'ERR_QUOTALEASE_CONFIG', ... }`: the `code` of every error
+/// kind, keyed by the kind's name in capitals.
+#[napi(ts_return_type = "Record<string, string>")]
+pub fn error_codes(env: &Env) -> Result<Object<'_>> {
+    let mut o = Object::new(env)?;
+    for kind in ErrorKind::ALL {
+        o.set(kind.as_str().to_ascii_uppercase(), code_str(kind))?;
+    }
+    Ok(o)
 }
 
 /// The engine's version (Cargo.toml).

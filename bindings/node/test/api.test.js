@@ -143,10 +143,27 @@ test('a manual clock moves refill; inspect shows the key', () => {
   assert.equal(typeof i.leaseInFlight, 'boolean')
   assert.equal(i.admitted, 2)
   assert.equal(i.denied, 1)
+  assert.equal(i.authorityRefilledAtMs, 6000)
   const m = new Limiter({ limit: 1, clock: 'manual' })
   m.advanceClock(1)
   m.closeSync()
   l.closeSync()
+})
+
+test('a manual clock starts at 1000000 ms (as in every language) unless told otherwise', () => {
+  const l = new Limiter({ limit: 5, windowMs: 1000, clock: 'manual' })
+  l.acquireSync('k')
+  assert.equal(l.inspect('k').authorityRefilledAtMs, 1000000)
+  l.advanceClock(250)
+  l.acquireSync('other')
+  assert.equal(l.inspect('other').authorityRefilledAtMs, 1000250)
+  l.closeSync()
+  for (const o of [{ clock: 'manual', clockStartMs: 7 }, { clock: { manualStartMs: 7 } }, { clock: 'manual', clock_start_ms: 7 }]) {
+    const t = new Limiter({ limit: 5, ...o })
+    t.acquireSync('k')
+    assert.equal(t.inspect('k').authorityRefilledAtMs, 7, JSON.stringify(o))
+    t.closeSync()
+  }
 })
 
 test('flush gives leased tokens back; close is idempotent, sync or async', async () => {
@@ -166,8 +183,16 @@ test('flush gives leased tokens back; close is idempotent, sync or async', async
 
 test('module exports', () => {
   assert.deepEqual(Object.keys(ql).sort(), ['Decision', 'Limiter', 'codes', 'engineVersion', 'headers', 'parseRate', 'reasons'])
+  // Both tables come from the engine (Reason::ALL, ErrorKind::ALL).
   assert.deepEqual(reasons, ['lease', 'exhausted', 'fallback', 'pending', 'exact', 'local'])
-  assert.equal(codes.CLOSED, 'ERR_QUOTALEASE_CLOSED')
+  assert.ok(Object.isFrozen(reasons) && Object.isFrozen(codes))
+  assert.deepEqual(codes, {
+    CONFIG: 'ERR_QUOTALEASE_CONFIG',
+    INVALID_KEY: 'ERR_QUOTALEASE_INVALID_KEY',
+    INVALID_COST: 'ERR_QUOTALEASE_INVALID_COST',
+    CLOSED: 'ERR_QUOTALEASE_CLOSED',
+    BACKEND: 'ERR_QUOTALEASE_BACKEND',
+  })
   assert.match(ql.engineVersion, /^\d+\.\d+\.\d+/)
   assert.equal(require('../package.json').name, 'quotalease')
 })

@@ -19,29 +19,61 @@ test('options that are not an object', () => {
   }
 })
 
-test('unknown options are errors, with a suggestion', () => {
-  assert.throws(() => new Limiter({ limt: 5 }), { code: codes.CONFIG, message: /unknown option `limt` \(did you mean `limit`\?\)/ })
-  assert.throws(() => new Limiter({ limit: 5, window_ms: 1000 }), { code: codes.CONFIG, message: /did you mean `windowMs`/ })
-  assert.throws(() => new Limiter({ limit: 5, zzzzzz: 1 }), { code: codes.CONFIG, message: /known options: url, limit/ })
+test('unknown options are errors, with the engine\'s suggestion in the caller\'s spelling', () => {
+  assert.throws(() => new Limiter({ limt: 5 }), { code: codes.CONFIG, message: /unknown option `limt`; did you mean `limit`\?/ })
+  assert.throws(() => new Limiter({ limit: 5, leaseSise: 3 }), {
+    name: 'Error',
+    code: codes.CONFIG,
+    message: /^invalid configuration: unknown option `leaseSise`; did you mean `leaseSize`\?$/,
+  })
+  assert.throws(() => new Limiter({ limit: 5, lease_sise: 3 }), { code: codes.CONFIG, message: /did you mean `lease_size`\?/ })
+  assert.throws(() => new Limiter({ limit: 5, windowMS: 1000 }), { code: codes.CONFIG, message: /did you mean `windowMs`\?/ })
+  assert.throws(() => new Limiter({ limit: 5, zzzzzz: 1 }), { code: codes.CONFIG, message: /the options are url, limit/ })
+  // The name is checked before the value's type.
+  assert.throws(() => new Limiter({ limit: 5, leaseSise: true }), { code: codes.CONFIG, message: /did you mean `leaseSize`/ })
+  // The engine's own (snake_case) names are options too.
+  const l = new Limiter({ limit: 5, window_ms: 1000, lease_size: 2 })
+  assert.equal(l.acquireSync('k').windowMs, 1000)
+  assert.equal(l.leaseSize, 2)
+  l.closeSync()
 })
 
-test('options of the wrong JS type are TypeErrors with a code', () => {
-  const numeric = ['limit', 'windowMs', 'leaseSize', 'refillThreshold', 'leaseTtlMs', 'expectedReplicas', 'backendTimeoutMs', 'maxKeys']
-  for (const name of numeric) {
-    for (const bad of ['5', null, true, {}, 5n]) {
+const NUMERIC = ['limit', 'windowMs', 'leaseSize', 'refillThreshold', 'leaseTtlMs', 'expectedReplicas', 'backendTimeoutMs', 'maxKeys', 'clockStartMs']
+const STRINGS = ['url', 'rate', 'onBackendFailure', 'keyPrefix', 'mode', 'clock']
+const snake = (name) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)
+
+test('options of a JS type the engine does not read are TypeErrors with a code', () => {
+  for (const name of NUMERIC) {
+    for (const bad of [true, {}, 5n, [], () => 5]) {
       assert.throws(() => new Limiter({ limit: 5, [name]: bad }), { name: 'TypeError', code: codes.CONFIG, message: new RegExp(`\`${name}\` must be a number`) }, `${name}=${String(bad)}`)
     }
-    for (const bad of [1.5, -1, NaN, Infinity, 2 ** 53]) {
-      assert.throws(() => new Limiter({ limit: 5, [name]: bad }), { name: 'RangeError', code: codes.CONFIG, message: new RegExp(`\`${name}\` must be a whole number`) }, `${name}=${bad}`)
+  }
+  for (const name of STRINGS) {
+    for (const bad of [true, 5n, []]) {
+      assert.throws(() => new Limiter({ limit: 5, [name]: bad }), { name: 'TypeError', code: codes.CONFIG, message: new RegExp(`\`${name}\` must be a string`) }, `${name}=${String(bad)}`)
     }
   }
-  for (const name of ['url', 'rate', 'onBackendFailure', 'keyPrefix', 'mode']) {
-    assert.throws(() => new Limiter({ limit: 5, [name]: 5 }), { name: 'TypeError', code: codes.CONFIG, message: new RegExp(`\`${name}\` must be a string`) })
-  }
   assert.throws(() => new Limiter({ limit: 5, onEvent: 'log' }), { name: 'TypeError', code: codes.CONFIG })
-  for (const clock of ['fast', 5, null, [], { manualStartMs: -1 }, { manualStartMs: '0' }, {}]) {
+  assert.throws(() => new Limiter({ limit: 5, clock: {} }), { name: 'TypeError', code: codes.CONFIG, message: /manualStartMs/ })
+})
+
+test('numbers and strings the engine cannot use are config errors naming the option', () => {
+  for (const name of NUMERIC) {
+    for (const bad of ['5', 1.5, -1, NaN, Infinity]) {
+      assert.throws(() => new Limiter({ limit: 5, [name]: bad }), { code: codes.CONFIG, message: new RegExp(`\`${snake(name)}\` must be a (whole number|non-negative integer)`) }, `${name}=${String(bad)}`)
+    }
+  }
+  for (const name of STRINGS) {
+    assert.throws(() => new Limiter({ limit: 5, [name]: 5 }), { code: codes.CONFIG, message: new RegExp(`\`${snake(name)}\` must be a string \\(got 5\\)`) })
+  }
+  for (const clock of ['fast', { manualStartMs: -1 }, { manualStartMs: '0' }]) {
     assert.throws(() => new Limiter({ limit: 5, clock }), CONFIG, JSON.stringify(clock))
   }
+  // undefined and null leave the default.
+  const l = new Limiter({ limit: 5, leaseSize: null, mode: undefined, clock: null, onEvent: null })
+  assert.equal(l.acquireSync('k').reason, 'lease')
+  assert.throws(() => l.advanceClock(1), { code: codes.CONFIG, message: /needs clock = manual/ })
+  l.closeSync()
 })
 
 test('invalid option values are config errors that name the option', () => {
@@ -70,7 +102,9 @@ test('invalid option values are config errors that name the option', () => {
     [{ rate: 'x/min' }, /`rate`/],
     [{ rate: '10/fortnight' }, /`rate`/],
     [{ rate: '0/min' }, /`limit` must be at least 1/],
-    [{ rate: '10/s', limit: 5 }, /either `rate` or `limit`\/`windowMs`/],
+    [{ rate: '10/s', limit: 5 }, /`rate` cannot be combined with `limit` or `window_ms`/],
+    [{ windowMs: 1000, rate: '10/s' }, /`rate` cannot be combined/],
+    [{ limit: 5, clockStartMs: 5 }, /`clock_start_ms` needs `clock` = "manual"/],
   ]
   for (const [o, message] of cases) {
     assert.throws(() => new Limiter(o), { code: codes.CONFIG, message }, JSON.stringify(o))

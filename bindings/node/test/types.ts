@@ -28,6 +28,8 @@ const options: LimiterOptions = {
   onEvent: (e: LimiterEvent) => console.log(e.kind, e.message),
 }
 const limiter = new Limiter(options)
+const manual = new Limiter({ limit: 5, clock: 'manual', clockStartMs: 0 })
+void manual
 limiter.on('degraded', (e) => console.warn(e.message.toUpperCase()))
 
 async function handle(key: string): Promise<number> {
