@@ -71,6 +71,14 @@ export declare function engineVersion(): string
 export declare function errorCodes(): Record<string, string>
 
 /**
+ * The limiter key an HTTP middleware uses for `raw` (a header, an
+ * address): `raw` when it fits in 512 UTF-8 bytes, else `"sha256:"` and the
+ * 64 hex digits of its SHA-256, so an over-long key is limited, never an
+ * error (the core's rule, the same in every language).
+ */
+export declare function httpKey(raw: string): string
+
+/**
  * The JS type option `name` takes, `'number'` or `'string'` (asked of the
  * core); an unknown name throws the core's error with its suggestion.
  */

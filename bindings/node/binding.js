@@ -839,6 +839,7 @@ module.exports.NativeLimiter = nativeBinding.NativeLimiter
 module.exports.decisionHeaders = nativeBinding.decisionHeaders
 module.exports.engineVersion = nativeBinding.engineVersion
 module.exports.errorCodes = nativeBinding.errorCodes
+module.exports.httpKey = nativeBinding.httpKey
 module.exports.optionType = nativeBinding.optionType
 module.exports.parseRate = nativeBinding.parseRate
 module.exports.reasons = nativeBinding.reasons

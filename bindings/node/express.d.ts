@@ -30,8 +30,9 @@ export interface RateLimitedRequest extends IncomingMessage {
 /**
  * Middleware: one `limiter.acquire(key(req), cost)` per request, the IETF
  * `RateLimit-Policy` / `RateLimit` headers on every response, 429 with
- * `Retry-After` when denied. The decision is on `req.rateLimit`. A limiter
- * error (e.g. an empty key) goes to `next(err)`.
+ * `Retry-After` when denied. The decision is on `req.rateLimit`. A key over
+ * 512 bytes is limited under `httpKey(key)` (its sha256), never an error; a
+ * limiter error (e.g. an empty key) goes to `next(err)`.
  */
 export declare function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
   options: RateLimitOptions<Req, Res>,

@@ -2,7 +2,7 @@
 // Express / Connect middleware: one decision per request, RateLimit headers
 // on every response, 429 with Retry-After when denied.
 
-const { Limiter, codes } = require('./index.js')
+const { Limiter, codes, httpKey } = require('./index.js')
 
 function fail(Ctor, message) {
   const err = new Ctor(message)
@@ -59,7 +59,8 @@ function rateLimit(options) {
       return next(err)
     }
     Promise.resolve(k)
-      .then((resolved) => limiter.acquire(resolved, c))
+      // An over-long key is limited under its sha256 key, as in every middleware.
+      .then((resolved) => limiter.acquire(httpKey(resolved), c))
       .then(
         (decision) => {
           req.rateLimit = decision

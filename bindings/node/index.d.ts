@@ -221,5 +221,12 @@ export declare class Limiter extends EventEmitter {
 /** HTTP headers for a decision or anything with its fields. */
 export declare function headers(decision: DecisionFields): RateLimitHeaders
 
+/**
+ * The limiter key an HTTP middleware uses for a raw key: the key itself up to
+ * 512 UTF-8 bytes, else `'sha256:'` and the 64 hex digits of its SHA-256 (the
+ * engine's rule, as in every language's middleware).
+ */
+export declare function httpKey(raw: string): string
+
 /** `{ limit, windowMs }` from a rate such as `'600/min'`. */
 export declare function parseRate(rate: string): { limit: number; windowMs: number }

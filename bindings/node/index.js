@@ -341,6 +341,17 @@ class Limiter extends EventEmitter {
   }
 }
 
+/**
+ * The limiter key an HTTP middleware uses for a raw key (a header, an
+ * address): the key itself up to 512 UTF-8 bytes, else `'sha256:'` and the
+ * 64 hex digits of its SHA-256. The engine's rule, the same in every
+ * language's middleware: an over-long key is limited, never an error.
+ */
+function httpKey(raw) {
+  checkKey(raw)
+  return native.httpKey(raw)
+}
+
 /** `{ limit, windowMs }` from a rate such as `'600/min'`, `'10/s'`, `'100/30s'`. */
 function parseRate(rate) {
   if (typeof rate !== 'string') {
@@ -355,6 +366,7 @@ module.exports = {
   Decision,
   headers,
   parseRate,
+  httpKey,
   codes,
   reasons: REASONS,
   engineVersion: native.engineVersion(),

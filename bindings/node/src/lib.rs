@@ -439,6 +439,18 @@ pub fn error_codes(env: &Env) -> Result<Object<'_>> {
     Ok(o)
 }
 
+/// The limiter key an HTTP middleware uses for `raw` (a header, an
+/// address): `raw` when it fits in 512 UTF-8 bytes, else `"sha256:"` and the
+/// 64 hex digits of its SHA-256, so an over-long key is limited, never an
+/// error (the core's rule, the same in every language).
+#[napi]
+pub fn http_key(raw: String) -> String {
+    match quotalease::http_key(&raw) {
+        std::borrow::Cow::Borrowed(_) => raw,
+        std::borrow::Cow::Owned(hashed) => hashed,
+    }
+}
+
 /// The engine's version (Cargo.toml).
 #[napi]
 pub fn engine_version() -> &'static str {

@@ -4,9 +4,10 @@
 
 const test = require('node:test')
 const assert = require('node:assert/strict')
+const crypto = require('node:crypto')
 
 const ql = require('..')
-const { Limiter, Decision, headers, parseRate, codes, reasons } = ql
+const { Limiter, Decision, headers, parseRate, httpKey, codes, reasons } = ql
 const { unique } = require('./helpers')
 
 const FIELDS = ['allowed', 'limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'windowMs', 'reason']
@@ -166,6 +167,18 @@ test('a manual clock starts at 1000000 ms (as in every language) unless told oth
   }
 })
 
+test('httpKey: keys over 512 bytes become sha256:<hex>, shorter ones are unchanged', () => {
+  const sha = (s) => 'sha256:' + crypto.createHash('sha256').update(s, 'utf8').digest('hex')
+  for (const long of ['k'.repeat(600), 'x'.repeat(513), '€'.repeat(200)]) {
+    assert.equal(httpKey(long), sha(long))
+    assert.match(httpKey(long), /^sha256:[0-9a-f]{64}$/)
+  }
+  for (const short of ['', 'user:42', 'x'.repeat(512), '€'.repeat(170), 'ключ-🔑']) {
+    assert.equal(httpKey(short), short)
+  }
+  assert.throws(() => httpKey(5), { name: 'TypeError', code: codes.INVALID_KEY })
+})
+
 test('flush gives leased tokens back; close is idempotent, sync or async', async () => {
   const url = `memory://${unique('flush')}`
   const a = new Limiter({ url, limit: 10, windowMs: 3600000, leaseSize: 5 })
@@ -182,7 +195,7 @@ test('flush gives leased tokens back; close is idempotent, sync or async', async
 })
 
 test('module exports', () => {
-  assert.deepEqual(Object.keys(ql).sort(), ['Decision', 'Limiter', 'codes', 'engineVersion', 'headers', 'parseRate', 'reasons'])
+  assert.deepEqual(Object.keys(ql).sort(), ['Decision', 'Limiter', 'codes', 'engineVersion', 'headers', 'httpKey', 'parseRate', 'reasons'])
   // Both tables come from the engine (Reason::ALL, ErrorKind::ALL).
   assert.deepEqual(reasons, ['lease', 'exhausted', 'fallback', 'pending', 'exact', 'local'])
   assert.ok(Object.isFrozen(reasons) && Object.isFrozen(codes))

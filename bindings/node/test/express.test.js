@@ -5,9 +5,10 @@
 const test = require('node:test')
 const assert = require('node:assert/strict')
 const http = require('node:http')
+const crypto = require('node:crypto')
 const express = require('express')
 
-const { Limiter } = require('..')
+const { Limiter, httpKey } = require('..')
 const { rateLimit } = require('../express')
 const { RedisServer, unique } = require('./helpers')
 
@@ -84,6 +85,26 @@ test('express: cost, skip, custom onDenied, and errors go to next(err)', async (
   const bad = await fetch(`${srv.base}/nokey`)
   assert.equal(bad.status, 500)
   assert.deepEqual(await bad.json(), { code: 'ERR_QUOTALEASE_INVALID_KEY' })
+})
+
+test('express: a 600-byte key is limited under its sha256 key, not an error', async (t) => {
+  const limiter = new Limiter({ limit: 2, windowMs: 60000, leaseSize: 1 })
+  const long = 'k'.repeat(600)
+  const app = express()
+  app.use(rateLimit({ limiter, key: () => long }))
+  app.get('/', (req, res) => res.send('ok'))
+  app.use((err, req, res, next) => res.status(500).json({ code: err.code }))
+  const srv = await listen(app)
+  t.after(async () => {
+    await srv.close()
+    await limiter.close()
+  })
+  const statuses = []
+  for (let i = 0; i < 3; i++) statuses.push((await fetch(`${srv.base}/`)).status)
+  assert.deepEqual(statuses, [200, 200, 429])
+  const hashed = 'sha256:' + crypto.createHash('sha256').update(long).digest('hex')
+  assert.equal(httpKey(long), hashed)
+  assert.equal(limiter.inspect(hashed).admitted, 2)
 })
 
 test('connect-style: plain node:http with the middleware, through Redis', async (t) => {

@@ -7,6 +7,7 @@ import {
   Decision,
   headers,
   parseRate,
+  httpKey,
   codes,
   type DecisionFields,
   type LimiterEvent,
@@ -29,7 +30,8 @@ const options: LimiterOptions = {
 }
 const limiter = new Limiter(options)
 const manual = new Limiter({ limit: 5, clock: 'manual', clockStartMs: 0 })
-void manual
+const key: string = httpKey('x'.repeat(600))
+void [manual, key]
 limiter.on('degraded', (e) => console.warn(e.message.toUpperCase()))
 
 async function handle(key: string): Promise<number> {
@@ -73,6 +75,8 @@ new Limiter({ limit: 5, windowMS: 1000 })
 new Limiter({ limit: 5, mode: 1 })
 // @ts-expect-error: the key is a string
 limiter.acquireSync(42)
+// @ts-expect-error: httpKey takes a string
+httpKey(42)
 // @ts-expect-error: not an event of Limiter
 limiter.on('degraded', (e: number) => e)
 
