@@ -1,7 +1,8 @@
 //! `acquire` on a warm key N times, for `valgrind --tool=callgrind`: the
 //! difference between two runs of different N gives instructions per request,
 //! a figure that stays the same on a noisy shared machine.
-//! Usage: hot_loop quotalease|governor|mutex N
+//! Usage: hot_loop quotalease|quotalease-100k|governor|mutex N
+//! (`quotalease-100k`: a working set of 100 000 warm keys, visited in turn.)
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -26,6 +27,23 @@ fn main() {
                 .unwrap();
             for _ in 0..n {
                 allowed += l.acquire(black_box(key), 1).unwrap().allowed as u64;
+            }
+        }
+        "quotalease-100k" => {
+            let keys: Vec<String> = (0..100_000).map(|i| format!("user:{i}")).collect();
+            let l = Limiter::builder()
+                .limit(1 << 40)
+                .window_ms(1000)
+                .lease_size(1 << 30)
+                .max_keys(200_000)
+                .clock(ClockKind::Manual { start_ms: 0 })
+                .build()
+                .unwrap();
+            for k in &keys {
+                l.acquire(k, 1).unwrap();
+            }
+            for i in 0..n {
+                allowed += l.acquire(black_box(&keys[i as usize % keys.len()]), 1).unwrap().allowed as u64;
             }
         }
         "governor" => {

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Hot path before/after: instructions per warm acquire (one key, and a
+# 100 000-key working set) for this checkout and a baseline revision, in one
+# run, counted by callgrind (repeatable on a noisy machine). The baseline is
+# built from a git worktree with this checkout's examples/hot_loop.rs.
+# Usage: scripts/bench-baseline.sh [REV]   (default: the last tag, else HEAD~1)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rev=${1:-$(git describe --tags --abbrev=0 2>/dev/null || git rev-parse HEAD~1)}
+command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)" >&2; exit 1; }
+base=target/baseline
+rm -rf "$base/src"; git worktree prune
+git worktree add -q --detach "$base/src" "$rev"
+trap 'git worktree remove --force "$base/src" >/dev/null 2>&1 || true' EXIT
+cp core/examples/hot_loop.rs "$base/src/core/examples/hot_loop.rs"
+(cd "$base/src" && CARGO_TARGET_DIR="$PWD/../target" cargo build -q --release -p quotalease --example hot_loop)
+cargo build -q --release -p quotalease --example hot_loop
+per_call() { # binary mode -> instructions per acquire
+  a=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$1" "$2" 100000 2>&1 | awk '/Collected/{print $4}')
+  b=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$1" "$2" 200000 2>&1 | awk '/Collected/{print $4}')
+  echo $(( (b - a) / 100000 ))
+}
+echo "instructions per warm acquire (callgrind), baseline $(git rev-parse --short "$rev") vs $(git rev-parse --short HEAD)"
+printf '%-18s %10s %10s\n' case baseline now
+for mode in quotalease quotalease-100k; do
+  printf '%-18s %10s %10s\n' "$mode" "$(per_call "$base/target/release/examples/hot_loop" $mode)" \
+    "$(per_call target/release/examples/hot_loop $mode)"
+done
