@@ -334,3 +334,91 @@ impl Tick for Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ClockKind;
+    use crate::decision::Reason;
+
+    fn engine(limit: u64, lease: u64, max_keys: usize) -> Arc<Engine> {
+        Engine::new(Config {
+            limit,
+            window_ms: 1_000,
+            lease_size: Some(lease),
+            max_keys,
+            clock: ClockKind::Manual { start_ms: 1_000 },
+            ..Config::default()
+        })
+        .unwrap()
+    }
+
+    fn acquire(e: &Engine, key: &str) -> crate::Decision {
+        match e.admit_local(key, 1).unwrap() {
+            Some(d) => d,
+            None => e.acquire_slow(key, 1, Waiting::Yes).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_least_recently_used_sixteenth() {
+        let e = engine(100, 5, 32);
+        for i in 0..32 {
+            acquire(&e, &format!("k{i}"));
+            e.clock.advance(1);
+        }
+        // k0 and k1 were the oldest; k0 is used again, so k1 and k2 are now.
+        acquire(&e, "k0");
+        e.clock.advance(1);
+        acquire(&e, "new");
+        let keys: Vec<String> = e.table.map.pin().keys().map(|k| k.to_string()).collect();
+        assert_eq!(keys.len(), 31, "32 - 32/16 + 1");
+        for gone in ["k1", "k2"] {
+            assert!(!keys.iter().any(|k| k == gone), "{gone} evicted");
+        }
+        for kept in ["k0", "k3", "k31", "new"] {
+            assert!(keys.iter().any(|k| k == kept), "{kept} kept");
+        }
+        // Their leased tokens went back (4 each: 5 leased, 1 spent).
+        let m = e.metrics();
+        assert_eq!(m.tokens_expired, 8);
+        assert_eq!(m.tokens_returned, 8);
+        assert_eq!(m.admitted, 34, "counts of evicted keys are kept");
+    }
+
+    #[test]
+    fn an_exhausted_key_denies_locally_until_the_hint() {
+        let e = engine(10, 5, 100);
+        for _ in 0..10 {
+            assert!(acquire(&e, "k").allowed);
+        }
+        // The prefetch that got 0 set the hint; denials until then cost no call.
+        assert!(e.table.get("k").unwrap().exhausted_until.load(Relaxed) > e.clock.coarse());
+        let calls_after_first = e.metrics().backend_calls;
+        let mut d = acquire(&e, "k");
+        for _ in 0..5 {
+            d = acquire(&e, "k");
+            assert_eq!((d.allowed, d.reason), (false, Reason::Exhausted));
+            assert!(d.retry_after_ms >= 100, "{d:?}");
+        }
+        assert_eq!(e.metrics().backend_calls, calls_after_first);
+        // Past the hint a token has refilled (100 ms each at 10/s).
+        let hint = d.retry_after_ms;
+        e.clock.advance(hint);
+        assert!(acquire(&e, "k").allowed);
+    }
+
+    #[test]
+    fn the_cold_path_on_memory_never_leaves_a_request_pending() {
+        let e = engine(3, 3, 100);
+        // try_acquire on an inline authority decides at once: lease or exhausted.
+        let d = e.acquire_slow("k", 1, Waiting::No).unwrap();
+        assert_eq!((d.allowed, d.reason), (true, Reason::Lease));
+        assert!(!e.table.get("k").unwrap().in_flight.load(Relaxed));
+        assert_eq!(e.pending.load(Relaxed), 0, "every inline call was finished");
+        // A cost above what is left locally and in the authority: exhausted.
+        let d = e.acquire_slow("k", 3, Waiting::No).unwrap();
+        assert_eq!((d.allowed, d.reason), (false, Reason::Exhausted));
+        assert_eq!(e.table.get("k").unwrap().tokens.load(Relaxed), 2, "local tokens kept");
+    }
+}
