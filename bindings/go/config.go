@@ -3,7 +3,12 @@ package quotalease
 // #include "cshim.h"
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"math"
+	"strings"
+	"unsafe"
+)
 
 // Mode is how limiters coordinate: ModeLease, ModeExact or ModeLocal.
 type Mode string
@@ -29,28 +34,34 @@ const (
 // Auto, as LeaseSize or RefillThreshold, derives the value from Limit.
 const Auto = ^uint64(0)
 
-// Config holds every option of a Limiter. Start from DefaultConfig and set
-// what you need: a zero field is passed on as zero and rejected where zero is
-// invalid, never silently replaced by a default.
+// Config holds every option of a Limiter. New sends the engine each field
+// that is set, by name (the engine's option names, rules and messages are
+// the same in every language); a field left at its zero value is not set
+// and keeps the engine's default. The exceptions: RefillThreshold 0
+// disables prefetch (Auto derives it), and LeaseSize Auto is not set either.
+// Rate and Limit/WindowMs are alternatives: setting both is a KindConfig
+// error.
 type Config struct {
 	// URL: "memory://" (default: an in-process authority private to the
 	// limiter), "memory://NAME" (shared by every limiter of the process with
 	// that NAME), "redis://[user:pass@]host:port[/db]", "rediss://" (TLS),
 	// "redis+cluster://host:port[,host:port...]".
 	URL string
-	// Limit is the number of tokens per window for every key (required).
+	// Limit is the number of tokens per window for every key (required,
+	// unless Rate is set).
 	Limit uint64
 	// WindowMs is the window in milliseconds (default 60000).
 	WindowMs uint64
-	// Rate, when not empty, sets Limit and WindowMs from a rate such as
+	// Rate, instead of Limit and WindowMs, gives both as a rate such as
 	// "600/min", "10/s", "100/30s" or "5000/hour".
 	Rate string
-	// LeaseSize is the number of tokens borrowed per lease (default Auto:
-	// 2 % of Limit, between 1 and 20). Your accuracy budget: the fleet
+	// LeaseSize is the number of tokens borrowed per lease (0 or Auto: 2 %
+	// of Limit, between 1 and 20). Your accuracy budget: the fleet
 	// overshoots by at most instances × LeaseSize.
 	LeaseSize uint64
-	// RefillThreshold: prefetch when local tokens drop below it (default
-	// Auto: LeaseSize / 4, at least 1). 0 disables prefetch.
+	// RefillThreshold: prefetch when local tokens drop below it (Auto:
+	// LeaseSize / 4, at least 1). 0 disables prefetch: in a Config literal,
+	// set it to Auto or start from DefaultConfig.
 	RefillThreshold uint64
 	// LeaseTTLMs: leased tokens unused this long are given back (default 2000).
 	LeaseTTLMs uint64
@@ -69,27 +80,28 @@ type Config struct {
 	MaxKeys uint64
 	// Mode is ModeLease (default), ModeExact or ModeLocal.
 	Mode Mode
-	// ManualClock makes the limiter's clock move only with AdvanceClock,
-	// starting at ClockStartMs: for deterministic tests.
+	// ManualClock makes the limiter's clock move only with AdvanceClock:
+	// for deterministic tests. It starts at 1000000 ms (as in every
+	// language) unless ClockStartMs is set.
 	ManualClock bool
-	// ClockStartMs is the manual clock's first reading.
+	// ClockStartMs is the manual clock's first reading (0: the default,
+	// 1000000). Setting it without ManualClock is a KindConfig error.
 	ClockStartMs uint64
 	// OnEvent, when set, is called on every backend transition (degraded /
 	// recovered), from the limiter's broker thread. It must return quickly.
 	OnEvent func(Event)
-
-	fromDefaults bool
 }
 
-// DefaultConfig returns a Config with every documented default; set Limit
-// (and usually URL, WindowMs and ExpectedReplicas) before New.
+// DefaultConfig returns a Config with the documented defaults filled in
+// (LeaseSize and RefillThreshold are Auto), except the policy: set Limit
+// (and WindowMs, else 60000) or Rate before New. A field left zero keeps the
+// engine's default anyway, so DefaultConfig matters most for
+// RefillThreshold, whose 0 disables prefetch.
 func DefaultConfig() Config {
 	var c C.lease_config
 	C.lease_config_init(&c)
 	return Config{
 		URL:              C.GoString(c.url),
-		Limit:            uint64(c.limit),
-		WindowMs:         uint64(c.window_ms),
 		LeaseSize:        uint64(c.lease_size),
 		RefillThreshold:  uint64(c.refill_threshold),
 		LeaseTTLMs:       uint64(c.lease_ttl_ms),
@@ -99,55 +111,88 @@ func DefaultConfig() Config {
 		KeyPrefix:        C.GoString(c.key_prefix),
 		MaxKeys:          uint64(c.max_keys),
 		Mode:             ModeLease,
-		fromDefaults:     true,
 	}
 }
 
-// toC fills a C config; the returned func frees its strings.
-func (cfg *Config) toC() (C.lease_config, func(), error) {
-	var c C.lease_config
-	C.lease_config_init(&c)
-	var allocs []unsafe.Pointer
-	free := func() {
-		for _, p := range allocs {
-			C.free(p)
+// option is one option by name, as the C ABI's lease_options takes it.
+type option struct {
+	name  string
+	str   string
+	num   uint64
+	isStr bool
+}
+
+// options lists the fields that are set, by the engine's option names.
+func (cfg *Config) options() []option {
+	opts := make([]option, 0, 16)
+	str := func(name, v string) {
+		if v != "" {
+			opts = append(opts, option{name: name, str: v, isStr: true})
 		}
 	}
-	cstr := func(s string) *C.char {
-		p := C.CString(s)
-		allocs = append(allocs, unsafe.Pointer(p))
-		return p
-	}
-	c.limit = C.uint64_t(cfg.Limit)
-	c.window_ms = C.uint64_t(cfg.WindowMs)
-	if cfg.Rate != "" {
-		var limit, window C.uint64_t
-		r := C.ql_parse_rate(cstr(cfg.Rate), &limit, &window)
-		if r.status != C.LEASE_OK {
-			free()
-			return c, nil, newError(r.status, r.err, ctxConfig)
+	num := func(name string, v uint64) {
+		if v != 0 {
+			opts = append(opts, option{name: name, num: v})
 		}
-		c.limit, c.window_ms = limit, window
 	}
-	r := C.ql_mode_parse(cstr(string(cfg.Mode)), &c.mode)
-	if r.status == C.LEASE_OK {
-		r = C.ql_policy_parse(cstr(string(cfg.OnBackendFailure)), &c.on_backend_failure)
+	str("url", cfg.URL)
+	num("limit", cfg.Limit)
+	num("window_ms", cfg.WindowMs)
+	str("rate", cfg.Rate)
+	if cfg.LeaseSize != Auto {
+		num("lease_size", cfg.LeaseSize)
 	}
-	if r.status != C.LEASE_OK {
-		free()
-		return c, nil, newError(r.status, r.err, ctxConfig)
+	if cfg.RefillThreshold != Auto {
+		opts = append(opts, option{name: "refill_threshold", num: cfg.RefillThreshold}) // 0 disables prefetch
 	}
-	c.url = cstr(cfg.URL)
-	c.key_prefix = cstr(cfg.KeyPrefix)
-	c.lease_size = C.uint64_t(cfg.LeaseSize)
-	c.refill_threshold = C.uint64_t(cfg.RefillThreshold)
-	c.lease_ttl_ms = C.uint64_t(cfg.LeaseTTLMs)
-	c.expected_replicas = C.uint64_t(cfg.ExpectedReplicas)
-	c.backend_timeout_ms = C.uint64_t(cfg.BackendTimeoutMs)
-	c.max_keys = C.uint64_t(cfg.MaxKeys)
+	num("lease_ttl_ms", cfg.LeaseTTLMs)
+	str("on_backend_failure", string(cfg.OnBackendFailure))
+	num("expected_replicas", cfg.ExpectedReplicas)
+	num("backend_timeout_ms", cfg.BackendTimeoutMs)
+	str("key_prefix", cfg.KeyPrefix)
+	num("max_keys", cfg.MaxKeys)
+	str("mode", string(cfg.Mode))
 	if cfg.ManualClock {
-		c.clock = C.LEASE_CLOCK_MANUAL
-		c.clock_start_ms = C.uint64_t(cfg.ClockStartMs)
+		str("clock", "manual")
 	}
-	return c, free, nil
+	num("clock_start_ms", cfg.ClockStartMs)
+	return opts
+}
+
+// newFromOptions builds a limiter from options by name (lease_options): the
+// engine checks every name, value and rule between options.
+func newFromOptions(opts []option) (*C.lease_limiter, error) {
+	var o *C.lease_options
+	if r := C.ql_options_new(&o); r.status != C.LEASE_OK {
+		return nil, newError(r.status, r.err, ctxConfig)
+	}
+	defer C.lease_options_free(o)
+	for _, op := range opts {
+		var r C.ql_result
+		switch {
+		case strings.IndexByte(op.str, 0) >= 0:
+			return nil, &Error{Kind: KindConfig, Message: fmt.Sprintf(
+				"invalid configuration: `%s` contains a NUL byte (%q)", op.name, op.str)}
+		case !op.isStr && op.num > math.MaxInt64:
+			return nil, &Error{Kind: KindConfig, Message: fmt.Sprintf(
+				"invalid configuration: `%s` must be at most %d (got %d)", op.name, int64(math.MaxInt64), op.num)}
+		}
+		name := C.CString(op.name)
+		if op.isStr {
+			v := C.CString(op.str)
+			r = C.ql_options_set_str(o, name, v)
+			C.free(unsafe.Pointer(v))
+		} else {
+			r = C.ql_options_set_int(o, name, C.int64_t(op.num))
+		}
+		C.free(unsafe.Pointer(name))
+		if r.status != C.LEASE_OK {
+			return nil, newError(r.status, r.err, ctxConfig)
+		}
+	}
+	var p *C.lease_limiter
+	if r := C.ql_new_from_options(o, &p); r.status != C.LEASE_OK {
+		return nil, newError(r.status, r.err, ctxConfig)
+	}
+	return p, nil
 }

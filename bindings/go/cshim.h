@@ -40,11 +40,17 @@ static inline ql_result ql_set_limit(const lease_limiter *l, _GoString_ key, uin
 	return r;
 }
 
-static inline ql_result ql_new(const lease_config *c, lease_limiter **out) {
-	ql_result r;
-	r.status = lease_limiter_new(c, out);
-	r.err = ql_err(r.status);
-	return r;
+static inline ql_result ql_options_new(lease_options **out) {
+	ql_result r; r.status = lease_options_new(out); r.err = ql_err(r.status); return r;
+}
+static inline ql_result ql_options_set_str(lease_options *o, const char *name, const char *value) {
+	ql_result r; r.status = lease_options_set_str(o, name, value); r.err = ql_err(r.status); return r;
+}
+static inline ql_result ql_options_set_int(lease_options *o, const char *name, int64_t value) {
+	ql_result r; r.status = lease_options_set_int(o, name, value); r.err = ql_err(r.status); return r;
+}
+static inline ql_result ql_new_from_options(const lease_options *o, lease_limiter **out) {
+	ql_result r; r.status = lease_limiter_new_from_options(o, out); r.err = ql_err(r.status); return r;
 }
 
 static inline ql_result ql_flush(const lease_limiter *l) { ql_result r; r.status = lease_flush(l); r.err = ql_err(r.status); return r; }
@@ -52,15 +58,6 @@ static inline ql_result ql_close(const lease_limiter *l) { ql_result r; r.status
 static inline ql_result ql_settle(const lease_limiter *l) { ql_result r; r.status = lease_settle(l); r.err = ql_err(r.status); return r; }
 static inline ql_result ql_advance(const lease_limiter *l, uint64_t ms) {
 	ql_result r; r.status = lease_advance_clock(l, ms); r.err = ql_err(r.status); return r;
-}
-static inline ql_result ql_mode_parse(const char *s, lease_mode *out) {
-	ql_result r; r.status = lease_mode_parse(s, out); r.err = ql_err(r.status); return r;
-}
-static inline ql_result ql_policy_parse(const char *s, lease_failure_policy *out) {
-	ql_result r; r.status = lease_failure_policy_parse(s, out); r.err = ql_err(r.status); return r;
-}
-static inline ql_result ql_parse_rate(const char *s, uint64_t *limit, uint64_t *window_ms) {
-	ql_result r; r.status = lease_parse_rate(s, limit, window_ms); r.err = ql_err(r.status); return r;
 }
 static inline ql_result ql_prometheus(const lease_limiter *l, char *buf, size_t cap, size_t *needed) {
 	ql_result r; r.status = lease_metrics_prometheus(l, buf, cap, needed); r.err = ql_err(r.status); return r;

@@ -24,26 +24,18 @@ var errNil = &Error{Kind: KindClosed, Message: "the *Limiter is nil; create one 
 
 // New validates cfg and creates a limiter. Nothing starts until first use: no
 // goroutine, thread or connection. Errors are KindConfig, and name the option.
-func New(cfg Config) (*Limiter, error) {
-	hint := func(err error) error {
-		if e, ok := err.(*Error); ok && !cfg.fromDefaults {
-			e.Message += " (start from quotalease.DefaultConfig(): a zero field is passed on as zero, not replaced by a default)"
-		}
-		return err
-	}
-	c, free, err := cfg.toC()
+func New(cfg Config) (*Limiter, error) { return newLimiter(cfg.options(), cfg.OnEvent) }
+
+// newLimiter builds a limiter from options by name: a Config's set fields,
+// or (in tests) names as the vectors spell them.
+func newLimiter(opts []option, onEvent func(Event)) (*Limiter, error) {
+	p, err := newFromOptions(opts)
 	if err != nil {
-		return nil, hint(err)
-	}
-	defer free()
-	var p *C.lease_limiter
-	r := C.ql_new(&c, &p)
-	if r.status != C.LEASE_OK {
-		return nil, hint(newError(r.status, r.err, ctxConfig))
+		return nil, err
 	}
 	l := &Limiter{ptr: p}
-	if cfg.OnEvent != nil {
-		l.events = cgo.NewHandle(cfg.OnEvent)
+	if onEvent != nil {
+		l.events = cgo.NewHandle(onEvent)
 		setEventHandle(p, l.events)
 	}
 	runtime.SetFinalizer(l, (*Limiter).finalize)

@@ -10,16 +10,43 @@ import (
 
 func TestDefaultConfigHasTheDocumentedDefaults(t *testing.T) {
 	c := DefaultConfig()
-	want := Config{
-		URL: "memory://", WindowMs: 60000, LeaseSize: Auto, RefillThreshold: Auto, LeaseTTLMs: 2000,
-		OnBackendFailure: PolicyStaticShare, ExpectedReplicas: 1, BackendTimeoutMs: 250, KeyPrefix: "ql",
-		MaxKeys: 100000, Mode: ModeLease, fromDefaults: true,
-	}
-	if c.URL != want.URL || c.Limit != 0 || c.WindowMs != want.WindowMs || c.LeaseSize != Auto ||
+	// Limit and WindowMs are left unset, so that Rate can be set instead.
+	if c.URL != "memory://" || c.Limit != 0 || c.WindowMs != 0 || c.Rate != "" || c.LeaseSize != Auto ||
 		c.RefillThreshold != Auto || c.LeaseTTLMs != 2000 || c.OnBackendFailure != PolicyStaticShare ||
 		c.ExpectedReplicas != 1 || c.BackendTimeoutMs != 250 || c.KeyPrefix != "ql" || c.MaxKeys != 100000 ||
-		c.Mode != ModeLease || c.ManualClock {
+		c.Mode != ModeLease || c.ManualClock || c.ClockStartMs != 0 {
 		t.Fatalf("DefaultConfig() = %+v", c)
+	}
+	l := mustNew(t, func() Config { c.Limit = 5; return c }())
+	if d, err := l.Acquire("k"); err != nil || d.Limit != 5 || d.WindowMs != 60000 {
+		t.Fatalf("%+v %v", d, err)
+	}
+}
+
+func TestZeroFieldsKeepTheEngineDefaults(t *testing.T) {
+	// Only Limit set: every zero field is left to the engine.
+	l := mustNew(t, Config{Limit: 100})
+	d, err := l.Acquire("k")
+	if err != nil || !d.Allowed || d.Reason != ReasonLease || d.WindowMs != 60000 || d.Limit != 100 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	// The default lease for limit 100 is 2 tokens (2 %).
+	if m := l.Metrics(); m.TokensLeased != 2 {
+		t.Fatalf("lease size: %+v", m)
+	}
+}
+
+func TestManualClockStartsWhereTheEngineSays(t *testing.T) {
+	c := DefaultConfig()
+	c.Limit, c.ManualClock = 5, true // no ClockStartMs: the engine's start
+	l := mustNew(t, c)
+	if err := l.AdvanceClock(1); err != nil {
+		t.Fatal(err)
+	}
+	c.ManualClock = false
+	c.ClockStartMs = 5
+	if _, err := New(c); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "`clock_start_ms` needs `clock` = \"manual\"") {
+		t.Fatalf("start without the manual clock: %v", err)
 	}
 }
 
@@ -63,6 +90,42 @@ func TestRateSetsLimitAndWindow(t *testing.T) {
 	c.Rate = "5/fortnight"
 	if _, err := New(c); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "rate") {
 		t.Fatalf("bad rate: %v", err)
+	}
+	// From DefaultConfig, Rate alone.
+	c = DefaultConfig()
+	c.Rate = "600/min"
+	if d, err := mustNew(t, c).Acquire("k"); err != nil || d.Limit != 600 || d.WindowMs != 60000 {
+		t.Fatalf("DefaultConfig + Rate: %+v %v", d, err)
+	}
+}
+
+func TestRateWithLimitOrWindowIsAConfigError(t *testing.T) {
+	// Rate used to override Limit and WindowMs silently; now it is the
+	// engine's rule, as in every language.
+	for name, edit := range map[string]func(*Config){
+		"Limit":    func(c *Config) { c.Limit = 5 },
+		"WindowMs": func(c *Config) { c.WindowMs = 1000 },
+	} {
+		c := DefaultConfig()
+		c.Rate = "10/s"
+		edit(&c)
+		l, err := New(c)
+		var e *Error
+		if l != nil || !errors.As(err, &e) || e.Kind != KindConfig ||
+			!strings.Contains(e.Message, "`rate` cannot be combined with `limit` or `window_ms`") {
+			t.Errorf("Rate + %s: %v", name, err)
+		}
+	}
+}
+
+func TestUnknownOptionSuggestsTheClosestName(t *testing.T) {
+	// Config's fields cannot be misspelt; the engine's suggestion still
+	// reaches Go through the options-by-name path New uses.
+	for name, want := range map[string]string{"lese_size": "lease_size", "leaseSise": "leaseSize"} {
+		_, err := newLimiter([]option{{name: "limit", num: 5}, {name: name, num: 2}}, nil)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "unknown option `"+name+"`; did you mean `"+want+"`?") {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
 
@@ -217,24 +280,20 @@ func TestBadConfigIsATypedError(t *testing.T) {
 		edit  edit
 		field string
 	}{
-		{"limit 0", func(c *Config) { c.Limit = 0 }, "`limit`"},
-		{"window 0", func(c *Config) { c.WindowMs = 0 }, "`window_ms`"},
-		{"lease 0", func(c *Config) { c.LeaseSize = 0 }, "`lease_size`"},
+		{"limit 0", func(c *Config) { c.Limit = 0 }, "`limit` must be at least 1"},
 		{"lease > limit", func(c *Config) { c.LeaseSize = 11 }, "`lease_size`"},
 		{"threshold > lease", func(c *Config) { c.LeaseSize = 4; c.RefillThreshold = 5 }, "`refill_threshold`"},
-		{"ttl 0", func(c *Config) { c.LeaseTTLMs = 0 }, "`lease_ttl_ms`"},
-		{"replicas 0", func(c *Config) { c.ExpectedReplicas = 0 }, "`expected_replicas`"},
-		{"timeout 0", func(c *Config) { c.BackendTimeoutMs = 0 }, "`backend_timeout_ms`"},
-		{"max keys 0", func(c *Config) { c.MaxKeys = 0 }, "`max_keys`"},
+		{"timeout", func(c *Config) { c.BackendTimeoutMs = 60001 }, "`backend_timeout_ms`"},
 		{"prefix", func(c *Config) { c.KeyPrefix = "a{b" }, "`key_prefix`"},
 		{"http url", func(c *Config) { c.URL = "http://localhost" }, "unknown scheme"},
 		{"bad port", func(c *Config) { c.URL = "redis://:99999999" }, "`url`"},
-		{"empty url", func(c *Config) { c.URL = "" }, "`url`"},
 		{"non-UTF-8 url", func(c *Config) { c.URL = "redis://h\xff" }, "UTF-8"},
+		{"NUL in url", func(c *Config) { c.URL = "memory://a\x00b" }, "`url` contains a NUL byte"},
 		{"mode", func(c *Config) { c.Mode = "fast" }, "`mode`"},
-		{"empty mode", func(c *Config) { c.Mode = "" }, "`mode`"},
 		{"policy", func(c *Config) { c.OnBackendFailure = "panic" }, "`on_backend_failure`"},
 		{"2^52", func(c *Config) { c.Limit = 1_000_000_000_000; c.WindowMs = 10_000_000 }, "2^52"},
+		{"2^63", func(c *Config) { c.LeaseTTLMs = 1 << 63 }, "`lease_ttl_ms` must be at most"},
+		{"rate", func(c *Config) { c.Limit = 0; c.Rate = "ten per second" }, "`rate`"},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()
@@ -245,11 +304,6 @@ func TestBadConfigIsATypedError(t *testing.T) {
 		if l != nil || !errors.Is(err, ErrConfig) || !errors.As(err, &e) || e.Kind != KindConfig || !strings.Contains(e.Message, tc.field) {
 			t.Errorf("%s: got %v, want a config error naming %s", tc.name, err, tc.field)
 		}
-	}
-	// A Config literal is not filled with defaults; the error says so.
-	_, err := New(Config{Limit: 10})
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "DefaultConfig") {
-		t.Errorf("literal config: %v", err)
 	}
 }
 

@@ -15,8 +15,6 @@ import (
 	"testing"
 )
 
-const vectorStartMs = 1_000_000
-
 type vector struct {
 	Name      string           `json:"name"`
 	Config    map[string]any   `json:"config"`
@@ -37,40 +35,24 @@ func u64(t *testing.T, v any, what string) uint64 {
 	return u
 }
 
-func vectorConfig(t *testing.T, fields map[string]any, url, prefix string) Config {
-	c := DefaultConfig()
-	c.URL, c.KeyPrefix, c.ManualClock, c.ClockStartMs = url, prefix, true, vectorStartMs
+// vectorOptions are a vector's config as options by name, exactly as the
+// vector spells them (the engine checks names, values and rules), after a
+// unique url and key_prefix and the manual clock (it starts at 1000000 ms,
+// the engine's default).
+func vectorOptions(t *testing.T, fields map[string]any, url, prefix string) []option {
+	opts := []option{
+		{name: "url", str: url, isStr: true},
+		{name: "key_prefix", str: prefix, isStr: true},
+		{name: "clock", str: "manual", isStr: true},
+	}
 	for k, v := range fields {
-		switch k {
-		case "limit":
-			c.Limit = u64(t, v, k)
-		case "window_ms":
-			c.WindowMs = u64(t, v, k)
-		case "lease_size":
-			c.LeaseSize = u64(t, v, k)
-		case "refill_threshold":
-			c.RefillThreshold = u64(t, v, k)
-		case "lease_ttl_ms":
-			c.LeaseTTLMs = u64(t, v, k)
-		case "expected_replicas":
-			c.ExpectedReplicas = u64(t, v, k)
-		case "backend_timeout_ms":
-			c.BackendTimeoutMs = u64(t, v, k)
-		case "max_keys":
-			c.MaxKeys = u64(t, v, k)
-		case "mode":
-			c.Mode = Mode(v.(string))
-		case "on_backend_failure":
-			c.OnBackendFailure = FailurePolicy(v.(string))
-		case "url":
-			c.URL = v.(string)
-		case "key_prefix":
-			c.KeyPrefix = v.(string)
-		default:
-			t.Fatalf("unknown config field %s", k)
+		if s, ok := v.(string); ok {
+			opts = append(opts, option{name: k, str: s, isStr: true})
+		} else {
+			opts = append(opts, option{name: k, num: u64(t, v, k)})
 		}
 	}
-	return c
+	return opts
 }
 
 func vectorKey(t *testing.T, step map[string]any) string {
@@ -134,7 +116,12 @@ func runVector(t *testing.T, path, backend, redis string) int {
 	}
 	ls := make([]*Limiter, n)
 	for i := range ls {
-		ls[i] = mustNew(t, vectorConfig(t, v.Config, url, prefix))
+		l, err := newLimiter(vectorOptions(t, v.Config, url, prefix), nil)
+		if err != nil {
+			t.Fatalf("%s: instance %d: %v", v.Name, i, err)
+		}
+		t.Cleanup(func() { l.Close() })
+		ls[i] = l
 	}
 	settle := func(ctx string) {
 		for _, l := range ls {
@@ -230,7 +217,7 @@ func runVector(t *testing.T, path, backend, redis string) int {
 			for k, x := range step["config"].(map[string]any) {
 				fields[k] = x
 			}
-			extra, err := New(vectorConfig(t, fields, url, prefix))
+			extra, err := newLimiter(vectorOptions(t, fields, url, prefix), nil)
 			if err == nil {
 				extra.Close()
 			}
