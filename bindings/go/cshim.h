@@ -53,6 +53,24 @@ static inline ql_result ql_new_from_options(const lease_options *o, lease_limite
 	ql_result r; r.status = lease_limiter_new_from_options(o, out); r.err = ql_err(r.status); return r;
 }
 
+// The middleware key of a raw value (lease_http_key), returned by value:
+// LEASE_MAX_KEY_LEN + 1 bytes always suffice.
+typedef struct {
+	lease_status status;
+	size_t len;
+	char *err;
+	char key[LEASE_MAX_KEY_LEN + 1];
+} ql_key_result;
+
+static inline ql_key_result ql_http_key(_GoString_ raw) {
+	ql_key_result r;
+	size_t needed = 0;
+	r.status = lease_http_key((const uint8_t *)_GoStringPtr(raw), _GoStringLen(raw), r.key, sizeof r.key, &needed);
+	r.len = r.status == LEASE_OK ? needed - 1 : 0;
+	r.err = ql_err(r.status);
+	return r;
+}
+
 static inline ql_result ql_flush(const lease_limiter *l) { ql_result r; r.status = lease_flush(l); r.err = ql_err(r.status); return r; }
 static inline ql_result ql_close(const lease_limiter *l) { ql_result r; r.status = lease_close(l); r.err = ql_err(r.status); return r; }
 static inline ql_result ql_settle(const lease_limiter *l) { ql_result r; r.status = lease_settle(l); r.err = ql_err(r.status); return r; }

@@ -1,9 +1,31 @@
 package quotalease
 
+// #include "cshim.h"
+import "C"
+
 import (
 	"net"
 	"net/http"
+	"unsafe"
 )
+
+// HTTPKey is the limiter key Middleware uses for a raw value (a header, an
+// address): the value itself when it is at most 512 bytes, else "sha256:"
+// and the 64 hex digits of its SHA-256. The rule is the engine's, so an
+// over-long header is limited instead of failing, and equal raw values
+// share one bucket in every process and language. The only error is a raw
+// value that is not valid UTF-8 (KindInvalidKey).
+func HTTPKey(raw string) (string, error) {
+	r := C.ql_http_key(raw)
+	if r.status != C.LEASE_OK {
+		return "", newError(r.status, r.err, ctxKey)
+	}
+	key := unsafe.Slice((*byte)(unsafe.Pointer(&r.key[0])), int(r.len))
+	if string(key) == raw {
+		return raw, nil // no copy for the usual, unchanged key
+	}
+	return string(key), nil
+}
 
 // KeyFunc picks the rate-limit key of a request. Returning "" lets the
 // request through without limiting it (health checks, internal callers).
@@ -48,8 +70,9 @@ func WithDeniedHandler(h http.Handler) MiddlewareOption {
 }
 
 // WithErrorHandler decides what happens when the limiter returns an error
-// (a key over 512 bytes, a closed limiter). The default answers 500 with
-// the error; to fail open, call the next handler yourself:
+// (a closed limiter, a key that is not valid UTF-8, a cost above the
+// limit). The default answers 500 with the error; to fail open, call the
+// next handler yourself:
 //
 //	quotalease.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
 //		log.Print(err)
@@ -67,7 +90,8 @@ func defaultError(w http.ResponseWriter, _ *http.Request, err error) {
 	http.Error(w, "rate limiter: "+err.Error(), http.StatusInternalServerError)
 }
 
-// Middleware limits every request by key(r): it sets the IETF
+// Middleware limits every request by HTTPKey(key(r)) (a key over 512 bytes
+// is limited under its SHA-256, as in every language): it sets the IETF
 // RateLimit-Policy and RateLimit headers on every limited response, and
 // answers 429 Too Many Requests with Retry-After when the request is denied.
 //
@@ -83,8 +107,8 @@ func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.H
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			k := m.key(r)
-			if k == "" {
+			raw := m.key(r)
+			if raw == "" {
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -92,7 +116,11 @@ func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.H
 			if m.cost != nil {
 				cost = m.cost(r)
 			}
-			d, err := m.lim.AcquireN(k, cost)
+			k, err := HTTPKey(raw)
+			var d Decision
+			if err == nil {
+				d, err = m.lim.AcquireN(k, cost)
+			}
 			if err != nil {
 				m.onError(w, r, err)
 				return

@@ -96,12 +96,42 @@ func TestMiddlewareByRemoteIPCostAndCustomDenied(t *testing.T) {
 	}
 }
 
+func TestMiddlewareLimitsAnOverLongKeyUnderItsHash(t *testing.T) {
+	c := manual(2, 60000)
+	c.LeaseSize = 1
+	l := mustNew(t, c)
+	srv := serve(t, Middleware(l, ByHeader("X-Key"))(hello))
+	long := strings.Repeat("x", 600) // a 500 before: keys are at most 512 bytes
+	for i, want := range []int{200, 200, 429} {
+		if resp, body := get(t, srv.URL, map[string]string{"X-Key": long}); resp.StatusCode != want {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	// The key is the engine's: sha256 of the raw value (python3 hashlib), as in every language.
+	const hashed = "sha256:5130b33e6b87fbf5316ed9049e98924eb110800bcbaaad8050f642fba6df37c9"
+	if k, err := HTTPKey(long); k != hashed || err != nil {
+		t.Fatalf("HTTPKey: %q %v", k, err)
+	}
+	if d, err := l.Acquire(hashed); err != nil || d.Allowed {
+		t.Fatalf("the hashed key's bucket should be spent: %+v %v", d, err)
+	}
+	for _, k := range []string{"user:42", strings.Repeat("y", 512)} {
+		if got, err := HTTPKey(k); got != k || err != nil {
+			t.Errorf("HTTPKey(%d bytes) = %d bytes, %v", len(k), len(got), err)
+		}
+	}
+	if _, err := HTTPKey("ab\xff"); !errors.Is(err, ErrInvalidKey) || !strings.Contains(err.Error(), "UTF-8") {
+		t.Errorf("non-UTF-8: %v", err)
+	}
+}
+
 func TestMiddlewareErrors(t *testing.T) {
 	l := mustNew(t, manual(10, 60000))
-	srv := serve(t, Middleware(l, ByHeader("X-Key"))(hello))
-	resp, body := get(t, srv.URL, map[string]string{"X-Key": strings.Repeat("x", 600)})
-	if resp.StatusCode != 500 || !strings.Contains(body, "512") {
-		t.Fatalf("long key: %d %q", resp.StatusCode, body)
+	badKey := func(*http.Request) string { return "ab\xff" }
+	srv := serve(t, Middleware(l, badKey)(hello))
+	resp, body := get(t, srv.URL, nil)
+	if resp.StatusCode != 500 || !strings.Contains(body, "UTF-8") {
+		t.Fatalf("non-UTF-8 key: %d %q", resp.StatusCode, body)
 	}
 	var seen error
 	failOpen := WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
