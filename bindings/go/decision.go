@@ -23,7 +23,9 @@ const (
 	ReasonLocal     Reason = "local"     // decided by the in-process bucket (ModeLocal)
 )
 
-func reasonOf(r C.lease_reason) Reason {
+// reasonOf is the Reason of a C reason code (TestReasonsAreTheCABIs checks
+// every code against lease_reason_name).
+func reasonOf(r uint32) Reason {
 	switch r {
 	case C.LEASE_REASON_LEASE:
 		return ReasonLease
@@ -41,7 +43,7 @@ func reasonOf(r C.lease_reason) Reason {
 	return Reason("unknown")
 }
 
-func (r Reason) code() C.lease_reason {
+func (r Reason) code() uint32 {
 	switch r {
 	case ReasonExhausted:
 		return C.LEASE_REASON_EXHAUSTED
@@ -55,6 +57,11 @@ func (r Reason) code() C.lease_reason {
 		return C.LEASE_REASON_LOCAL
 	}
 	return C.LEASE_REASON_LEASE
+}
+
+// cReasonName is the C ABI's (the engine's) name of a reason code.
+func cReasonName(code uint32) string {
+	return C.GoString(C.lease_reason_name(C.lease_reason(code)))
 }
 
 // Decision is the outcome of one Acquire. A denial is a Decision with
@@ -84,7 +91,7 @@ func decisionOf(d *C.lease_decision) Decision {
 		RetryAfterMs: uint64(d.retry_after_ms),
 		ResetAfterMs: uint64(d.reset_after_ms),
 		WindowMs:     uint64(d.window_ms),
-		Reason:       reasonOf(d.reason),
+		Reason:       reasonOf(uint32(d.reason)),
 	}
 }
 
@@ -103,7 +110,7 @@ func (d Decision) Headers() http.Header {
 	var needed C.size_t
 	c := C.lease_decision{
 		allowed:        C.bool(d.Allowed),
-		reason:         d.Reason.code(),
+		reason:         C.lease_reason(d.Reason.code()),
 		limit:          C.uint64_t(d.Limit),
 		remaining:      C.uint64_t(d.Remaining),
 		retry_after_ms: C.uint64_t(d.RetryAfterMs),

@@ -96,10 +96,20 @@ func newError(status C.lease_status, msg *C.char, ctx errContext) error {
 		text = C.GoString(msg)
 		C.free(unsafe.Pointer(msg))
 	}
+	if status == C.LEASE_OK {
+		return nil
+	}
+	if text == "" {
+		text = fmt.Sprintf("liblease status %d", int(status))
+	}
+	return &Error{Kind: kindOfStatus(int(status), ctx), Message: text}
+}
+
+// kindOfStatus is the Kind of a liblease status (TestKindsAreTheCABIs checks it
+// against lease_error_kind_name for every status).
+func kindOfStatus(status int, ctx errContext) Kind {
 	kind := KindInternal
 	switch status {
-	case C.LEASE_OK:
-		return nil
 	case C.LEASE_ERR_CONFIG:
 		kind = KindConfig
 	case C.LEASE_ERR_INVALID_KEY:
@@ -116,8 +126,11 @@ func newError(status C.lease_status, msg *C.char, ctx errContext) error {
 			kind = KindConfig
 		}
 	}
-	if text == "" {
-		text = fmt.Sprintf("liblease status %d", int(status))
-	}
-	return &Error{Kind: kind, Message: text}
+	return kind
+}
+
+// cErrorKindName is the C ABI's (the engine's) name of the error kind a
+// status reports, "" for none.
+func cErrorKindName(status int) string {
+	return C.GoString(C.lease_error_kind_name(C.uint32_t(status)))
 }
