@@ -32,9 +32,11 @@
 //	d, err := lim.Acquire("user:42")
 //	if err == nil && !d.Allowed { /* 429 */ }
 //
-// Start from DefaultConfig: a zero field is passed on as zero and rejected
-// where zero is invalid, never silently replaced by a default (the same rule
-// as every other binding).
+// New hands each Config field that is set to the engine by name, so option
+// names, the rules between options and the error messages are the same as in
+// every language. A field left at its zero value keeps the engine's default,
+// except RefillThreshold, whose 0 disables prefetch (DefaultConfig sets it to
+// Auto). Rate and Limit/WindowMs are alternatives: setting both is an error.
 //
 // A Limiter is safe for concurrent use by many goroutines.
 package quotalease
