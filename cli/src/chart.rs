@@ -181,7 +181,8 @@ pub fn svg(r: &Report) -> String {
                 Strategy::PerInstance => "per-instance",
                 Strategy::StaticShare => "static",
                 Strategy::Exact => "exact",
-                Strategy::Leased => "leased",
+                Strategy::Leased => "fixed",
+                Strategy::Adaptive => "adaptive",
             };
             let _ = write!(
                 caption,
@@ -293,6 +294,7 @@ pub fn svg(r: &Report) -> String {
             Strategy::PerInstance,
             Strategy::StaticShare,
             Strategy::Leased,
+            Strategy::Adaptive,
             Strategy::Exact,
         ];
         for s in order {
@@ -304,7 +306,7 @@ pub fn svg(r: &Report) -> String {
                 .map(|(t, v)| format!("{:.1},{:.1}", x_of(*t), y_of(*v)))
                 .collect();
             let (width, dash) = match s {
-                Strategy::Leased => ("3.5", ""),
+                Strategy::Leased | Strategy::Adaptive => ("3.5", ""),
                 Strategy::Exact => ("1.8", r#" stroke-dasharray="5 3""#),
                 _ => ("2.2", ""),
             };

@@ -294,7 +294,7 @@ fn notes(r: &Report) -> String {
         }
         let _ = writeln!(
             out,
-            "leased admitted {:.2}x the allowance with {} false denials; overshoot stays within {} x {}.",
+            "fixed leases admitted {:.2}x the allowance with {} false denials; overshoot stays within {} x {}.",
             leased.admitted() as f64 / allow as f64,
             leased.false_denials(),
             r.scenario.max_running,
@@ -313,6 +313,19 @@ fn notes(r: &Report) -> String {
                 per(leased, w),
                 per(exact, w)
             );
+            if let Some(adaptive) = r.result(Strategy::Adaptive) {
+                let _ = writeln!(
+                    out,
+                    "adaptive leases admitted {:.2}x the allowance with {} false denials, overshoot within {}; on\n  \
+                     the saturated whale it called the authority {:.2} times per admitted request (fixed: {:.2}):\n  \
+                     each instance there spends a rate grant and denies locally, with no call per request.",
+                    adaptive.admitted() as f64 / allow as f64,
+                    adaptive.false_denials(),
+                    adaptive.bound.unwrap_or(0),
+                    per(adaptive, w),
+                    per(leased, w)
+                );
+            }
         }
     }
     out

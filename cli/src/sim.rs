@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use quotalease::bucket::{BucketState, Policy};
-use quotalease::{ClockKind, Config, Limiter, Mode};
+use quotalease::{default_lease_size, ClockKind, Config, Limiter, Mode};
 
 use crate::histogram::Histogram;
 use crate::progress::Progress;
@@ -25,17 +25,21 @@ pub enum Strategy {
     StaticShare,
     /// One authority call per request.
     Exact,
-    /// Local leases borrowed from the authority (quotalease's default).
+    /// Fixed-size leases borrowed from the authority (`lease_size` set).
     Leased,
+    /// Adaptive leasing: leases sized by demand under one overshoot budget,
+    /// rates at saturation (quotalease's default).
+    Adaptive,
 }
 
 impl Strategy {
     /// Every strategy, in report order.
-    pub const ALL: [Strategy; 4] = [
+    pub const ALL: [Strategy; 5] = [
         Strategy::PerInstance,
         Strategy::StaticShare,
         Strategy::Exact,
         Strategy::Leased,
+        Strategy::Adaptive,
     ];
 
     /// Short name (chart legend, table rows).
@@ -44,7 +48,8 @@ impl Strategy {
             Strategy::PerInstance => "per-instance limit",
             Strategy::StaticShare => "static share",
             Strategy::Exact => "exact",
-            Strategy::Leased => "leased (quotalease)",
+            Strategy::Leased => "fixed leases",
+            Strategy::Adaptive => "adaptive (quotalease)",
         }
     }
 
@@ -60,6 +65,7 @@ impl Strategy {
             Strategy::StaticShare => "#ff7f0e",
             Strategy::Exact => "#1f77b4",
             Strategy::Leased => "#2ca02c",
+            Strategy::Adaptive => "#9467bd",
         }
     }
 }
@@ -269,7 +275,15 @@ impl Fleet {
                 base.expected_replicas = shape.instances;
             }
             Strategy::Exact => base.mode = Mode::Exact,
-            Strategy::Leased => base.mode = Mode::Lease,
+            Strategy::Leased => {
+                base.mode = Mode::Lease;
+                base.lease_size = Some(base.lease_size.unwrap_or(default_lease_size(shape.limit)));
+            }
+            Strategy::Adaptive => {
+                base.mode = Mode::Lease;
+                base.lease_size = None;
+                base.refill_threshold = None;
+            }
         }
         match &opts.redis {
             Some(url) if time == Time::Real => {
@@ -343,7 +357,7 @@ impl Fleet {
                 // leased only when a request found no local token and had to
                 // wait for a lease (prefetches run in the background).
                 let local = match self.strategy {
-                    Strategy::Leased => l.inspect(name).map_err(crate::explain)?.local_tokens,
+                    Strategy::Leased | Strategy::Adaptive => l.inspect(name).map_err(crate::explain)?.local_tokens,
                     _ => 0,
                 };
                 let calls_before = l.metrics().backend_calls;
@@ -354,7 +368,7 @@ impl Fleet {
                 }
                 let added = match self.strategy {
                     Strategy::Exact => self.rtt_ns,
-                    Strategy::Leased if local == 0 && calls > 0 => self.rtt_ns,
+                    Strategy::Leased | Strategy::Adaptive if local == 0 && calls > 0 => self.rtt_ns,
                     _ => 0,
                 };
                 (d.allowed, added)
@@ -393,6 +407,9 @@ impl Fleet {
         }
         self.result.bound = match self.strategy {
             Strategy::Leased => Some(max_running * lease_size),
+            // Chunks held ≤ the budget; each rate holder's carry ≤ its budget
+            // share, at least one token (see quotalease::adaptive).
+            Strategy::Adaptive => Some(2 * self.base.overshoot_budget.tokens(self.base.limit) + max_running),
             Strategy::Exact => Some(0),
             _ => None,
         };

@@ -280,7 +280,7 @@ fn an_unwritable_chart_path_is_an_error_after_the_table() {
     let chart = file.join("chart.svg");
     let (code, stdout, stderr) = quotalease(&["simulate", "--duration", "20s", "--chart", chart.to_str().unwrap()]);
     assert_eq!(code, 1, "{stderr}");
-    assert!(stdout.contains("leased (quotalease)"), "{stdout}");
+    assert!(stdout.contains("adaptive (quotalease)"), "{stdout}");
     assert!(
         stderr.contains("error: cannot create") && stderr.contains("for the chart"),
         "{stderr}"

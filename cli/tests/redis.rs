@@ -307,7 +307,7 @@ fn simulate_against_redis_runs_leased_and_exact_in_real_time() {
         !out.contains("per-instance limit"),
         "only leased and exact run on Redis: {out}"
     );
-    let leased = line(&out, "leased (quotalease) ");
+    let leased = line(&out, "fixed leases ");
     // "overshoot / bound" column: leased stays within 6 x 20.
     let cells: Vec<&str> = leased.split_whitespace().collect();
     let slash = cells.iter().position(|c| *c == "/").unwrap();

@@ -265,7 +265,7 @@ fn the_report_and_the_chart_say_what_happened() {
     }
     assert!(text.contains("overshoot / bound") && text.contains("false denials") && text.contains("@ 1 ms RTT"));
     let leased = r.result(Strategy::Leased).unwrap();
-    let line = text.lines().find(|l| l.starts_with("leased (quotalease)")).unwrap();
+    let line = text.lines().find(|l| l.starts_with("fixed leases")).unwrap();
     assert!(
         line.contains(&format!("{} / {}", leased.overshoot(), leased.bound.unwrap())),
         "{line}"
@@ -281,7 +281,7 @@ fn the_report_and_the_chart_say_what_happened() {
     assert!(svg.contains("limit 10/s"));
     assert_eq!(
         svg.matches("<polyline").count(),
-        4 * 2,
+        5 * 2,
         "one line per strategy per busy key"
     );
 }
@@ -294,7 +294,7 @@ fn the_binary_prints_the_table_and_writes_the_chart() {
     let (code, out, err) = common::quotalease(&["simulate", "--duration", "30s", "--chart", chart.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("per-instance limit") && out.contains("leased (quotalease)"),
+        out.contains("per-instance limit") && out.contains("adaptive (quotalease)"),
         "{out}"
     );
     assert!(out.contains(&format!("chart: {}", chart.display())), "{out}");

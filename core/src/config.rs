@@ -78,6 +78,51 @@ str_enum!(FailurePolicy, "on_backend_failure",
     "allow" => FailurePolicy::Allow,
     "deny" => FailurePolicy::Deny);
 
+/// The per-key overshoot budget of adaptive leasing: how many tokens all
+/// instances together may hold unspent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    /// A token count.
+    Tokens(u64),
+    /// Parts per million of the key's limit (`"2%"` is 20 000), at least one token.
+    PerMillion(u64),
+}
+
+impl Budget {
+    /// The budget in tokens for a key's limit.
+    pub fn tokens(&self, limit: u64) -> u64 {
+        match *self {
+            Budget::Tokens(t) => t.max(1),
+            Budget::PerMillion(ppm) => ((limit as u128 * ppm as u128).div_ceil(1_000_000) as u64).max(1),
+        }
+    }
+}
+
+impl FromStr for Budget {
+    type Err = Error;
+    /// `"2%"`, `"0.5%"` or a token count such as `"40"`.
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || {
+            Error::config(
+                "overshoot_budget",
+                format!("must be a token count (at least 1) or a percentage of the limit such as \"2%\" (got {s:?})"),
+            )
+        };
+        let t = s.trim();
+        if let Some(pct) = t.strip_suffix('%') {
+            let v: f64 = pct.trim().parse().map_err(|_| bad())?;
+            if !(v > 0.0 && v <= 100.0) {
+                return Err(bad());
+            }
+            return Ok(Budget::PerMillion(((v * 10_000.0).round() as u64).max(1)));
+        }
+        match t.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(Budget::Tokens(n)),
+            _ => Err(bad()),
+        }
+    }
+}
+
 /// Every option a limiter takes. `Config::default()` plus a `limit` is a
 /// working configuration on the embedded `memory://` authority.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,8 +135,12 @@ pub struct Config {
     pub limit: u64,
     /// Window in milliseconds (default 60 000).
     pub window_ms: u64,
-    /// Tokens borrowed per lease. `None`: 2 % of `limit`, between 1 and 20.
+    /// Tokens borrowed per lease. `None` (default): adaptive leasing, leases
+    /// sized by demand under `overshoot_budget`. `Some(n)`: fixed leases of `n`.
     pub lease_size: Option<u64>,
+    /// Adaptive leasing's per-key budget of tokens held unspent by all
+    /// instances together (default 2 % of the limit, at least 1).
+    pub overshoot_budget: Budget,
     /// Prefetch when local tokens drop below this. `None`: a quarter of
     /// `lease_size`, at least 1. 0 disables prefetch.
     pub refill_threshold: Option<u64>,
@@ -120,6 +169,7 @@ impl Default for Config {
             limit: 0,
             window_ms: 60_000,
             lease_size: None,
+            overshoot_budget: Budget::PerMillion(20_000),
             refill_threshold: None,
             lease_ttl_ms: 2_000,
             on_backend_failure: FailurePolicy::StaticShare,
@@ -151,6 +201,8 @@ pub(crate) struct Resolved {
     pub backend: BackendSpec,
     pub lease_size: u64,
     pub refill_threshold: u64,
+    /// Adaptive leasing is on (mode lease, no fixed `lease_size`).
+    pub adaptive: bool,
 }
 
 impl Resolved {
@@ -355,12 +407,22 @@ impl Config {
         if self.max_keys == 0 {
             return Err(Error::config("max_keys", "must be at least 1"));
         }
+        if let Budget::Tokens(0) | Budget::PerMillion(0) = self.overshoot_budget {
+            return Err(Error::config("overshoot_budget", "must be at least 1 token"));
+        }
         let backend = parse_url(&self.url)?;
+        // Adaptive leasing needs an authority that keeps holder records: the
+        // memory authority does; the Redis scripts do not yet.
+        let adaptive = self.mode == Mode::Lease
+            && self.lease_size.is_none()
+            && self.refill_threshold.is_none()
+            && matches!(backend, BackendSpec::Memory(_));
         Ok(Resolved {
             cfg: self.clone(),
             backend,
             lease_size,
             refill_threshold,
+            adaptive,
         })
     }
 }

@@ -21,6 +21,7 @@
 //! instances × lease_size.
 #![warn(missing_docs)]
 
+pub mod adaptive;
 mod authority;
 mod broker;
 pub mod bucket;
@@ -41,8 +42,8 @@ pub use authority::redis_key;
 pub use broker::connections_open;
 pub use builder::Builder;
 pub use config::{
-    default_lease_size, http_key, parse_rate, validate_key, validate_policy, ClockKind, Config, FailurePolicy, Mode,
-    MAX_KEY_LEN,
+    default_lease_size, http_key, parse_rate, validate_key, validate_policy, Budget, ClockKind, Config, FailurePolicy,
+    Mode, MAX_KEY_LEN,
 };
 pub use decision::{Decision, Reason};
 pub use error::{Error, ErrorKind, Result};

@@ -27,6 +27,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "window_ms",
     "rate",
     "lease_size",
+    "overshoot_budget",
     "refill_threshold",
     "lease_ttl_ms",
     "on_backend_failure",
@@ -205,6 +206,12 @@ impl Options {
             }
             "rate" => self.rate = Some(string(field, value)?.to_string()),
             "lease_size" => c.lease_size = Some(int(field, value)?),
+            "overshoot_budget" => {
+                c.overshoot_budget = match value {
+                    OptionValue::Str(s) => s.parse()?,
+                    v => crate::config::Budget::Tokens(int(field, v)?),
+                }
+            }
             "refill_threshold" => c.refill_threshold = Some(int(field, value)?),
             "lease_ttl_ms" => c.lease_ttl_ms = int(field, value)?,
             "on_backend_failure" => c.on_backend_failure = string(field, value)?.parse()?,
@@ -308,7 +315,7 @@ mod tests {
                 start_ms: MANUAL_CLOCK_START_MS
             }
         );
-        assert_eq!(OPTION_NAMES.len(), 15);
+        assert_eq!(OPTION_NAMES.len(), 16);
     }
 
     #[test]

@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::{Call, Reply, Stored};
-use crate::bucket::{BucketState, Grant, Policy};
+use crate::adaptive::{Ask, KeyState};
+use crate::bucket::{Grant, Policy};
 
-/// Buckets kept before full ones are swept (a full bucket equals a missing one).
+/// Keys kept before idle ones are swept (an idle key equals a missing one).
 const SWEEP_EVERY: usize = 4096;
 
 #[derive(Default)]
@@ -17,7 +18,7 @@ pub(crate) struct MemoryAuthority {
 
 #[derive(Default)]
 struct Buckets {
-    map: HashMap<String, (BucketState, Policy)>,
+    map: HashMap<String, (KeyState, Policy)>,
     sweep_at: usize,
 }
 
@@ -57,71 +58,82 @@ impl MemoryAuthority {
                 want,
                 need,
                 now,
-            } => Reply::Grant(self.lease(&key, policy, want, need, now.ms)),
+                adaptive,
+            } => {
+                let mut b = lock(&self.buckets);
+                let (grant, answer) = b.with_key(&key, policy, now.ms, |st| match adaptive {
+                    Some(a) => {
+                        let (g, ans) = st.lease(policy, Ask { want, need, ..a }, now.ms);
+                        (g, Some(ans))
+                    }
+                    None => {
+                        st.refill(policy, now.ms);
+                        (st.bucket.take(policy, want, need, now.ms), None)
+                    }
+                });
+                Reply::Grant(grant, answer)
+            }
             Call::GiveBack {
                 key,
                 policy,
                 tokens,
                 now,
+                holder,
             } => {
-                self.give_back(&key, policy, tokens, now.ms);
+                let mut b = lock(&self.buckets);
+                if b.map.contains_key(&key) {
+                    b.with_key(&key, policy, now.ms, |st| st.give_back(policy, holder, tokens, now.ms));
+                }
                 Reply::Returned
             }
-            Call::Inspect { key, policy, now } => Reply::Stored(match self.peek(&key, policy, now.ms) {
-                Some((tokens, ts)) => Stored {
-                    tokens: Some(tokens),
-                    refilled_at_ms: Some(ts),
-                    ttl_ms: None,
-                },
-                None => Stored::default(),
-            }),
+            Call::Inspect { key, policy, now } => {
+                let b = lock(&self.buckets);
+                Reply::Stored(match b.map.get(&key) {
+                    Some((st, _)) => {
+                        let mut st = st.clone();
+                        st.refill(policy, now.ms);
+                        Stored {
+                            tokens: Some(st.bucket.whole_tokens(policy)),
+                            refilled_at_ms: Some(st.bucket.ts),
+                            ttl_ms: None,
+                        }
+                    }
+                    None => Stored::default(),
+                })
+            }
         }
     }
 
+    /// A plain lease (no holder), for the static-share fallback buckets.
     pub fn lease(&self, key: &str, policy: Policy, want: u64, need: u64, now: u64) -> Grant {
         let mut b = lock(&self.buckets);
-        let grant = match b.map.get_mut(key) {
-            Some((s, p)) => {
+        b.with_key(key, policy, now, |st| {
+            st.refill(policy, now);
+            st.bucket.take(policy, want, need, now)
+        })
+    }
+}
+
+impl Buckets {
+    /// Run `f` on the key's state (created full if missing), then sweep idle
+    /// keys now and then.
+    fn with_key<R>(&mut self, key: &str, policy: Policy, now: u64, f: impl FnOnce(&mut KeyState) -> R) -> R {
+        let r = match self.map.get_mut(key) {
+            Some((st, p)) => {
                 *p = policy;
-                s.take(policy, want, need, now)
+                f(st)
             }
             None => {
-                let mut s = BucketState::full(policy, now);
-                let g = s.take(policy, want, need, now);
-                b.map.insert(key.to_string(), (s, policy));
-                g
+                let mut st = KeyState::new(policy, now);
+                let r = f(&mut st);
+                self.map.insert(key.to_string(), (st, policy));
+                r
             }
         };
-        if b.map.len() >= b.sweep_at {
-            // A full bucket reads the same as a missing one: forget those.
-            b.map.retain(|_, (s, p)| {
-                let mut probe = *s;
-                probe.refill(*p, now);
-                probe.ms_until_full(*p) > 0
-            });
-            b.sweep_at = b.map.len() + SWEEP_EVERY;
+        if self.map.len() >= self.sweep_at {
+            self.map.retain(|_, (st, p)| !st.is_idle(*p, now));
+            self.sweep_at = self.map.len() + SWEEP_EVERY;
         }
-        grant
-    }
-
-    pub fn give_back(&self, key: &str, policy: Policy, tokens: u64, now: u64) -> u64 {
-        let mut b = lock(&self.buckets);
-        match b.map.get_mut(key) {
-            Some((s, p)) => {
-                *p = policy;
-                s.give_back(policy, tokens, now)
-            }
-            None => policy.limit,
-        }
-    }
-
-    /// The stored state of a key, for `inspect` and tests.
-    pub fn peek(&self, key: &str, policy: Policy, now: u64) -> Option<(u64, u64)> {
-        let b = lock(&self.buckets);
-        b.map.get(key).map(|(s, _)| {
-            let mut s = *s;
-            s.refill(policy, now);
-            (s.whole_tokens(policy), s.ts)
-        })
+        r
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
+use crate::adaptive::{Answer, Ask};
 use crate::broker::{self, Broker, Target};
 use crate::bucket::{Grant, Policy};
 use crate::error::{Error, Result};
@@ -26,20 +27,24 @@ pub(crate) use memory::MemoryAuthority;
 /// One request to the authority about one key.
 #[derive(Clone, Debug)]
 pub(crate) enum Call {
-    /// Take up to `want` tokens if at least `need` are there.
+    /// Take up to `want` tokens if at least `need` are there; with
+    /// `adaptive`, sized by the holder's demand under the key's budget, or a
+    /// rate when the bucket is dry (see [`crate::adaptive`]).
     Lease {
         key: String,
         policy: Policy,
         want: u64,
         need: u64,
         now: Now,
+        adaptive: Option<Ask>,
     },
-    /// Return `tokens` (capped at capacity).
+    /// Return `tokens` (capped at capacity) from `holder` (0: none).
     GiveBack {
         key: String,
         policy: Policy,
         tokens: u64,
         now: Now,
+        holder: u64,
     },
     /// Read the stored bucket without changing it.
     Inspect { key: String, policy: Policy, now: Now },
@@ -76,7 +81,8 @@ pub(crate) struct Stored {
 /// The answer to a [`Call`], variant by variant.
 #[derive(Clone, Debug)]
 pub(crate) enum Reply {
-    Grant(Grant),
+    /// A chunk (possibly empty), and for adaptive calls the rest of the answer.
+    Grant(Grant, Option<Answer>),
     /// A give-back was taken.
     Returned,
     Stored(Stored),
@@ -157,23 +163,27 @@ impl Remote {
                 want,
                 need,
                 now,
+                adaptive,
             } => Call::Lease {
                 key: redis_key(&self.prefix, &key),
                 policy,
                 want,
                 need,
                 now,
+                adaptive,
             },
             Call::GiveBack {
                 key,
                 policy,
                 tokens,
                 now,
+                holder,
             } => Call::GiveBack {
                 key: redis_key(&self.prefix, &key),
                 policy,
                 tokens,
                 now,
+                holder,
             },
             Call::Inspect { key, policy, now } => Call::Inspect {
                 key: redis_key(&self.prefix, &key),

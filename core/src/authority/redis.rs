@@ -263,6 +263,7 @@ impl Connection {
                     policy,
                     tokens,
                     now,
+                    ..
                 } => backs.push((
                     i,
                     (
@@ -277,6 +278,7 @@ impl Connection {
                     want,
                     need,
                     now,
+                    ..
                 } => leases.push((
                     i,
                     (
@@ -325,11 +327,14 @@ impl Connection {
                         out[*i] = Some(r.and_then(|v| {
                             let (granted, remaining, wait_ms): (u64, u64, u64) = redis::from_redis_value(v)
                                 .map_err(|e| format!("unexpected reply from the lease script: {e}"))?;
-                            Ok(Reply::Grant(Grant {
-                                granted,
-                                remaining,
-                                wait_ms,
-                            }))
+                            Ok(Reply::Grant(
+                                Grant {
+                                    granted,
+                                    remaining,
+                                    wait_ms,
+                                },
+                                None,
+                            ))
                         }));
                     }
                 }

@@ -14,6 +14,20 @@ use crate::error::{Error, Result};
 use crate::fork;
 
 impl Engine {
+    /// Tokens to ask for when `need` more are needed now and `local` are held:
+    /// fixed leases top up to `lease_size`; adaptive ones ask for what the
+    /// key's demand spends in one period and a round trip.
+    pub(super) fn want(&self, e: &Entry, p: Policy, need: u64, local: u64) -> u64 {
+        if self.r.adaptive {
+            let d = e.demand.load(Relaxed) as u128;
+            let span = (crate::adaptive::PERIOD_MS + self.rtt_ms.load(Relaxed)) as u128;
+            need + (d * span).div_ceil(1_000_000) as u64
+        } else {
+            let (lease, _) = self.lease_params(p);
+            lease.saturating_sub(local).max(need)
+        }
+    }
+
     /// `(lease size, prefetch threshold)` for a key's policy.
     #[inline(always)]
     pub(super) fn lease_params(&self, p: Policy) -> (u64, u64) {
@@ -44,7 +58,7 @@ impl Engine {
         };
         e.touch(self.clock.coarse());
         e.admitted.fetch_add(1, Relaxed);
-        let (_, threshold) = self.lease_params(p);
+        let threshold = e.threshold.load(Relaxed);
         let mut left = left;
         if left < threshold && !e.in_flight.load(Relaxed) {
             self.prefetch(e);
@@ -93,7 +107,7 @@ impl Engine {
     pub(super) fn admit(&self, e: &Arc<Entry>, p: Policy, left: u64, reason: Reason, now: u64) -> Decision {
         e.touch(now);
         e.admitted.fetch_add(1, Relaxed);
-        let (_, threshold) = self.lease_params(p);
+        let threshold = e.threshold.load(Relaxed);
         let mut left = left;
         if (reason == Reason::Lease || reason == Reason::Local) && left < threshold && !e.in_flight.load(Relaxed) {
             self.prefetch(e);
@@ -105,11 +119,11 @@ impl Engine {
     /// Start one asynchronous lease request for `e` unless one is in flight.
     #[cold]
     fn prefetch(&self, e: &Arc<Entry>) {
-        if self.circuit.is_open() {
+        if self.circuit.is_open() || e.rate.load(Relaxed) > 0 {
             return;
         }
-        let (lease, _) = self.lease_params(e.policy());
         let local = e.tokens.load(Relaxed);
-        self.start_lease(e, lease.saturating_sub(local).max(1), 1);
+        let want = self.want(e, e.policy(), 1, local);
+        self.start_lease(e, want, 1);
     }
 }

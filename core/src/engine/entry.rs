@@ -1,11 +1,12 @@
 //! One key's local lease: the atomics the admit path touches.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::Mutex;
 
 use crate::bucket::Policy;
 
 /// Per-key state. `repr(C)` keeps the declared order, so everything the
-/// admit path reads or writes (the first seven fields, 49 bytes) sits in the
+/// admit path reads or writes (the first eight fields, 57 bytes) sits in the
 /// first cache line of the 64-byte-aligned entry (a unit test checks it).
 #[repr(C, align(64))]
 pub(crate) struct Entry {
@@ -20,6 +21,8 @@ pub(crate) struct Entry {
     pub window_ms: AtomicU64,
     /// Tokens the authority had left after the last grant (for `remaining`).
     pub auth_remaining: AtomicU64,
+    /// Prefetch when fewer local tokens than this are left.
+    pub threshold: AtomicU64,
     /// A lease request for this key is in flight.
     pub in_flight: AtomicBool,
     // --- the cold path's fields ---
@@ -33,11 +36,32 @@ pub(crate) struct Entry {
     pub exhausted_until: AtomicU64,
     /// ...for requests needing at least this many tokens from the authority.
     pub exhausted_need: AtomicU64,
+    /// Adaptive leasing: offered load (admitted + denied) in milli-tokens
+    /// per second, and the clock reading and count of its last sample.
+    pub demand: AtomicU64,
+    pub demand_at: AtomicU64,
+    pub demand_offered: AtomicU64,
+    /// A rate grant (credit units per ms; 0: none), valid until `rate_until`,
+    /// accrued into `tokens` up to `accrued.0` with `accrued.1` credit units
+    /// short of a whole token carried (exact: no fraction lost or created).
+    /// A lock, on the rate-mode cold path only.
+    pub rate: AtomicU64,
+    pub accrued: Mutex<(u64, u64)>,
+    pub rate_until: AtomicU64,
+    /// The part of `rate` the authority paid up front (see `adaptive::Answer`).
+    pub rate_bonus: AtomicU64,
+    /// Accrued rate tokens that did not fit under the carry cap: handed back
+    /// to the authority with the next lease call.
+    pub rate_dropped: AtomicU64,
+    /// The authority's fallback rate for this instance (credit units per ms;
+    /// 0: not known yet) and the key's live holders at the last answer.
+    pub fallback: AtomicU64,
+    pub holders: AtomicU64,
     pub key: Box<str>,
 }
 
 impl Entry {
-    pub fn new(key: &str, policy: Policy, now: u64) -> Self {
+    pub fn new(key: &str, policy: Policy, threshold: u64, now: u64) -> Self {
         Entry {
             tokens: AtomicU64::new(0),
             last_used: AtomicU64::new(now),
@@ -45,12 +69,23 @@ impl Entry {
             limit: AtomicU64::new(policy.limit),
             window_ms: AtomicU64::new(policy.window_ms),
             auth_remaining: AtomicU64::new(policy.limit),
+            threshold: AtomicU64::new(threshold),
             in_flight: AtomicBool::new(false),
             retired: AtomicBool::new(false),
             denied: AtomicU64::new(0),
             in_flight_since: AtomicU64::new(0),
             exhausted_until: AtomicU64::new(0),
             exhausted_need: AtomicU64::new(1),
+            demand: AtomicU64::new(0),
+            demand_at: AtomicU64::new(now),
+            demand_offered: AtomicU64::new(0),
+            rate: AtomicU64::new(0),
+            accrued: Mutex::new((0, 0)),
+            rate_until: AtomicU64::new(0),
+            rate_bonus: AtomicU64::new(0),
+            rate_dropped: AtomicU64::new(0),
+            fallback: AtomicU64::new(0),
+            holders: AtomicU64::new(0),
             key: key.into(),
         }
     }
@@ -78,6 +113,42 @@ impl Entry {
         }
     }
 
+    /// Add what a rate grant accrued up to `now` (at most `cap` tokens held
+    /// locally; whole tokens beyond it are counted in `rate_dropped`, to be
+    /// handed back). Returns tokens added.
+    pub fn accrue(&self, p: Policy, now: u64, cap: u64) -> u64 {
+        let rate = self.rate.load(Acquire);
+        if rate == 0 {
+            return 0;
+        }
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        let end = now.min(self.rate_until.load(Acquire));
+        if end <= acc.0 {
+            return 0;
+        }
+        let units = rate * (end - acc.0) + acc.1;
+        *acc = (end, units % p.window_ms);
+        let tokens = units / p.window_ms;
+        drop(acc);
+        let held = self.tokens.load(Relaxed);
+        let add = tokens.min(cap.saturating_sub(held));
+        self.tokens.fetch_add(add, AcqRel);
+        if add < tokens {
+            self.rate_dropped.fetch_add(tokens - add, Relaxed);
+        }
+        add
+    }
+
+    /// Start accruing a new rate grant at `now` (what the last one accrued
+    /// must be taken first; its fraction of a token carries over).
+    pub fn start_rate(&self, rate: u64, bonus: u64, until: u64, now: u64) {
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        acc.0 = now;
+        self.rate_until.store(until, Release);
+        self.rate_bonus.store(bonus, Release);
+        self.rate.store(rate, Release);
+    }
+
     /// Record use at `now` without writing the line when nothing changed.
     #[inline]
     pub fn touch(&self, now: u64) {
@@ -96,6 +167,7 @@ mod tests {
     fn the_admit_path_fields_share_the_first_cache_line() {
         assert_eq!(align_of::<Entry>(), 64);
         assert!(offset_of!(Entry, in_flight) + size_of::<AtomicBool>() <= 64);
+        assert!(offset_of!(Entry, threshold) + 8 <= 64);
         for off in [
             offset_of!(Entry, tokens),
             offset_of!(Entry, last_used),
@@ -116,6 +188,7 @@ mod tests {
                 limit: 10,
                 window_ms: 1000,
             },
+            1,
             0,
         );
         assert_eq!(e.try_take(1), None);
@@ -123,5 +196,27 @@ mod tests {
         assert_eq!(e.try_take(2), Some(1));
         assert_eq!(e.try_take(2), None);
         assert_eq!(e.try_take(1), Some(0));
+    }
+
+    #[test]
+    fn a_rate_accrues_exactly_and_hands_back_what_does_not_fit() {
+        let p = Policy {
+            limit: 10,
+            window_ms: 1000,
+        };
+        let e = Entry::new("k", p, 1, 0);
+        // 3 credit units per ms: a token every 333.3 ms, until 2000
+        e.start_rate(3, 0, 2_000, 0);
+        assert_eq!(e.accrue(p, 333, 5), 0, "999 units: not a whole token yet");
+        assert_eq!(e.accrue(p, 334, 5), 1, "1002 units");
+        assert_eq!(e.accrue(p, 1_000, 5), 2, "3000 units in all, no fraction lost");
+        // cap 1: the rest is counted to hand back
+        assert_eq!(e.accrue(p, 5_000, 1), 0, "3 tokens held already");
+        assert_eq!(
+            e.rate_dropped.load(Relaxed),
+            3,
+            "1000..2000 at 3/ms: 3 tokens over the cap"
+        );
+        assert_eq!(e.tokens.load(Relaxed), 3);
     }
 }

@@ -29,6 +29,7 @@ impl Engine {
             want: cost,
             need: cost,
             now: self.now(),
+            adaptive: None,
         };
         let (me, filled) = (self.me.upgrade(), slot.clone());
         self.submit(
@@ -54,7 +55,7 @@ impl Engine {
     ) -> Decision {
         let p = e.policy();
         match answer {
-            Some(Ok(Reply::Grant(g))) => {
+            Some(Ok(Reply::Grant(g, _))) => {
                 Counters::add(&self.counters.tokens_leased, g.granted);
                 e.auth_remaining.store(g.remaining, Relaxed);
                 if g.granted >= cost {

@@ -2,6 +2,7 @@
 //! counted, sent to listeners) and the failure policy that decides once
 //! local tokens are spent. Also the static share used by mode `local`.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::entry::Entry;
@@ -24,7 +25,7 @@ impl Engine {
                 self.deny(e, p, 0, Reason::Fallback, retry)
             }
             FailurePolicy::StaticShare => {
-                let g = self.fallback.lease(&e.key, self.share(p), cost, cost, now);
+                let g = self.fallback.lease(&e.key, self.fallback_share(e, p), cost, cost, now);
                 if g.granted >= cost {
                     self.admit(e, p, 0, Reason::Fallback, now)
                 } else {
@@ -32,6 +33,31 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// What this instance may admit on a key while the authority is away:
+    /// with adaptive leasing, the fallback rate the authority last gave it
+    /// (the live holders' rates sum to the key's rate), else the key's limit
+    /// over the most holders any key reported; before any answer, the
+    /// static share `limit / expected_replicas`.
+    fn fallback_share(&self, e: &Entry, p: Policy) -> Policy {
+        if self.r.adaptive {
+            // A rate of `r` credit units per ms is `r` tokens per window.
+            let fb = e.fallback.load(Relaxed);
+            if fb > 0 {
+                return Policy {
+                    limit: fb,
+                    window_ms: p.window_ms,
+                };
+            }
+            if let Some(limit) = p.limit.checked_div(self.fleet.load(Relaxed)) {
+                return Policy {
+                    limit: limit.max(1),
+                    window_ms: p.window_ms,
+                };
+            }
+        }
+        self.share(p)
     }
 
     /// The authority's view of a key's policy: local mode enforces the static share.

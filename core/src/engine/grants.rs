@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::entry::Entry;
 use super::Engine;
+use crate::adaptive::{Answer, Ask};
 use crate::authority::{Call, Done, Now, Reply};
 use crate::bucket::{Grant, Policy};
 use crate::config::Mode;
@@ -67,12 +68,24 @@ impl Engine {
             e.in_flight.store(false, Release);
             return true;
         };
-        let call = Call::Lease {
-            key: e.key.to_string(),
-            policy: self.authority_policy(e.policy()),
+        let now = self.now();
+        let policy = self.authority_policy(e.policy());
+        let adaptive = self.r.adaptive.then(|| Ask {
+            holder: self.holder.load(Relaxed),
+            demand: self.sample_demand(e, now.ms),
+            held: e.tokens.load(Relaxed),
             want,
             need,
-            now: self.now(),
+            budget: self.r.cfg.overshoot_budget.tokens(policy.limit),
+            returned: e.rate_dropped.swap(0, AcqRel) + self.unused_bonus(e, policy, now.ms),
+        });
+        let call = Call::Lease {
+            key: e.key.to_string(),
+            policy,
+            want,
+            need,
+            now,
+            adaptive,
         };
         let entry = e.clone();
         let done: Done = Box::new(move |r| me.lease_done(&entry, need, r));
@@ -82,10 +95,47 @@ impl Engine {
         true
     }
 
+    /// The key's offered load (admitted + denied per second, milli-tokens):
+    /// a moving average with a one-second half-life, sampled per lease call.
+    fn sample_demand(&self, e: &Entry, now: u64) -> u64 {
+        let offered = e.admitted.load(Relaxed) + e.denied.load(Relaxed);
+        let at = e.demand_at.load(Relaxed);
+        let dt = now.saturating_sub(at);
+        let old = e.demand.load(Relaxed) as f64;
+        // The first estimate waits for 100 ms of traffic and is then taken
+        // whole; later samples (10 ms apart at least) are averaged in with a
+        // one-second half-life.
+        let due = if old == 0.0 { dt >= 100 } else { dt >= 10 };
+        if due && e.demand_at.compare_exchange(at, now, AcqRel, Relaxed).is_ok() {
+            let before = e.demand_offered.swap(offered, AcqRel);
+            let sample = offered.saturating_sub(before) as f64 * 1e6 / dt as f64;
+            let keep = if old == 0.0 {
+                0.0
+            } else {
+                0.5f64.powf(dt as f64 / 1_000.0)
+            };
+            e.demand.store((old * keep + sample * (1.0 - keep)) as u64, Relaxed);
+        }
+        e.demand.load(Relaxed)
+    }
+
     fn lease_done(&self, e: &Entry, need: u64, r: std::result::Result<Reply, String>) {
+        let now = self.clock.precise();
+        if !self.is_inline() {
+            // Round trip, from the coarse reading the request went out at.
+            let rtt = now.saturating_sub(e.in_flight_since.load(Relaxed));
+            let old = self.rtt_ms.load(Relaxed);
+            self.rtt_ms
+                .store(if old == 0 { rtt } else { (old * 7 + rtt) / 8 }, Relaxed);
+        }
         let r = match r {
-            Ok(Reply::Grant(g)) => {
-                self.apply_grant(e, g, need, self.clock.precise());
+            Ok(Reply::Grant(g, answer)) => {
+                if let Some(a) = answer {
+                    self.apply_answer(e, a, now);
+                }
+                if g.granted > 0 || answer.is_none_or(|a| a.rate == 0) {
+                    self.apply_grant(e, g, need, now);
+                }
                 Ok(())
             }
             Ok(other) => Err(format!("unexpected answer to a lease: {other:?}")),
@@ -93,6 +143,48 @@ impl Engine {
         };
         e.in_flight.store(false, Release);
         self.finish(r.as_ref().map(|_| ()).map_err(String::as_str));
+    }
+
+    /// Bonus tokens of the current rate grant not yet accrued: the renewal
+    /// replaces the grant, so they go back (the authority paid them up front).
+    fn unused_bonus(&self, e: &Entry, p: Policy, now: u64) -> u64 {
+        let bonus = e.rate_bonus.load(Acquire);
+        let until = e.rate_until.load(Acquire);
+        if bonus == 0 || e.rate.load(Acquire) == 0 || until <= now {
+            return 0;
+        }
+        bonus * (until - now) / p.window_ms
+    }
+
+    /// The adaptive part of an answer: fallback rate, holders, a rate grant
+    /// (or the end of one), and the prefetch threshold for the demand.
+    fn apply_answer(&self, e: &Entry, a: Answer, now: u64) {
+        let p = e.policy();
+        e.fallback.store(a.fallback, Relaxed);
+        e.holders.store(a.holders, Relaxed);
+        self.fleet.fetch_max(a.holders, Relaxed);
+        if a.rate > 0 {
+            // What the old grant accrued is kept; the new one starts now.
+            e.accrue(p, now, self.carry(e, p));
+            e.start_rate(a.rate, a.bonus, a.rate_until, now);
+            e.exhausted_until.store(0, Relaxed);
+        } else if e.rate.load(Acquire) > 0 {
+            // The grant ends now: what it accrued until now is kept.
+            e.accrue(p, now, self.carry(e, p));
+            e.rate.store(0, Release);
+        }
+        // Prefetch a round trip's worth (twice) ahead of running dry.
+        let d = e.demand.load(Relaxed) as u128;
+        let rtt = self.rtt_ms.load(Relaxed) as u128;
+        e.threshold.store(1 + (2 * d * rtt).div_ceil(1_000_000) as u64, Relaxed);
+    }
+
+    /// Tokens a rate grant may leave accrued and unspent: this holder's part
+    /// of the budget by rate (at least one token).
+    pub(super) fn carry(&self, e: &Entry, p: Policy) -> u64 {
+        let budget = self.r.cfg.overshoot_budget.tokens(p.limit) as u128;
+        let rate = e.rate.load(Relaxed) as u128;
+        ((budget * rate / p.limit.max(1) as u128) as u64).max(1)
     }
 
     fn apply_grant(&self, e: &Entry, g: Grant, need: u64, now: u64) {
@@ -105,7 +197,7 @@ impl Engine {
             // used, since the bucket keeps what accumulates meanwhile).
             let p = e.policy();
             let (lease, _) = self.lease_params(p);
-            let settle = if self.r.cfg.mode == Mode::Lease {
+            let settle = if self.r.cfg.mode == Mode::Lease && !self.r.adaptive {
                 p.ms_for_tokens(lease / 2)
             } else {
                 0
@@ -143,6 +235,7 @@ impl Engine {
             policy: self.authority_policy(policy),
             tokens,
             now: self.now(),
+            holder: self.holder.load(Relaxed),
         };
         let done: Done = Box::new(move |r| {
             let r = match r {

@@ -68,6 +68,27 @@ pub(crate) struct Engine {
     ticking: AtomicU64,
     /// Clock reading of the last maintenance pass.
     last_sweep: AtomicU64,
+    /// This instance's holder id at the authority (adaptive leasing); a new
+    /// one after a fork, since the child holds nothing.
+    holder: AtomicU64,
+    /// Moving average of the authority's round trip (ms).
+    rtt_ms: AtomicU64,
+    /// Most live holders any key reported (fallback share for unseen keys).
+    fleet: AtomicU64,
+}
+
+/// A holder id no other instance will pick: random bits from the standard
+/// library's per-process hasher keys, the process id and the time.
+fn new_holder_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish().max(1)
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -104,6 +125,9 @@ impl Engine {
             listeners: Mutex::new(Vec::new()),
             ticking: AtomicU64::new(0),
             last_sweep: AtomicU64::new(0),
+            holder: AtomicU64::new(new_holder_id()),
+            rtt_ms: AtomicU64::new(0),
+            fleet: AtomicU64::new(0),
             r,
         }))
     }
@@ -142,6 +166,7 @@ impl Engine {
             return false; // closed
         }
         if self.gen.compare_exchange(mine, g, AcqRel, Relaxed).is_ok() {
+            self.holder.store(new_holder_id(), Relaxed);
             let dropped = self.table.forget_leases();
             Counters::add(&self.counters.tokens_expired, dropped);
             self.pending.store(0, Release);
@@ -182,6 +207,9 @@ impl Engine {
             e.window_ms.store(p.window_ms, Relaxed);
             // The authority's last "empty" was under the old policy.
             e.exhausted_until.store(0, Relaxed);
+            if !self.r.adaptive {
+                e.threshold.store(self.lease_params(p).1, Relaxed);
+            }
             // Local tokens above the new limit go back.
             if e.tokens.load(Relaxed) > p.limit {
                 let extra = e.tokens.swap(p.limit, AcqRel).saturating_sub(p.limit);

@@ -76,12 +76,14 @@ impl Table {
         }
     }
 
-    /// In a forked child: drop every leased token, forget calls in flight.
+    /// In a forked child: drop every leased token and rate grant, forget
+    /// calls in flight.
     pub fn forget_leases(&self) -> u64 {
         let guard = self.map.pin();
         let mut dropped = 0;
         for (_, e) in guard.iter() {
             dropped += e.tokens.swap(0, AcqRel);
+            e.rate.store(0, Release);
             e.in_flight.store(false, Release);
         }
         dropped
@@ -104,10 +106,12 @@ impl Engine {
         }
         let policy = self.policy_of(key);
         let now = self.clock.precise();
+        let (_, threshold) = self.lease_params(policy);
+        let threshold = if self.r.adaptive { 1 } else { threshold };
         self.table
             .map
             .pin()
-            .get_or_insert_with(key.into(), || Arc::new(Entry::new(key, policy, now)))
+            .get_or_insert_with(key.into(), || Arc::new(Entry::new(key, policy, threshold, now)))
             .clone()
     }
 

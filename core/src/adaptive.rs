@@ -1,0 +1,412 @@
+//! Adaptive quota leasing, the authority's side: leases sized by each
+//! holder's demand under one per-key overshoot budget, rate grants when the
+//! bucket runs dry, and fallback rates from the live holders.
+//!
+//! Per key the authority keeps its bucket (as in [`crate::bucket`]) and one
+//! record per live holder (a limiter instance): its demand, the tokens it may
+//! still hold, when it expires, and its current rate grant. A lease call
+//! carries the caller's demand, what it holds, and what it needs now:
+//!
+//! - **Chunk** (the bucket can serve the request): `need` tokens (spent at
+//!   once, so they are never "held") plus an `extra` for the coming period,
+//!   at most the holder's demand share of the budget `O` and never more than
+//!   leaves all holders together holding `O`.
+//! - **Rate** (the bucket cannot serve `need`): a rate in credit units per ms
+//!   until `now + PERIOD_MS`, the holder's weighted max-min fair share of the
+//!   key's refill rate given every live holder's demand, and never more than
+//!   what the other holders' active rates leave of it. A rate is paid from
+//!   the refill as time passes (the bucket refills by the key's rate less the
+//!   holders' active rates), so credit never goes negative and the fleet can
+//!   never be granted more than the bucket would have refilled.
+//!
+//! Every answer carries the holder's fallback rate (its share of the key's
+//! rate among the live holders: the shares sum to the key's rate) and the
+//! number of live holders, for the failure policy.
+//!
+//! Units: demand in milli-tokens per second; rates in credit units per ms
+//! (one token is `window_ms` units; the key's refill rate is `limit` units/ms).
+
+use std::collections::BTreeMap;
+
+use crate::bucket::{BucketState, Grant, Policy};
+
+/// The period a chunk is sized for, and the shortest rate grant.
+pub const PERIOD_MS: u64 = 1_000;
+/// A rate grant lasts long enough to deliver this many tokens (so renewals
+/// cost at most one call per this many admitted), within
+/// [`PERIOD_MS`]..=[`MAX_PERIOD_MS`].
+pub const GRANT_TOKENS: u64 = 20;
+/// The longest rate grant (how long a joiner may wait for its share).
+pub const MAX_PERIOD_MS: u64 = 5_000;
+/// A holder not heard from for this long is forgotten.
+pub const HOLDER_TTL_MS: u64 = 3 * PERIOD_MS;
+
+/// One live holder of a key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Holder {
+    /// Offered load (admitted + denied), milli-tokens per second.
+    pub demand: u64,
+    /// Tokens it may still hold from chunks (an overstatement: it spends them).
+    pub held: u64,
+    /// Clock reading after which it is forgotten.
+    pub expires: u64,
+    /// Its rate grant (credit units per ms; 0: none).
+    pub rate: u64,
+    /// When the rate grant started (refill paid to it from here).
+    pub rate_from: u64,
+    /// When the rate grant ends.
+    pub rate_until: u64,
+}
+
+/// What a holder asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ask {
+    /// The holder's id (one per limiter instance and process).
+    pub holder: u64,
+    /// Its offered load on the key, milli-tokens per second.
+    pub demand: u64,
+    /// Tokens it holds locally now.
+    pub held: u64,
+    /// Tokens it would like (need + what the coming period spends).
+    pub want: u64,
+    /// Tokens it needs now (0 grant below this).
+    pub need: u64,
+    /// Tokens of its rate grant that accrued beyond what it could hold
+    /// (paid from the refill, never spent): credited back to the bucket.
+    pub returned: u64,
+    /// The key's overshoot budget `O` in tokens (at least 1).
+    pub budget: u64,
+}
+
+/// The authority's answer beyond the chunk grant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Answer {
+    /// A rate grant in credit units per ms (0: none), bonus included.
+    pub rate: u64,
+    /// The part of `rate` paid from the bucket up front (what the holder
+    /// hands back, as `returned`, for the time it renews early).
+    pub bonus: u64,
+    /// When the rate grant ends.
+    pub rate_until: u64,
+    /// This holder's fallback rate (credit units per ms).
+    pub fallback: u64,
+    /// Live holders of the key, this one included.
+    pub holders: u64,
+}
+
+/// The authority's state of one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyState {
+    /// The authoritative bucket.
+    pub bucket: BucketState,
+    /// Live holders by id.
+    pub holders: BTreeMap<u64, Holder>,
+}
+
+/// Credit units per ms that `demand` (milli-tokens/s) amounts to.
+pub fn demand_units(demand: u64, p: Policy) -> u64 {
+    ((demand as u128 * p.window_ms as u128) / 1_000_000) as u64
+}
+
+/// Weighted max-min fair shares of `total` among `demands` (water-filling):
+/// nobody gets more than it asks, and what the small ask leaves is split
+/// evenly among the rest. When the demands sum to less than `total`, the
+/// remainder is split evenly on top (so the shares always sum to `total`,
+/// give or take integer rounding, which only ever rounds down).
+pub fn water_fill(demands: &[u64], total: u64) -> Vec<u64> {
+    let n = demands.len() as u64;
+    if n == 0 {
+        return Vec::new();
+    }
+    let sum: u128 = demands.iter().map(|&d| d as u128).sum();
+    if sum <= total as u128 {
+        let spare = total - sum as u64;
+        return demands.iter().map(|&d| d + spare / n).collect();
+    }
+    let mut order: Vec<usize> = (0..demands.len()).collect();
+    order.sort_by_key(|&i| demands[i]);
+    let mut out = vec![0; demands.len()];
+    let mut left = total;
+    for (k, &i) in order.iter().enumerate() {
+        let fair = left / (n - k as u64);
+        let give = demands[i].min(fair);
+        out[i] = give;
+        left -= give;
+    }
+    out
+}
+
+impl KeyState {
+    /// A key seen for the first time: a full bucket, no holders.
+    pub fn new(policy: Policy, now: u64) -> Self {
+        KeyState {
+            bucket: BucketState::full(policy, now),
+            holders: BTreeMap::new(),
+        }
+    }
+
+    /// Rate units paid to holders over `(from, to]`.
+    fn rates_paid(&self, from: u64, to: u64) -> u64 {
+        self.holders
+            .values()
+            .map(|h| {
+                let a = h.rate_from.max(from);
+                let b = h.rate_until.min(to);
+                h.rate * b.saturating_sub(a)
+            })
+            .sum()
+    }
+
+    /// Bring the bucket to `now`: refill less what active rates were paid.
+    pub fn refill(&mut self, p: Policy, now: u64) {
+        let from = self.bucket.ts;
+        let paid = if now > from {
+            self.rates_paid(from, now.min(from + p.window_ms))
+        } else {
+            0
+        };
+        self.bucket.refill(p, now);
+        self.bucket.credit = self.bucket.credit.saturating_sub(paid);
+    }
+
+    /// Forget holders not heard from in time.
+    fn reap(&mut self, now: u64) {
+        self.holders.retain(|_, h| h.expires > now);
+    }
+
+    /// Answer one adaptive lease call.
+    pub fn lease(&mut self, p: Policy, ask: Ask, now: u64) -> (Grant, Answer) {
+        self.refill(p, now);
+        self.reap(now);
+        if ask.returned > 0 {
+            self.bucket.credit = self
+                .bucket
+                .credit
+                .saturating_add(ask.returned.saturating_mul(p.window_ms))
+                .min(p.capacity_units());
+        }
+        let me = self.holders.entry(ask.holder).or_default();
+        me.demand = ask.demand;
+        me.held = ask.held;
+        me.expires = now + HOLDER_TTL_MS;
+        let ids: Vec<u64> = self.holders.keys().copied().collect();
+        let demands: Vec<u64> = self.holders.values().map(|h| demand_units(h.demand, p)).collect();
+        let shares = water_fill(&demands, p.limit);
+        let mine = ids.iter().position(|&id| id == ask.holder).expect("just inserted");
+        let answer_base = Answer {
+            fallback: shares[mine],
+            holders: ids.len() as u64,
+            ..Answer::default()
+        };
+        let need = ask.need.max(1).min(p.limit);
+        let avail = self.bucket.whole_tokens(p);
+        // This holder's share of the budget, by demand.
+        let total_demand: u128 = self.holders.values().map(|h| h.demand as u128).sum();
+        let share = (ask.budget as u128 * ask.demand as u128)
+            .checked_div(total_demand)
+            .map_or(ask.budget, |s| s as u64)
+            .max(1);
+        let target = ask.want.saturating_sub(need).min(share.saturating_sub(ask.held));
+        let others: u64 = self
+            .holders
+            .iter()
+            .filter(|(&id, _)| id != ask.holder)
+            .map(|(_, h)| h.held)
+            .sum();
+        let room = ask.budget.saturating_sub(others).saturating_sub(ask.held);
+        // What the bucket can give now: `need` (spent at once, never held)
+        // plus the target as far as the budget has room.
+        let granted = if avail >= need {
+            need + target.min(room).min(avail - need)
+        } else {
+            0
+        };
+        self.bucket.credit -= granted * p.window_ms;
+        let grant = Grant {
+            granted,
+            remaining: self.bucket.whole_tokens(p),
+            wait_ms: if granted > 0 {
+                0
+            } else {
+                (need * p.window_ms)
+                    .saturating_sub(self.bucket.credit)
+                    .div_ceil(p.limit)
+            },
+        };
+        let others_active: u64 = self
+            .holders
+            .iter()
+            .filter(|(&id, h)| id != ask.holder && h.rate_until > now)
+            .map(|(_, h)| h.rate)
+            .sum();
+        // Saturated when the bucket holds less than this holder wants, or
+        // less than the live holders together spend in a period while it is
+        // under three quarters full: then rates, else chunks.
+        let period_demand = (total_demand * PERIOD_MS as u128 / 1_000_000) as u64;
+        let want = ask.want.min(p.limit).max(need);
+        let chunk = avail >= want && (avail > period_demand || avail >= p.limit - p.limit / 4);
+        let me = self.holders.get_mut(&ask.holder).expect("present");
+        me.held = ask.held + granted.saturating_sub(need);
+        if chunk {
+            // Chunk mode: served from the bucket; any rate ends.
+            me.rate = 0;
+            if me.rate_until > now {
+                me.rate_until = now;
+            }
+            return (grant, answer_base);
+        }
+        // Rate mode: the fair share, within what other active rates leave.
+        let rate = shares[mine].min(p.limit.saturating_sub(others_active));
+        // What the bucket holds (tokens handed back, refill no rate took) goes
+        // out as a bonus on top of the rate, to the holders whose demand the
+        // fair shares leave unmet, in proportion to what they miss. It is
+        // taken from the bucket now and delivered over the period.
+        let unmet = |d: u64, r: u64| d.saturating_sub(r) as u128;
+        let my_unmet = unmet(demands[mine], rate);
+        let all_unmet: u128 = demands
+            .iter()
+            .zip(&shares)
+            .map(|(&d, &r)| unmet(d, r))
+            .sum::<u128>()
+            .max(my_unmet);
+        let period = if rate == 0 {
+            PERIOD_MS
+        } else {
+            (GRANT_TOKENS * p.window_ms)
+                .div_ceil(rate)
+                .clamp(PERIOD_MS, MAX_PERIOD_MS)
+        };
+        let spare = self.bucket.credit as u128;
+        // units per ms over the period, paid in full now
+        let bonus = (spare * my_unmet)
+            .checked_div(all_unmet)
+            .map_or(0, |b| (b / period as u128) as u64);
+        self.bucket.credit -= bonus * period;
+        let me = self.holders.get_mut(&ask.holder).expect("present");
+        if rate + bonus == 0 {
+            me.rate = 0;
+            return (grant, answer_base);
+        }
+        // The authority's record keeps the part paid from refill.
+        me.rate = rate;
+        me.rate_from = now;
+        me.rate_until = now + period;
+        me.expires = me.expires.max(now + period + PERIOD_MS);
+        let answer = Answer {
+            rate: rate + bonus,
+            bonus,
+            rate_until: now + period,
+            ..answer_base
+        };
+        let grant = Grant {
+            remaining: self.bucket.whole_tokens(p),
+            ..grant
+        };
+        (grant, answer)
+    }
+
+    /// A holder gives `tokens` back (lease TTL, flush, eviction).
+    pub fn give_back(&mut self, p: Policy, holder: u64, tokens: u64, now: u64) {
+        self.refill(p, now);
+        self.bucket.credit = self
+            .bucket
+            .credit
+            .saturating_add(tokens.saturating_mul(p.window_ms))
+            .min(p.capacity_units());
+        if let Some(h) = self.holders.get_mut(&holder) {
+            h.held = h.held.saturating_sub(tokens);
+        }
+    }
+
+    /// Whether the state can be forgotten (a missing key reads the same).
+    pub fn is_idle(&self, p: Policy, now: u64) -> bool {
+        let mut probe = self.clone();
+        probe.refill(p, now);
+        probe.reap(now);
+        probe.holders.is_empty() && probe.bucket.ms_until_full(p) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: Policy = Policy {
+        limit: 1000,
+        window_ms: 1000,
+    };
+
+    fn ask(holder: u64, demand_tps: u64, held: u64, want: u64, need: u64) -> Ask {
+        Ask {
+            holder,
+            demand: demand_tps * 1000,
+            held,
+            want,
+            need,
+            budget: 20,
+            returned: 0,
+        }
+    }
+
+    #[test]
+    fn water_filling_is_max_min_fair() {
+        assert_eq!(water_fill(&[10, 10, 10], 30), vec![10, 10, 10]);
+        // the small asks are met, the rest split evenly
+        assert_eq!(water_fill(&[5, 100, 100], 105), vec![5, 50, 50]);
+        assert_eq!(water_fill(&[1000, 10, 10, 10], 100), vec![70, 10, 10, 10]);
+        // under-demand: the spare is split evenly on top
+        assert_eq!(water_fill(&[10, 20], 100), vec![45, 55]);
+        let s = water_fill(&[7, 300, 3, 90, 90], 333);
+        assert!(s.iter().sum::<u64>() <= 333);
+        assert_eq!(s[0], 7);
+        assert_eq!(s[2], 3);
+    }
+
+    #[test]
+    fn chunks_are_sized_by_demand_within_the_budget() {
+        let mut k = KeyState::new(P, 0);
+        // one holder at 100/s: the whole budget is its share
+        let (g, a) = k.lease(P, ask(1, 100, 0, 200, 1), 0);
+        assert_eq!(g.granted, 1 + 20, "need + the whole budget");
+        assert_eq!(a.holders, 1);
+        // a second holder with the same demand: room is what holder 1 does not hold
+        let (g, a) = k.lease(P, ask(2, 100, 0, 200, 1), 0);
+        assert_eq!(g.granted, 1, "holder 1 holds the whole budget");
+        assert_eq!(a.holders, 2);
+        // holder 1 spent its tokens: now each gets half the budget
+        let (g, _) = k.lease(P, ask(1, 100, 0, 200, 1), 10);
+        assert_eq!(g.granted, 1 + 10);
+        let (g, _) = k.lease(P, ask(2, 100, 0, 200, 1), 10);
+        assert_eq!(g.granted, 1 + 10);
+        let held: u64 = k.holders.values().map(|h| h.held).sum();
+        assert!(held <= 20);
+    }
+
+    #[test]
+    fn an_empty_bucket_grants_fair_rates_paid_from_refill() {
+        let mut k = KeyState::new(P, 0);
+        k.bucket.credit = 0;
+        // a heavy holder and a light one: max-min fair rates
+        let (g, a) = k.lease(P, ask(1, 5000, 0, 5000, 1), 0);
+        assert_eq!(g.granted, 0);
+        assert_eq!(a.rate, 1000, "alone, it gets the whole refill");
+        let (_, b) = k.lease(P, ask(2, 100, 0, 100, 1), 0);
+        assert_eq!(b.rate, 0, "holder 1's active rate leaves nothing yet");
+        assert_eq!(b.fallback, 100, "its fair share: all it asks");
+        // the heavy one renews at its fair share, which frees room for the light one
+        let (_, a) = k.lease(P, ask(1, 5000, 0, 5000, 1), 500);
+        assert_eq!(a.rate, 900);
+        let (_, b) = k.lease(P, ask(2, 100, 0, 100, 1), 500);
+        assert_eq!(b.rate, 100);
+        // rates are paid from refill: the bucket gets nothing while they run
+        k.refill(P, 1000);
+        assert_eq!(k.bucket.credit, 0, "refill 1000/ms, rates 900 + 100");
+        // rates end when not renewed: the refill flows back into the bucket
+        k.refill(P, 1600);
+        assert_eq!(
+            k.bucket.credit,
+            1000 * 100,
+            "both rates ran to 1500; then 100 ms at 1000/ms"
+        );
+    }
+}

@@ -1,0 +1,236 @@
+//! Adaptive leasing on the memory authority with manual clocks: fleets of
+//! 50 to 200 instances on one key, in simulated time (deterministic).
+//! Targets from issue 12, asserted as bounds:
+//! - saturation (2x offered, uneven demand): authority calls per admitted
+//!   <= 0.06, admitted within the bucket's allowance + the budget, and with
+//!   equal demand every instance within 10 % of an equal share;
+//! - 0.8x offered (Poisson, uneven): false denials (denied while one exact
+//!   global bucket would admit) <= 0.5 % of requests, and the most admitted
+//!   in any 1-second window <= what the exact bucket allows + the budget.
+
+use quotalease::{ClockKind, Limiter, Metrics};
+
+const LIMIT: u64 = 1_000;
+const WINDOW: u64 = 1_000;
+const BUDGET: u64 = 20; // 2 % of the limit, the default
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Poisson-distributed count with mean `mean` (small means).
+    fn poisson(&mut self, mean: f64) -> u64 {
+        let l = (-mean).exp();
+        let (mut k, mut p) = (0, 1.0);
+        loop {
+            p *= self.unit();
+            if p <= l {
+                return k;
+            }
+            k += 1;
+        }
+    }
+}
+
+fn fleet(name: &str, n: usize) -> Vec<Limiter> {
+    fleet_with(name, n, LIMIT, WINDOW)
+}
+
+fn fleet_with(name: &str, n: usize, limit: u64, window: u64) -> Vec<Limiter> {
+    (0..n)
+        .map(|_| {
+            Limiter::builder()
+                .url(format!("memory://{name}"))
+                .limit(limit)
+                .window_ms(window)
+                .clock(ClockKind::Manual { start_ms: 1_000_000 })
+                .build()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The exact global bucket the fleet is compared with.
+struct Exact {
+    tokens: f64,
+    limit: u64,
+    window: u64,
+}
+impl Exact {
+    fn tick(&mut self, ms: u64) {
+        self.tokens = (self.tokens + (self.limit * ms) as f64 / self.window as f64).min(self.limit as f64);
+    }
+    fn take(&mut self) -> bool {
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+struct Run {
+    admitted: Vec<u64>,
+    offered: u64,
+    false_denials: u64,
+    metrics: Metrics,
+    /// The most admitted in any 1 s window, and the exact bucket's most.
+    max_window: u64,
+    allowance: u64,
+}
+
+/// Drive `fleet` for `secs` simulated seconds: each ms, Poisson arrivals with
+/// mean `rate_per_ms`, each sent to an instance drawn by `weights`.
+fn run(fleet: &[Limiter], weights: &[f64], rate_per_ms: f64, secs: u64, seed: u64) -> Run {
+    let (limit, window) = (fleet[0].config().limit, fleet[0].config().window_ms);
+    let mut rng = Rng(seed);
+    let total: f64 = weights.iter().sum();
+    let mut exact = Exact {
+        tokens: limit as f64,
+        limit,
+        window,
+    };
+    let mut admitted = vec![0u64; fleet.len()];
+    let (mut offered, mut false_denials) = (0, 0);
+    let mut per_ms = Vec::new();
+    let mut exact_per_ms = Vec::new();
+    for _ in 0..secs * 1_000 {
+        let mut admitted_now = 0;
+        let mut exact_now = 0;
+        for _ in 0..rng.poisson(rate_per_ms) {
+            let mut x = rng.unit() * total;
+            let mut i = 0;
+            while i + 1 < weights.len() && x >= weights[i] {
+                x -= weights[i];
+                i += 1;
+            }
+            offered += 1;
+            let d = fleet[i].acquire("k", 1).unwrap();
+            let exact_ok = exact.take();
+            exact_now += exact_ok as u64;
+            if d.allowed {
+                admitted[i] += 1;
+                admitted_now += 1;
+            } else if exact_ok {
+                false_denials += 1;
+            }
+        }
+        per_ms.push(admitted_now);
+        exact_per_ms.push(exact_now);
+        for l in fleet {
+            l.advance_clock(1).unwrap();
+        }
+        exact.tick(1);
+    }
+    let max_window = |v: &[u64]| {
+        let mut best = 0;
+        let mut sum: u64 = v.iter().take(1_000).sum();
+        best = best.max(sum);
+        for i in 1_000..v.len() {
+            sum = sum + v[i] - v[i - 1_000];
+            best = best.max(sum);
+        }
+        best
+    };
+    if std::env::var("ADAPTIVE_TRACE").is_ok() {
+        let secs: Vec<u64> = per_ms.chunks(1_000).map(|c| c.iter().sum()).collect();
+        eprintln!("admitted per second: {secs:?}");
+    }
+    let metrics = fleet.iter().map(Limiter::metrics).fold(Metrics::default(), |mut a, m| {
+        a.admitted += m.admitted;
+        a.denied += m.denied;
+        a.backend_calls += m.backend_calls;
+        a
+    });
+    Run {
+        admitted,
+        offered,
+        false_denials,
+        metrics,
+        max_window: max_window(&per_ms),
+        allowance: limit + limit * secs * 1_000 / window,
+    }
+}
+
+#[test]
+fn saturated_fleet_of_50_costs_few_calls_and_holds_the_bound() {
+    let f = fleet("adaptive-sat", 50);
+    let weights: Vec<f64> = (0..50).map(|i| 1.0 + (i % 5) as f64).collect();
+    let r = run(&f, &weights, 2.0, 60, 7);
+    let total: u64 = r.admitted.iter().sum();
+    let calls = r.metrics.backend_calls as f64 / total as f64;
+    eprintln!(
+        "saturated 50: offered {} admitted {total} (allowance {}) calls/admitted {calls:.4} max 1s window {}",
+        r.offered, r.allowance, r.max_window
+    );
+    assert!(total <= r.allowance + BUDGET, "{total} > {} + {BUDGET}", r.allowance);
+    assert!(total as f64 >= 0.95 * r.allowance as f64, "the limit is used: {total}");
+    assert!(calls <= 0.06, "calls per admitted {calls}");
+    assert!(r.max_window <= 2 * LIMIT + BUDGET, "{}", r.max_window);
+}
+
+#[test]
+fn saturated_fleet_with_equal_demand_shares_equally() {
+    let f = fleet("adaptive-equal", 50);
+    let r = run(&f, &[1.0; 50], 2.0, 30, 11);
+    // Skip the first second (the full bucket's burst goes to whoever asks first).
+    let mean = r.admitted.iter().sum::<u64>() as f64 / 50.0;
+    let (lo, hi) = (r.admitted.iter().min().unwrap(), r.admitted.iter().max().unwrap());
+    eprintln!("equal 50: mean {mean:.1} min {lo} max {hi}");
+    for a in &r.admitted {
+        assert!((*a as f64 - mean).abs() <= 0.1 * mean, "{a} vs mean {mean}");
+    }
+}
+
+fn under_limit(n: usize, seed: u64) {
+    let f = fleet(&format!("adaptive-under-{n}"), n);
+    // Uneven: a quarter of the instances get 4x the traffic of the rest.
+    let weights: Vec<f64> = (0..n).map(|i| if i % 4 == 0 { 4.0 } else { 1.0 }).collect();
+    let r = run(&f, &weights, 0.8, 30, seed);
+    let share = r.false_denials as f64 / r.offered as f64;
+    eprintln!(
+        "0.8x {n}: offered {} false denials {} ({:.3} %) calls/admitted {:.3} max 1s window {}",
+        r.offered,
+        r.false_denials,
+        share * 100.0,
+        r.metrics.backend_calls as f64 / r.metrics.admitted as f64,
+        r.max_window
+    );
+    assert!(share <= 0.005, "false denials {share}");
+    assert!(r.max_window <= 2 * LIMIT + BUDGET, "{}", r.max_window);
+}
+
+#[test]
+fn fleets_of_50_100_200_under_the_limit_deny_almost_nothing() {
+    for (n, seed) in [(50, 3), (100, 5), (200, 9)] {
+        under_limit(n, seed);
+    }
+}
+
+#[test]
+fn a_long_window_saturated_by_a_few_instances_is_used() {
+    // 600 per minute, 6 instances with uneven traffic at 10x the limit.
+    let f = fleet_with("adaptive-minute", 6, 600, 60_000);
+    let r = run(&f, &[41.0, 20.0, 14.0, 10.0, 8.0, 7.0], 0.1, 120, 5);
+    let total: u64 = r.admitted.iter().sum();
+    // Low rates per holder (1.7 tokens/s) make longer grants (5 s at most):
+    // calls per admitted stay near 1 / (rate x 5 s).
+    eprintln!(
+        "minute: admitted {total} of {} calls/admitted {:.3} per instance {:?}",
+        r.allowance,
+        r.metrics.backend_calls as f64 / total as f64,
+        r.admitted
+    );
+    assert!(total <= r.allowance + 12);
+    assert!(total as f64 >= 0.95 * r.allowance as f64, "{total}");
+    assert!(r.metrics.backend_calls * 4 <= total, "calls per admitted under 0.25");
+}
