@@ -52,5 +52,16 @@ pub use limiter::{Inspection, Limiter};
 pub use metrics::Metrics;
 pub use options::{OptionValue, Options, MANUAL_CLOCK_START_MS, OPTION_NAMES};
 
+/// Tools for testing code that uses a limiter.
+pub mod testing {
+    /// Make the `memory://NAME` authority unreachable (`down = true`) or
+    /// reachable again, as if its Redis had gone away: every limiter using it
+    /// then applies its failure policy, deterministically (with manual
+    /// clocks). Returns false when no limiter has that authority open.
+    pub fn memory_outage(name: &str, down: bool) -> bool {
+        crate::authority::MemoryAuthority::set_down(name, down)
+    }
+}
+
 /// The crate version, as in Cargo.toml.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

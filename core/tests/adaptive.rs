@@ -234,3 +234,64 @@ fn a_long_window_saturated_by_a_few_instances_is_used() {
     assert!(total as f64 >= 0.95 * r.allowance as f64, "{total}");
     assert!(r.metrics.backend_calls * 4 <= total, "calls per admitted under 0.25");
 }
+
+#[test]
+fn an_outage_runs_at_the_fallback_rates_of_the_live_fleet() {
+    // 20 instances, expected_replicas left wrong (10), one instance taking
+    // 90 % of the traffic at 2x the limit; the authority unreachable for 120 s;
+    // one instance joining 60 s into the outage.
+    let name = "adaptive-outage";
+    let make = || {
+        Limiter::builder()
+            .url(format!("memory://{name}"))
+            .limit(LIMIT)
+            .window_ms(WINDOW)
+            .expected_replicas(10)
+            .clock(ClockKind::Manual { start_ms: 1_000_000 })
+            .build()
+            .unwrap()
+    };
+    let mut f: Vec<Limiter> = (0..20).map(|_| make()).collect();
+    let mut weights: Vec<f64> = vec![0.9];
+    weights.extend(std::iter::repeat_n(0.1 / 19.0, 19));
+    let mut rng = Rng(17);
+    let (mut during, mut t) = (0u64, 0u64);
+    let (outage_from, outage_to, join_at) = (30_000, 150_000, 90_000);
+    while t < 180_000 {
+        if t == outage_from {
+            assert!(quotalease::testing::memory_outage(name, true));
+        }
+        if t == outage_to {
+            assert!(quotalease::testing::memory_outage(name, false));
+        }
+        if t == join_at {
+            let l = make();
+            l.advance_clock(t).unwrap();
+            f.push(l);
+            // the load balancer gives the newcomer an equal part of the light traffic
+            weights.push(0.1 / 19.0);
+        }
+        let total: f64 = weights.iter().sum();
+        for _ in 0..rng.poisson(2.0) {
+            let mut x = rng.unit() * total;
+            let mut i = 0;
+            while i + 1 < weights.len() && x >= weights[i] {
+                x -= weights[i];
+                i += 1;
+            }
+            let d = f[i].acquire("k", 1).unwrap();
+            if d.allowed && (outage_from..outage_to).contains(&t) {
+                during += 1;
+            }
+        }
+        for l in &f {
+            l.advance_clock(1).unwrap();
+        }
+        t += 1;
+    }
+    let limit_over_outage = LIMIT * (outage_to - outage_from) / WINDOW;
+    let ratio = during as f64 / limit_over_outage as f64;
+    eprintln!("outage: admitted {during} while the limit allowed {limit_over_outage}: {ratio:.3}x");
+    assert!((0.9..=1.1).contains(&ratio), "{ratio}");
+    assert!(f.iter().all(|l| l.metrics().fallback_transitions >= 1));
+}

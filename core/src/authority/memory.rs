@@ -14,6 +14,8 @@ const SWEEP_EVERY: usize = 4096;
 #[derive(Default)]
 pub(crate) struct MemoryAuthority {
     buckets: Mutex<Buckets>,
+    /// A simulated outage ([`crate::testing::memory_outage`]): every call fails.
+    down: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -49,8 +51,15 @@ impl MemoryAuthority {
         a
     }
 
-    /// Answer one call inline.
-    pub fn answer(&self, call: Call) -> Reply {
+    /// Answer one call inline (an error only during a simulated outage).
+    pub fn answer(&self, call: Call) -> Result<Reply, String> {
+        if self.down.load(std::sync::atomic::Ordering::Acquire) {
+            return Err("the memory authority is unreachable (simulated outage)".into());
+        }
+        Ok(self.answer_up(call))
+    }
+
+    fn answer_up(&self, call: Call) -> Reply {
         match call {
             Call::Lease {
                 key,
@@ -101,6 +110,18 @@ impl MemoryAuthority {
                     None => Stored::default(),
                 })
             }
+        }
+    }
+
+    /// Start or end a simulated outage of the authority registered under `name`.
+    /// False when no such authority is open.
+    pub fn set_down(name: &str, down: bool) -> bool {
+        match lock(registry()).get(name).and_then(Weak::upgrade) {
+            Some(a) => {
+                a.down.store(down, std::sync::atomic::Ordering::Release);
+                true
+            }
+            None => false,
         }
     }
 

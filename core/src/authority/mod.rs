@@ -127,7 +127,7 @@ impl Authority {
     pub fn call(&self, call: Call, done: Done) -> Result<()> {
         match self {
             Authority::Memory(m) => {
-                done(Ok(m.answer(call)));
+                done(m.answer(call));
                 Ok(())
             }
             Authority::Remote(r) => r.send(call, done),

@@ -132,6 +132,10 @@ impl Engine {
             // microseconds, so wait for it rather than deny falsely.
             return Ok(Step::Wait);
         }
+        if self.circuit.is_open() {
+            // The inline call failed (a simulated outage): the policy decides.
+            return Ok(Step::Done(self.fallback(e, cost, now)));
+        }
         // Answered inline: tokens arrived, or the key is now exhausted, or
         // other threads spent what arrived (then go round again).
         if let Some(left) = e.try_take(cost) {
