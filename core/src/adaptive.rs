@@ -239,12 +239,18 @@ impl KeyState {
             .filter(|(&id, h)| id != ask.holder && h.rate_until > now)
             .map(|(_, h)| h.rate)
             .sum();
-        // Saturated when the bucket holds less than this holder wants, or
-        // less than the live holders together spend in a period while it is
-        // under three quarters full: then rates, else chunks.
+        // Chunks while the bucket can serve the request: a lone holder's
+        // burst gets what the bucket holds, as from one exact bucket. The key
+        // is saturated when the bucket holds less than the live holders spend
+        // in a period, and either rates already run on it or several holders
+        // share it and it is under three quarters full: then every holder
+        // gets a rate, and renewals cost one call per grant whatever the
+        // traffic.
         let period_demand = (total_demand * PERIOD_MS as u128 / 1_000_000) as u64;
-        let want = ask.want.min(p.limit).max(need);
-        let chunk = avail >= want && (avail > period_demand || avail >= p.limit - p.limit / 4);
+        let rates_run = others_active > 0 || self.holders[&ask.holder].rate_until > now;
+        let shared_and_draining = self.holders.len() > 1 && avail < p.limit - p.limit / 4;
+        let saturated = avail <= period_demand && (rates_run || shared_and_draining);
+        let chunk = avail >= need && !saturated;
         let me = self.holders.get_mut(&ask.holder).expect("present");
         me.held = ask.held + granted.saturating_sub(need);
         if chunk {

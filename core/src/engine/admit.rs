@@ -19,7 +19,7 @@ impl Engine {
     /// key's demand spends in one period and a round trip.
     pub(super) fn want(&self, e: &Entry, p: Policy, need: u64, local: u64) -> u64 {
         if self.r.adaptive {
-            let d = e.demand.load(Relaxed) as u128;
+            let d = self.sample_demand(e, self.clock.precise()) as u128;
             let span = (crate::adaptive::PERIOD_MS + self.rtt_ms.load(Relaxed)) as u128;
             need + (d * span).div_ceil(1_000_000) as u64
         } else {

@@ -74,7 +74,7 @@ impl Engine {
         let policy = self.authority_policy(e.policy());
         let adaptive = self.r.adaptive.then(|| Ask {
             holder: self.holder.load(Relaxed),
-            demand: self.sample_demand(e, now.ms),
+            demand: e.demand.load(Relaxed),
             held: e.tokens.load(Relaxed),
             want,
             need,
@@ -99,7 +99,7 @@ impl Engine {
 
     /// The key's offered load (admitted + denied per second, milli-tokens):
     /// a moving average with a one-second half-life, sampled per lease call.
-    fn sample_demand(&self, e: &Entry, now: u64) -> u64 {
+    pub(super) fn sample_demand(&self, e: &Entry, now: u64) -> u64 {
         let offered = e.admitted.load(Relaxed) + e.denied.load(Relaxed);
         let at = e.demand_at.load(Relaxed);
         let dt = now.saturating_sub(at);
@@ -175,10 +175,13 @@ impl Engine {
             e.accrue(p, now, self.carry(e, p));
             e.rate.store(0, Release);
         }
-        // Prefetch a round trip's worth (twice) ahead of running dry.
-        let d = e.demand.load(Relaxed) as u128;
-        let rtt = self.rtt_ms.load(Relaxed) as u128;
-        e.threshold.store(1 + (2 * d * rtt).div_ceil(1_000_000) as u64, Relaxed);
+        // Prefetch a round trip's worth (twice) ahead of running dry; an
+        // inline authority needs no prefetch.
+        if !self.is_inline() {
+            let d = e.demand.load(Relaxed) as u128;
+            let rtt = self.rtt_ms.load(Relaxed) as u128;
+            e.threshold.store(1 + (2 * d * rtt).div_ceil(1_000_000) as u64, Relaxed);
+        }
     }
 
     /// Tokens a rate grant may leave accrued and unspent: this holder's part

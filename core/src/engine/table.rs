@@ -107,7 +107,13 @@ impl Engine {
         let policy = self.policy_of(key);
         let now = self.clock.precise();
         let (_, threshold) = self.lease_params(policy);
-        let threshold = if self.r.adaptive { 1 } else { threshold };
+        // Adaptive: keep a token on hand for a remote authority (a round
+        // trip away); an inline one answers at once, so no prefetch.
+        let threshold = if self.r.adaptive {
+            u64::from(!self.is_inline())
+        } else {
+            threshold
+        };
         self.table
             .map
             .pin()
