@@ -250,7 +250,10 @@ impl KeyState {
         let rates_run = others_active > 0 || self.holders[&ask.holder].rate_until > now;
         let shared_and_draining = self.holders.len() > 1 && avail < p.limit - p.limit / 4;
         let saturated = avail <= period_demand && (rates_run || shared_and_draining);
-        let chunk = avail >= need && !saturated;
+        // A dry bucket (not a whole token) starts rates too; one that holds
+        // tokens but fewer than a large request needs answers as a plain
+        // bucket does: nothing now, and when to come back.
+        let chunk = !saturated && (avail >= need || avail > 0);
         let me = self.holders.get_mut(&ask.holder).expect("present");
         me.held = ask.held + granted.saturating_sub(need);
         if chunk {

@@ -411,12 +411,7 @@ impl Config {
             return Err(Error::config("overshoot_budget", "must be at least 1 token"));
         }
         let backend = parse_url(&self.url)?;
-        // Adaptive leasing needs an authority that keeps holder records: the
-        // memory authority does; the Redis scripts do not yet.
-        let adaptive = self.mode == Mode::Lease
-            && self.lease_size.is_none()
-            && self.refill_threshold.is_none()
-            && matches!(backend, BackendSpec::Memory(_));
+        let adaptive = self.mode == Mode::Lease && self.lease_size.is_none() && self.refill_threshold.is_none();
         Ok(Resolved {
             cfg: self.clone(),
             backend,

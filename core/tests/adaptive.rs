@@ -8,6 +8,8 @@
 //!   global bucket would admit) <= 0.5 % of requests, and the most admitted
 //!   in any 1-second window <= what the exact bucket allows + the budget.
 
+mod common;
+
 use quotalease::{ClockKind, Limiter, Metrics};
 
 const LIMIT: u64 = 1_000;
@@ -45,10 +47,15 @@ fn fleet(name: &str, n: usize) -> Vec<Limiter> {
 }
 
 fn fleet_with(name: &str, n: usize, limit: u64, window: u64) -> Vec<Limiter> {
+    fleet_at(&format!("memory://{name}"), name, n, limit, window)
+}
+
+fn fleet_at(url: &str, prefix: &str, n: usize, limit: u64, window: u64) -> Vec<Limiter> {
     (0..n)
         .map(|_| {
             Limiter::builder()
-                .url(format!("memory://{name}"))
+                .url(url)
+                .key_prefix(prefix)
                 .limit(limit)
                 .window_ms(window)
                 .clock(ClockKind::Manual { start_ms: 1_000_000 })
@@ -296,4 +303,29 @@ fn an_outage_runs_at_the_fallback_rates_of_the_live_fleet() {
     eprintln!("outage: admitted {during} while the limit allowed {limit_over_outage}: {ratio:.3}x");
     assert!((0.9..=1.1).contains(&ratio), "{ratio}");
     assert!(f.iter().all(|l| l.metrics().fallback_transitions >= 1));
+}
+
+#[test]
+fn the_redis_scripts_run_the_same_algorithm() {
+    // 20 instances at 2x on a real redis-server, manual clocks (the scripts
+    // take the callers' time): the same bounds as on the memory authority.
+    let server = common::RedisServer::start();
+    let f = fleet_at(&server.url(), "adaptive", 20, LIMIT, WINDOW);
+    let weights: Vec<f64> = (0..20).map(|i| 1.0 + (i % 4) as f64).collect();
+    let r = run(&f, &weights, 2.0, 20, 23);
+    for l in &f {
+        l.settle().unwrap();
+    }
+    let total: u64 = r.admitted.iter().sum();
+    let calls = r.metrics.backend_calls as f64 / total as f64;
+    eprintln!(
+        "redis 20: offered {} admitted {total} (allowance {}) calls/admitted {calls:.4}",
+        r.offered, r.allowance
+    );
+    assert!(total <= r.allowance + BUDGET, "{total}");
+    assert!(total as f64 >= 0.9 * r.allowance as f64, "{total}");
+    assert!(calls <= 0.06, "calls per admitted {calls}");
+    // The holders' records live beside the bucket, in the same hash slot.
+    let holders = server.cli(&["HLEN", "adaptive:{k}:h"]);
+    assert_eq!(holders.trim(), "20", "{holders}");
 }

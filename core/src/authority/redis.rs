@@ -20,12 +20,14 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, Script, Value};
 
 use super::{Call, Reply, Stored};
+use crate::adaptive::Answer;
 use crate::bucket::Grant;
 use crate::config::BackendSpec;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
 const GIVE_BACK: &str = include_str!("lua/give_back.lua");
+const ADAPTIVE_LEASE: &str = include_str!("lua/adaptive_lease.lua");
 
 /// A script's text and its SHA1 (for EVALSHA).
 #[derive(Clone)]
@@ -45,6 +47,7 @@ impl Lua {
 struct Scripts {
     lease: Lua,
     give_back: Lua,
+    adaptive_lease: Lua,
 }
 
 impl Scripts {
@@ -52,6 +55,7 @@ impl Scripts {
         Scripts {
             lease: Lua::new(&[PRELUDE, LEASE]),
             give_back: Lua::new(&[PRELUDE, GIVE_BACK]),
+            adaptive_lease: Lua::new(&[PRELUDE, ADAPTIVE_LEASE]),
         }
     }
 }
@@ -214,34 +218,30 @@ impl Connection {
             .collect())
     }
 
-    fn script_cmd(script: &Lua, eval: bool, key: &str, args: [u64; 4], now: Option<u64>) -> Cmd {
+    fn script_cmd(call: &ScriptCall, eval: bool) -> Cmd {
         let mut cmd = if eval {
             let mut c = redis::cmd("EVAL");
-            c.arg(&script.code);
+            c.arg(&call.script.code);
             c
         } else {
             let mut c = redis::cmd("EVALSHA");
-            c.arg(&script.sha);
+            c.arg(&call.script.sha);
             c
         };
-        cmd.arg(1).arg(key).arg(&args[..]);
-        match now {
-            Some(n) => cmd.arg(n),
-            None => cmd.arg(""),
-        };
+        cmd.arg(call.keys.len());
+        for k in &call.keys {
+            cmd.arg(k);
+        }
+        for a in &call.args {
+            cmd.arg(a);
+        }
         cmd
     }
 
-    /// One call of `script` per (key, args, now); per-call results (see [`Self::run`]).
-    async fn script_batch(
-        &mut self,
-        script: &Lua,
-        calls: &[(&str, [u64; 4], Option<u64>)],
-    ) -> Result<Vec<Result<Value, String>>, String> {
+    /// One script call each; per-call results (see [`Self::run`]).
+    async fn script_batch(&mut self, calls: &[ScriptCall]) -> Result<Vec<Result<Value, String>>, String> {
         self.run(calls.len(), |eval, idx| {
-            idx.iter()
-                .map(|&i| Self::script_cmd(script, eval, calls[i].0, calls[i].1, calls[i].2))
-                .collect()
+            idx.iter().map(|&i| Self::script_cmd(&calls[i], eval)).collect()
         })
         .await
     }
@@ -253,9 +253,10 @@ impl Connection {
     /// than wait out a second timeout.
     pub async fn run_batch(&mut self, calls: &[Call]) -> Vec<Result<Reply, String>> {
         let mut out: Vec<Option<Result<Reply, String>>> = (0..calls.len()).map(|_| None).collect();
-        let mut backs = Vec::new();
-        let mut leases = Vec::new();
+        let mut backs: Vec<(usize, ScriptCall)> = Vec::new();
+        let mut leases: Vec<(usize, ScriptCall, bool)> = Vec::new();
         let mut inspects = Vec::new();
+        let scripts = &self.scripts;
         for (i, c) in calls.iter().enumerate() {
             match c {
                 Call::GiveBack {
@@ -266,8 +267,9 @@ impl Connection {
                     ..
                 } => backs.push((
                     i,
-                    (
-                        key.as_str(),
+                    ScriptCall::new(
+                        &scripts.give_back,
+                        vec![key.clone()],
                         [policy.limit, policy.window_ms, *tokens, 0],
                         now.for_script(),
                     ),
@@ -278,23 +280,44 @@ impl Connection {
                     want,
                     need,
                     now,
-                    ..
-                } => leases.push((
-                    i,
-                    (
-                        key.as_str(),
-                        [policy.limit, policy.window_ms, *want, *need],
-                        now.for_script(),
-                    ),
-                )),
-                Call::Inspect { key, .. } => inspects.push((i, key.as_str())),
+                    adaptive,
+                } => {
+                    let args = [policy.limit, policy.window_ms, *want, *need];
+                    let call = match adaptive {
+                        None => ScriptCall::new(&scripts.lease, vec![key.clone()], args, now.for_script()),
+                        Some(a) => {
+                            let mut call = ScriptCall::new(
+                                &scripts.adaptive_lease,
+                                vec![key.clone(), format!("{key}:h")],
+                                args,
+                                now.for_script(),
+                            );
+                            call.args.extend(
+                                [
+                                    a.holder,
+                                    a.demand,
+                                    a.held,
+                                    a.budget,
+                                    a.returned,
+                                    crate::adaptive::PERIOD_MS,
+                                    crate::adaptive::GRANT_TOKENS,
+                                    crate::adaptive::MAX_PERIOD_MS,
+                                    crate::adaptive::HOLDER_TTL_MS,
+                                ]
+                                .map(|v| v.to_string()),
+                            );
+                            call
+                        }
+                    };
+                    leases.push((i, call, adaptive.is_some()));
+                }
+                Call::Inspect { key, .. } => inspects.push((i, key.clone())),
             }
         }
         let mut transport: Option<String> = None;
         if !backs.is_empty() {
-            let script = self.scripts.give_back.clone();
-            let args: Vec<_> = backs.iter().map(|(_, a)| *a).collect();
-            match self.script_batch(&script, &args).await {
+            let batch: Vec<ScriptCall> = backs.iter().map(|(_, c)| c.clone()).collect();
+            match self.script_batch(&batch).await {
                 Ok(replies) => {
                     for ((i, _), r) in backs.iter().zip(replies) {
                         out[*i] = Some(r.and_then(|v| {
@@ -316,37 +339,25 @@ impl Connection {
             let replies = match &transport {
                 Some(e) => Err(e.clone()),
                 None => {
-                    let script = self.scripts.lease.clone();
-                    let args: Vec<_> = leases.iter().map(|(_, a)| *a).collect();
-                    self.script_batch(&script, &args).await
+                    let batch: Vec<ScriptCall> = leases.iter().map(|(_, c, _)| c.clone()).collect();
+                    self.script_batch(&batch).await
                 }
             };
             match replies {
                 Ok(replies) => {
-                    for ((i, _), r) in leases.iter().zip(replies) {
-                        out[*i] = Some(r.and_then(|v| {
-                            let (granted, remaining, wait_ms): (u64, u64, u64) = redis::from_redis_value(v)
-                                .map_err(|e| format!("unexpected reply from the lease script: {e}"))?;
-                            Ok(Reply::Grant(
-                                Grant {
-                                    granted,
-                                    remaining,
-                                    wait_ms,
-                                },
-                                None,
-                            ))
-                        }));
+                    for ((i, _, adaptive), r) in leases.iter().zip(replies) {
+                        out[*i] = Some(r.and_then(|v| parse_lease(v, *adaptive)));
                     }
                 }
                 Err(e) => {
-                    for (i, _) in &leases {
+                    for (i, _, _) in &leases {
                         out[*i] = Some(Err(e.clone()));
                     }
                 }
             }
         }
         for (i, key) in inspects {
-            out[i] = Some(self.inspect(key).await.map(Reply::Stored));
+            out[i] = Some(self.inspect(&key).await.map(Reply::Stored));
         }
         out.into_iter()
             .map(|o| o.unwrap_or_else(|| Err("no reply".into())))
@@ -395,6 +406,62 @@ impl Connection {
             ttl_ms: (ttl >= 0).then_some(ttl as u64),
         })
     }
+}
+
+/// One script call: its keys and arguments (ARGV), `now` last of the four
+/// bucket arguments as every script's prelude expects.
+#[derive(Clone)]
+struct ScriptCall {
+    script: Lua,
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+impl ScriptCall {
+    fn new(script: &Lua, keys: Vec<String>, bucket: [u64; 4], now: Option<u64>) -> Self {
+        let mut args: Vec<String> = bucket.iter().map(u64::to_string).collect();
+        args.push(now.map_or(String::new(), |n| n.to_string()));
+        ScriptCall {
+            script: script.clone(),
+            keys,
+            args,
+        }
+    }
+}
+
+/// A lease script's reply: `{granted, remaining, wait_ms}`, and for the
+/// adaptive script also `{rate, bonus, rate_until, fallback, holders}`.
+fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
+    let bad = |e: redis::ParsingError| format!("unexpected reply from the lease script: {e}");
+    if !adaptive {
+        let (granted, remaining, wait_ms): (u64, u64, u64) = redis::from_redis_value(v).map_err(bad)?;
+        return Ok(Reply::Grant(
+            Grant {
+                granted,
+                remaining,
+                wait_ms,
+            },
+            None,
+        ));
+    }
+    let r: Vec<u64> = redis::from_redis_value(v).map_err(bad)?;
+    let [granted, remaining, wait_ms, rate, bonus, rate_until, fallback, holders] = r[..] else {
+        return Err(format!("unexpected reply from the adaptive lease script: {r:?}"));
+    };
+    Ok(Reply::Grant(
+        Grant {
+            granted,
+            remaining,
+            wait_ms,
+        },
+        Some(Answer {
+            rate,
+            bonus,
+            rate_until,
+            fallback,
+            holders,
+        }),
+    ))
 }
 
 /// The fields of a stored bucket value `"c t w"` (None for any that does not parse).

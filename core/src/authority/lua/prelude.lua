@@ -30,6 +30,8 @@ if w ~= window then
   local whole = math.floor(credit / w)
   credit = whole * window + math.floor((credit - whole * w) * window / w)
 end
+-- refill accounted from here (adaptive leasing pays active rates out of it)
+local ts0 = ts
 if now > ts then
   local e = now - ts
   if e > window then e = window end
@@ -39,8 +41,11 @@ end
 if credit > cap then credit = cap end
 
 -- Store the bucket with an expiry at the time it is full again (a missing
--- key reads as a full bucket, so idle keys vanish without changing answers).
-local function store()
+-- key reads as a full bucket, so idle keys vanish without changing answers),
+-- or later: `min_ms` keeps it while rate grants it pays for run.
+local function store(min_ms)
+  local px = math.ceil((cap - credit) / limit)
+  if min_ms ~= nil and min_ms > px then px = min_ms end
   redis.call('SET', KEYS[1], string.format('%.0f %.0f %.0f', credit, ts, window),
-    'PX', string.format('%.0f', math.ceil((cap - credit) / limit) + 1000 + pad))
+    'PX', string.format('%.0f', px + 1000 + pad))
 end

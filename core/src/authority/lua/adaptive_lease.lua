@@ -1,0 +1,143 @@
+-- Adaptive lease: the algorithm of core/src/adaptive.rs (the memory
+-- authority runs that code; this script is its Redis twin).
+-- KEYS[2] the key's holders: a hash, holder id -> "demand held expires rate
+-- rate_from rate_until". ARGV[3] want, [4] need, [6] holder id, [7] demand
+-- (milli-tokens/s), [8] held, [9] budget, [10] returned, [11] period ms,
+-- [12] grant tokens, [13] longest period ms, [14] holder ttl ms.
+-- Returns {granted, remaining, wait_ms, rate, bonus, rate_until, fallback, holders}.
+local want = tonumber(ARGV[3])
+local need = tonumber(ARGV[4])
+local me = ARGV[6]
+local demand = tonumber(ARGV[7])
+local held = tonumber(ARGV[8])
+local budget = tonumber(ARGV[9])
+local returned = tonumber(ARGV[10])
+local PERIOD = tonumber(ARGV[11])
+local GRANT = tonumber(ARGV[12])
+local MAXP = tonumber(ARGV[13])
+local HTTL = tonumber(ARGV[14])
+
+local hs = {}
+local raw = redis.call('HGETALL', KEYS[2])
+for i = 1, #raw, 2 do
+  local d, h, e, r, f, u = string.match(raw[i + 1], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  if d then
+    hs[raw[i]] = {tonumber(d), tonumber(h), tonumber(e), tonumber(r), tonumber(f), tonumber(u)}
+  end
+end
+-- the refill since ts0 less what active rates were paid of it
+if now > ts0 then
+  local to = math.min(now, ts0 + window)
+  local paid = 0
+  for _, x in pairs(hs) do
+    local a = math.max(x[5], ts0)
+    local b = math.min(x[6], to)
+    if b > a then paid = paid + x[4] * (b - a) end
+  end
+  credit = math.max(0, credit - paid)
+end
+-- forget holders not heard from in time
+for id, x in pairs(hs) do
+  if x[3] <= now then
+    hs[id] = nil
+    redis.call('HDEL', KEYS[2], id)
+  end
+end
+if returned > 0 then credit = math.min(cap, credit + returned * window) end
+local mine = hs[me] or {0, 0, 0, 0, 0, 0}
+mine[1] = demand
+mine[2] = held
+mine[3] = now + HTTL
+hs[me] = mine
+
+-- weighted max-min fair shares of the key's rate (water-filling)
+local list = {}
+local sum = 0
+local total_demand = 0
+for id, x in pairs(hs) do
+  local du = math.floor(x[1] * window / 1000000)
+  list[#list + 1] = {id, du}
+  sum = sum + du
+  total_demand = total_demand + x[1]
+end
+local n = #list
+local share_of = {}
+if sum <= limit then
+  local spare = math.floor((limit - sum) / n)
+  for _, it in ipairs(list) do share_of[it[1]] = it[2] + spare end
+else
+  table.sort(list, function(a, b) return a[2] < b[2] end)
+  local left = limit
+  for k, it in ipairs(list) do
+    local fair = math.floor(left / (n - k + 1))
+    local give = math.min(it[2], fair)
+    share_of[it[1]] = give
+    left = left - give
+  end
+end
+local my_share = share_of[me]
+
+if need < 1 then need = 1 end
+if need > limit then need = limit end
+local avail = math.floor(credit / window)
+local bshare = budget
+if total_demand > 0 then bshare = math.floor(budget * demand / total_demand) end
+if bshare < 1 then bshare = 1 end
+local target = math.min(math.max(0, want - need), math.max(0, bshare - held))
+local others = 0
+local others_active = 0
+for id, x in pairs(hs) do
+  if id ~= me then
+    others = others + x[2]
+    if x[6] > now then others_active = others_active + x[4] end
+  end
+end
+local room = math.max(0, budget - others - held)
+local granted = 0
+if avail >= need then granted = need + math.min(target, room, avail - need) end
+credit = credit - granted * window
+local wait = 0
+if granted == 0 then wait = math.ceil(math.max(0, need * window - credit) / limit) end
+
+local period_demand = math.floor(total_demand * PERIOD / 1000000)
+local rates_run = others_active > 0 or mine[6] > now
+local shared_and_draining = n > 1 and avail < limit - math.floor(limit / 4)
+local saturated = avail <= period_demand and (rates_run or shared_and_draining)
+mine[2] = held + math.max(0, granted - need)
+local rate, bonus, period = 0, 0, PERIOD
+-- a dry bucket starts rates too; one short of a large request answers
+-- as a plain bucket: nothing now, and when to come back
+if not saturated and (avail >= need or avail > 0) then
+  mine[4] = 0
+  if mine[6] > now then mine[6] = now end
+else
+  rate = math.min(my_share, math.max(0, limit - others_active))
+  local my_unmet = math.max(0, math.floor(demand * window / 1000000) - rate)
+  local all_unmet = 0
+  for _, it in ipairs(list) do all_unmet = all_unmet + math.max(0, it[2] - share_of[it[1]]) end
+  if my_unmet > all_unmet then all_unmet = my_unmet end
+  if rate > 0 then period = math.min(math.max(math.ceil(GRANT * window / rate), PERIOD), MAXP) end
+  if all_unmet > 0 then bonus = math.floor(math.floor(credit * my_unmet / all_unmet) / period) end
+  credit = credit - bonus * period
+  if rate + bonus == 0 then
+    mine[4] = 0
+  else
+    mine[4] = rate
+    mine[5] = now
+    mine[6] = now + period
+    if mine[3] < now + period + PERIOD then mine[3] = now + period + PERIOD end
+  end
+end
+redis.call('HSET', KEYS[2], me, string.format('%.0f %.0f %.0f %.0f %.0f %.0f',
+  mine[1], mine[2], mine[3], mine[4], mine[5], mine[6]))
+-- keep the bucket and the holders while any rate it pays for runs
+local last = now
+for _, x in pairs(hs) do
+  if x[6] > last then last = x[6] end
+  if x[3] > last then last = x[3] end
+end
+redis.call('PEXPIRE', KEYS[2], string.format('%.0f', last - now + 1000 + pad))
+store(last - now)
+local rate_until = 0
+if rate + bonus > 0 then rate_until = now + period end
+return {granted, math.floor(credit / window), wait, rate + bonus, bonus, rate_until, my_share, n}
