@@ -38,6 +38,10 @@ pub const PERIOD_MS: u64 = 1_000;
 pub const GRANT_TOKENS: u64 = 20;
 /// The longest rate grant (how long a joiner may wait for its share).
 pub const MAX_PERIOD_MS: u64 = 5_000;
+/// A rate grant runs on this long past its period, so a holder that renews
+/// late (its next request came after the period) loses no accrual; it
+/// renews at the first request past the period.
+pub const GRACE_MS: u64 = 1_000;
 /// A holder not heard from for this long is forgotten.
 pub const HOLDER_TTL_MS: u64 = 3 * PERIOD_MS;
 
@@ -86,8 +90,10 @@ pub struct Answer {
     /// The part of `rate` paid from the bucket up front (what the holder
     /// hands back, as `returned`, for the time it renews early).
     pub bonus: u64,
-    /// When the rate grant ends.
-    pub rate_until: u64,
+    /// How long the rate grant lasts, in ms from the answer, grace included
+    /// (a duration: the holder's clock need not be the authority's, e.g.
+    /// Redis `TIME`); the holder renews after `rate_ms - GRACE_MS`.
+    pub rate_ms: u64,
     /// This holder's fallback rate (credit units per ms).
     pub fallback: u64,
     /// Live holders of the key, this one included.
@@ -286,11 +292,12 @@ impl KeyState {
                 .clamp(PERIOD_MS, MAX_PERIOD_MS)
         };
         let spare = self.bucket.credit as u128;
-        // units per ms over the period, paid in full now
+        // units per ms over the whole grant (grace included), paid in full now
+        let span = period + GRACE_MS;
         let bonus = (spare * my_unmet)
             .checked_div(all_unmet)
-            .map_or(0, |b| (b / period as u128) as u64);
-        self.bucket.credit -= bonus * period;
+            .map_or(0, |b| (b / span as u128) as u64);
+        self.bucket.credit -= bonus * span;
         let me = self.holders.get_mut(&ask.holder).expect("present");
         if rate + bonus == 0 {
             me.rate = 0;
@@ -299,12 +306,12 @@ impl KeyState {
         // The authority's record keeps the part paid from refill.
         me.rate = rate;
         me.rate_from = now;
-        me.rate_until = now + period;
-        me.expires = me.expires.max(now + period + PERIOD_MS);
+        me.rate_until = now + period + GRACE_MS;
+        me.expires = me.expires.max(now + period + GRACE_MS + PERIOD_MS);
         let answer = Answer {
             rate: rate + bonus,
             bonus,
-            rate_until: now + period,
+            rate_ms: period + GRACE_MS,
             ..answer_base
         };
         let grant = Grant {

@@ -303,6 +303,7 @@ impl Connection {
                                     crate::adaptive::GRANT_TOKENS,
                                     crate::adaptive::MAX_PERIOD_MS,
                                     crate::adaptive::HOLDER_TTL_MS,
+                                    crate::adaptive::GRACE_MS,
                                 ]
                                 .map(|v| v.to_string()),
                             );
@@ -430,7 +431,7 @@ impl ScriptCall {
 }
 
 /// A lease script's reply: `{granted, remaining, wait_ms}`, and for the
-/// adaptive script also `{rate, bonus, rate_until, fallback, holders}`.
+/// adaptive script also `{rate, bonus, rate_ms, fallback, holders}`.
 fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
     let bad = |e: redis::ParsingError| format!("unexpected reply from the lease script: {e}");
     if !adaptive {
@@ -445,7 +446,7 @@ fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
         ));
     }
     let r: Vec<u64> = redis::from_redis_value(v).map_err(bad)?;
-    let [granted, remaining, wait_ms, rate, bonus, rate_until, fallback, holders] = r[..] else {
+    let [granted, remaining, wait_ms, rate, bonus, rate_ms, fallback, holders] = r[..] else {
         return Err(format!("unexpected reply from the adaptive lease script: {r:?}"));
     };
     Ok(Reply::Grant(
@@ -457,7 +458,7 @@ fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
         Some(Answer {
             rate,
             bonus,
-            rate_until,
+            rate_ms,
             fallback,
             holders,
         }),

@@ -163,8 +163,10 @@ impl Engine {
             e.rate.store(0, Release);
             return None;
         }
+        // Renew from a little before the period's end (the grace after it
+        // keeps accruing meanwhile).
         let lead = (2 * self.rtt_ms.load(Relaxed)).max(crate::adaptive::PERIOD_MS / 100);
-        if now + lead >= until && !self.circuit.is_open() {
+        if now + lead + crate::adaptive::GRACE_MS >= until && !self.circuit.is_open() {
             let local = e.tokens.load(Relaxed).min(cost - 1);
             self.start_lease(e, self.want(e, p, cost - local, local), cost - local);
             if let Some(left) = e.try_take(cost) {

@@ -50,6 +50,8 @@ pub(crate) struct Entry {
     pub rate_until: AtomicU64,
     /// The part of `rate` the authority paid up front (see `adaptive::Answer`).
     pub rate_bonus: AtomicU64,
+    /// Clock reading when the last adaptive lease call was sent.
+    pub sent_at: AtomicU64,
     /// Accrued rate tokens that did not fit under the carry cap: handed back
     /// to the authority with the next lease call.
     pub rate_dropped: AtomicU64,
@@ -83,6 +85,7 @@ impl Entry {
             accrued: Mutex::new((0, 0)),
             rate_until: AtomicU64::new(0),
             rate_bonus: AtomicU64::new(0),
+            sent_at: AtomicU64::new(0),
             rate_dropped: AtomicU64::new(0),
             fallback: AtomicU64::new(0),
             holders: AtomicU64::new(0),

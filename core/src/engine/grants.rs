@@ -72,14 +72,25 @@ impl Engine {
         };
         let now = self.now();
         let policy = self.authority_policy(e.policy());
-        let adaptive = self.r.adaptive.then(|| Ask {
-            holder: self.holder.load(Relaxed),
-            demand: e.demand.load(Relaxed),
-            held: e.tokens.load(Relaxed),
-            want,
-            need,
-            budget: self.r.cfg.overshoot_budget.tokens(policy.limit),
-            returned: e.rate_dropped.swap(0, AcqRel) + self.unused_bonus(e, policy, now.ms),
+        let adaptive = self.r.adaptive.then(|| {
+            // A renewal replaces the grant as of now at the authority: the old
+            // one accrues up to now and stops, its unspent bonus goes back,
+            // and the new one will accrue from now (`sent_at`).
+            let unused = self.unused_bonus(e, policy, now.ms);
+            if e.rate.load(Acquire) > 0 {
+                e.accrue(policy, now.ms, self.carry(e, policy));
+                e.rate_until.store(now.ms, Release);
+            }
+            e.sent_at.store(now.ms, Relaxed);
+            Ask {
+                holder: self.holder.load(Relaxed),
+                demand: e.demand.load(Relaxed),
+                held: e.tokens.load(Relaxed),
+                want,
+                need,
+                budget: self.r.cfg.overshoot_budget.tokens(policy.limit),
+                returned: e.rate_dropped.swap(0, AcqRel) + unused,
+            }
         });
         let call = Call::Lease {
             key: e.key.to_string(),
@@ -168,7 +179,9 @@ impl Engine {
         if a.rate > 0 {
             // What the old grant accrued is kept; the new one starts now.
             e.accrue(p, now, self.carry(e, p));
-            e.start_rate(a.rate, a.bonus, a.rate_until, now);
+            // The authority counts the grant from when the call was made.
+            let from = e.sent_at.load(Relaxed).min(now);
+            e.start_rate(a.rate, a.bonus, from + a.rate_ms, from);
             e.exhausted_until.store(0, Relaxed);
         } else if e.rate.load(Acquire) > 0 {
             // The grant ends now: what it accrued until now is kept.
@@ -189,7 +202,11 @@ impl Engine {
     pub(super) fn carry(&self, e: &Entry, p: Policy) -> u64 {
         let budget = self.r.cfg.overshoot_budget.tokens(p.limit) as u128;
         let rate = e.rate.load(Relaxed) as u128;
-        ((budget * rate / p.limit.max(1) as u128) as u64).max(1)
+        // Its share of the budget by rate, or 100 ms of its rate: random
+        // arrivals at about the rate need that much slack not to waste it.
+        let by_budget = budget * rate / p.limit.max(1) as u128;
+        let by_time = rate * 100 / p.window_ms.max(1) as u128;
+        (by_budget.max(by_time) as u64).max(1)
     }
 
     fn apply_grant(&self, e: &Entry, g: Grant, need: u64, now: u64) {

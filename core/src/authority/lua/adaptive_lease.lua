@@ -3,8 +3,9 @@
 -- KEYS[2] the key's holders: a hash, holder id -> "demand held expires rate
 -- rate_from rate_until". ARGV[3] want, [4] need, [6] holder id, [7] demand
 -- (milli-tokens/s), [8] held, [9] budget, [10] returned, [11] period ms,
--- [12] grant tokens, [13] longest period ms, [14] holder ttl ms.
--- Returns {granted, remaining, wait_ms, rate, bonus, rate_until, fallback, holders}.
+-- [12] grant tokens, [13] longest period ms, [14] holder ttl ms, [15] grace ms.
+-- Returns {granted, remaining, wait_ms, rate, bonus, rate_ms, fallback, holders}
+-- (rate_ms a duration: the caller's clock need not be Redis'.)
 local want = tonumber(ARGV[3])
 local need = tonumber(ARGV[4])
 local me = ARGV[6]
@@ -16,6 +17,7 @@ local PERIOD = tonumber(ARGV[11])
 local GRANT = tonumber(ARGV[12])
 local MAXP = tonumber(ARGV[13])
 local HTTL = tonumber(ARGV[14])
+local GRACE = tonumber(ARGV[15])
 
 local hs = {}
 local raw = redis.call('HGETALL', KEYS[2])
@@ -117,15 +119,16 @@ else
   for _, it in ipairs(list) do all_unmet = all_unmet + math.max(0, it[2] - share_of[it[1]]) end
   if my_unmet > all_unmet then all_unmet = my_unmet end
   if rate > 0 then period = math.min(math.max(math.ceil(GRANT * window / rate), PERIOD), MAXP) end
-  if all_unmet > 0 then bonus = math.floor(math.floor(credit * my_unmet / all_unmet) / period) end
-  credit = credit - bonus * period
+  local span = period + GRACE
+  if all_unmet > 0 then bonus = math.floor(math.floor(credit * my_unmet / all_unmet) / span) end
+  credit = credit - bonus * span
   if rate + bonus == 0 then
     mine[4] = 0
   else
     mine[4] = rate
     mine[5] = now
-    mine[6] = now + period
-    if mine[3] < now + period + PERIOD then mine[3] = now + period + PERIOD end
+    mine[6] = now + period + GRACE
+    if mine[3] < now + period + GRACE + PERIOD then mine[3] = now + period + GRACE + PERIOD end
   end
 end
 redis.call('HSET', KEYS[2], me, string.format('%.0f %.0f %.0f %.0f %.0f %.0f',
@@ -138,6 +141,6 @@ for _, x in pairs(hs) do
 end
 redis.call('PEXPIRE', KEYS[2], string.format('%.0f', last - now + 1000 + pad))
 store(last - now)
-local rate_until = 0
-if rate + bonus > 0 then rate_until = now + period end
-return {granted, math.floor(credit / window), wait, rate + bonus, bonus, rate_until, my_share, n}
+local rate_ms = 0
+if rate + bonus > 0 then rate_ms = period + GRACE end
+return {granted, math.floor(credit / window), wait, rate + bonus, bonus, rate_ms, my_share, n}
