@@ -55,10 +55,13 @@ type Config struct {
 	// Rate, instead of Limit and WindowMs, gives both as a rate such as
 	// "600/min", "10/s", "100/30s" or "5000/hour".
 	Rate string
-	// LeaseSize is the number of tokens borrowed per lease (0 or Auto: 2 %
-	// of Limit, between 1 and 20). Your accuracy budget: the fleet
-	// overshoots by at most instances × LeaseSize.
+	// LeaseSize pins fixed leases of this many tokens (0 or Auto: adaptive
+	// leasing, leases sized by demand under OvershootBudget). Rarely needed.
 	LeaseSize uint64
+	// OvershootBudget is adaptive leasing's per-key budget: tokens all
+	// instances together may hold unspent, as a count ("40") or a share of
+	// Limit ("0.5%"). Empty: the engine's default, "2%".
+	OvershootBudget string
 	// RefillThreshold: prefetch when local tokens drop below it (Auto:
 	// LeaseSize / 4, at least 1). 0 disables prefetch: in a Config literal,
 	// set it to Auto or start from DefaultConfig.
@@ -142,6 +145,7 @@ func (cfg *Config) options() []option {
 	if cfg.LeaseSize != Auto {
 		num("lease_size", cfg.LeaseSize)
 	}
+	str("overshoot_budget", cfg.OvershootBudget)
 	if cfg.RefillThreshold != Auto {
 		opts = append(opts, option{name: "refill_threshold", num: cfg.RefillThreshold}) // 0 disables prefetch
 	}

@@ -364,3 +364,29 @@ func TestFinalizerFreesAnUnclosedLimiter(t *testing.T) {
 	runtime.GC()
 	runtime.GC()
 }
+
+func TestOvershootBudgetCapsWhatAnInstanceHolds(t *testing.T) {
+	l, err := New(Config{Limit: 100, WindowMs: 1000, OvershootBudget: "5%", ManualClock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := 0; i < 10; i++ {
+		if d, err := l.Acquire("k"); err != nil || !d.Allowed {
+			t.Fatalf("acquire %d: %v %v", i, d, err)
+		}
+	}
+	if err := l.AdvanceClock(100); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.Acquire("k"); err != nil || !d.Allowed {
+		t.Fatalf("acquire: %v %v", d, err)
+	}
+	// the measured demand asks for more; the budget (5 % of 100) caps it
+	if m := l.Metrics(); m.OvershootBound != 5 {
+		t.Fatalf("overshoot bound %d, want 5", m.OvershootBound)
+	}
+	if _, err := New(Config{Limit: 100, OvershootBudget: "150%"}); err == nil || !strings.Contains(err.Error(), "overshoot_budget") {
+		t.Fatalf("want a config error naming overshoot_budget, got %v", err)
+	}
+}

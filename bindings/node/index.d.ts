@@ -36,6 +36,8 @@ export interface LimiterOptions {
   rate?: string
   /** Tokens borrowed per lease (default 2 % of limit, 1..20). Must be <= limit. */
   leaseSize?: number
+  /** Adaptive leasing's per-key budget of tokens all instances may hold unspent: a count or a percentage of the limit such as '0.5%' (default '2%'). */
+  overshootBudget?: number | string
   /** Prefetch when local tokens drop below this (default leaseSize / 4, at least 1; 0 disables). */
   refillThreshold?: number
   /** Leased tokens unused this long are given back (default 2000). */

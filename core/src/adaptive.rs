@@ -158,21 +158,24 @@ impl KeyState {
             .map(|h| {
                 let a = h.rate_from.max(from);
                 let b = h.rate_until.min(to);
-                h.rate * b.saturating_sub(a)
+                h.rate.saturating_mul(b.saturating_sub(a))
             })
-            .sum()
+            .fold(0u64, u64::saturating_add)
     }
 
-    /// Bring the bucket to `now`: refill less what active rates were paid.
+    /// Bring the bucket to `now`: refill less what active rates were paid
+    /// over the same time, then the capacity cap.
     pub fn refill(&mut self, p: Policy, now: u64) {
         let from = self.bucket.ts;
-        let paid = if now > from {
-            self.rates_paid(from, now.min(from + p.window_ms))
-        } else {
-            0
-        };
-        self.bucket.refill(p, now);
-        self.bucket.credit = self.bucket.credit.saturating_sub(paid);
+        // Window change and a lowered limit first, with no time elapsed.
+        self.bucket.refill(p, from);
+        if now > from {
+            let gross = p.limit as u128 * (now - from) as u128;
+            let net = gross.saturating_sub(self.rates_paid(from, now) as u128);
+            let credit = (self.bucket.credit as u128 + net).min(p.capacity_units() as u128);
+            self.bucket.credit = credit as u64;
+            self.bucket.ts = now;
+        }
     }
 
     /// Forget holders not heard from in time.
@@ -417,12 +420,13 @@ mod tests {
         // rates are paid from refill: the bucket gets nothing while they run
         k.refill(P, 1000);
         assert_eq!(k.bucket.credit, 0, "refill 1000/ms, rates 900 + 100");
-        // rates end when not renewed: the refill flows back into the bucket
-        k.refill(P, 1600);
+        // rates end when not renewed (after their period and the grace): the
+        // refill flows back into the bucket
+        k.refill(P, 2600);
         assert_eq!(
             k.bucket.credit,
             1000 * 100,
-            "both rates ran to 1500; then 100 ms at 1000/ms"
+            "both rates ran to 500 + 1000 + 1000 of grace; then 100 ms at 1000/ms"
         );
     }
 }

@@ -411,7 +411,9 @@ impl Config {
             return Err(Error::config("overshoot_budget", "must be at least 1 token"));
         }
         let backend = parse_url(&self.url)?;
-        let adaptive = self.mode == Mode::Lease && self.lease_size.is_none() && self.refill_threshold.is_none();
+        // `refill_threshold` only tunes fixed leases (adaptive ones prefetch
+        // from demand x round trip).
+        let adaptive = self.mode == Mode::Lease && self.lease_size.is_none();
         Ok(Resolved {
             cfg: self.clone(),
             backend,

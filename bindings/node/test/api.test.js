@@ -209,3 +209,14 @@ test('module exports', () => {
   assert.match(ql.engineVersion, /^\d+\.\d+\.\d+/)
   assert.equal(require('../package.json').name, 'quotalease')
 })
+
+test('overshootBudget caps what an instance holds under adaptive leasing', async () => {
+  const l = new Limiter({ limit: 100, windowMs: 1000, overshootBudget: '5%', clock: 'manual' })
+  for (let i = 0; i < 10; i++) assert.equal((await l.acquire('k')).allowed, true)
+  l.advanceClock(100)
+  assert.equal((await l.acquire('k')).allowed, true)
+  // the measured demand asks for more; the budget (5 % of 100) caps it
+  assert.equal(l.metrics().overshoot_bound, 5)
+  assert.throws(() => new Limiter({ limit: 100, overshootBudget: '150%' }), { code: codes.CONFIG, message: /overshoot_budget/ })
+  assert.throws(() => new Limiter({ limit: 100, overshootBudget: 0 }), { code: codes.CONFIG, message: /overshoot_budget/ })
+})

@@ -206,3 +206,19 @@ def test_version_and_exports() -> None:
 def test_on_event_callback_must_be_callable_but_none_is_fine() -> None:
     Limiter(limit=5, on_event=None)
     Limiter(limit=5, on_event=lambda kind, message: None)
+
+
+def test_overshoot_budget_caps_what_an_instance_holds() -> None:
+    from quotalease import ConfigError
+
+    lim = Limiter(limit=100, window_ms=1000, overshoot_budget="5%", clock="manual")
+    for _ in range(10):
+        assert lim.acquire("k").allowed
+    lim.advance_clock(100)
+    assert lim.acquire("k").allowed
+    # the measured demand asks for more; the budget (5 % of 100) caps it
+    assert lim.metrics()["overshoot_bound"] == 5
+    with pytest.raises(ConfigError, match="overshoot_budget"):
+        Limiter(limit=100, overshoot_budget="150%")
+    with pytest.raises(ConfigError, match="overshoot_budget"):
+        Limiter(limit=100, overshoot_budget=0)

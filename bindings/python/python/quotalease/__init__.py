@@ -63,14 +63,16 @@ class Limiter(_native.Limiter):
     """A distributed rate limiter.
 
     ``Limiter(url="memory://", *, limit=None, window_ms=None, rate=None,
-    lease_size=None, refill_threshold=None, lease_ttl_ms=None,
+    overshoot_budget=None, lease_size=None, refill_threshold=None, lease_ttl_ms=None,
     on_backend_failure="static-share", expected_replicas=None,
     backend_timeout_ms=None, key_prefix="ql", max_keys=None, mode="lease",
     clock=None, clock_start_ms=None, on_event=None)``
 
     Give ``limit`` (tokens per window) and ``window_ms`` (default 60000), or
     ``rate="600/min"`` (not both). Options left as None take the engine's
-    defaults (lease_size: 2 % of limit between 1 and 20; lease_ttl_ms 2000;
+    defaults (adaptive leasing: leases sized by demand under
+    ``overshoot_budget``, a token count or "2%" of the limit; ``lease_size``
+    pins fixed leases instead; lease_ttl_ms 2000;
     expected_replicas 1; backend_timeout_ms 250; max_keys 100000). The
     engine checks every option by name: a misspelt keyword raises
     ConfigError with a suggestion ("did you mean `lease_size`?").

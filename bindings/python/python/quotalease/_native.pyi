@@ -62,6 +62,7 @@ class Limiter:
         window_ms: int | None = None,
         rate: str | None = None,
         lease_size: int | None = None,
+        overshoot_budget: int | str | None = None,
         refill_threshold: int | None = None,
         lease_ttl_ms: int | None = None,
         on_backend_failure: Literal["static-share", "allow", "deny"] = "static-share",

@@ -27,16 +27,15 @@ for i = 1, #raw, 2 do
     hs[raw[i]] = {tonumber(d), tonumber(h), tonumber(e), tonumber(r), tonumber(f), tonumber(u)}
   end
 end
--- the refill since ts0 less what active rates were paid of it
+-- the refill since ts0 less what active rates were paid of it, then the cap
 if now > ts0 then
-  local to = math.min(now, ts0 + window)
   local paid = 0
   for _, x in pairs(hs) do
     local a = math.max(x[5], ts0)
-    local b = math.min(x[6], to)
+    local b = math.min(x[6], now)
     if b > a then paid = paid + x[4] * (b - a) end
   end
-  credit = math.max(0, credit - paid)
+  credit = math.min(cap, credit0 + math.max(0, limit * (now - ts0) - paid))
 end
 -- forget holders not heard from in time
 for id, x in pairs(hs) do

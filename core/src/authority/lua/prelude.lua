@@ -30,8 +30,10 @@ if w ~= window then
   local whole = math.floor(credit / w)
   credit = whole * window + math.floor((credit - whole * w) * window / w)
 end
--- refill accounted from here (adaptive leasing pays active rates out of it)
-local ts0 = ts
+-- refill accounted from here, on this credit (adaptive leasing redoes the
+-- refill less what active rates were paid of it)
+local ts0, credit0 = ts, credit
+if credit0 > cap then credit0 = cap end
 if now > ts then
   local e = now - ts
   if e > window then e = window end
