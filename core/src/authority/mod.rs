@@ -155,43 +155,19 @@ impl Remote {
         Ok(l)
     }
 
-    fn send(&self, call: Call, done: Done) -> Result<()> {
-        let call = match call {
-            Call::Lease {
-                key,
-                policy,
-                want,
-                need,
-                now,
-                adaptive,
-            } => Call::Lease {
-                key: redis_key(&self.prefix, &key),
-                policy,
-                want,
-                need,
-                now,
-                adaptive,
-            },
-            Call::GiveBack {
-                key,
-                policy,
-                tokens,
-                now,
-                holder,
-            } => Call::GiveBack {
-                key: redis_key(&self.prefix, &key),
-                policy,
-                tokens,
-                now,
-                holder,
-            },
-            Call::Inspect { key, policy, now } => Call::Inspect {
-                key: redis_key(&self.prefix, &key),
-                policy,
-                now,
-            },
-        };
+    fn send(&self, mut call: Call, done: Done) -> Result<()> {
+        let key = call.key_mut();
+        *key = redis_key(&self.prefix, key);
         self.link()?.send(call, done).map_err(|_| Error::Closed)
+    }
+}
+
+impl Call {
+    /// The key the call is about.
+    fn key_mut(&mut self) -> &mut String {
+        match self {
+            Call::Lease { key, .. } | Call::GiveBack { key, .. } | Call::Inspect { key, .. } => key,
+        }
     }
 }
 
