@@ -30,8 +30,9 @@ func TestZeroFieldsKeepTheEngineDefaults(t *testing.T) {
 	if err != nil || !d.Allowed || d.Reason != ReasonLease || d.WindowMs != 60000 || d.Limit != 100 {
 		t.Fatalf("%+v %v", d, err)
 	}
-	// The default lease for limit 100 is 2 tokens (2 %).
-	if m := l.Metrics(); m.TokensLeased != 2 {
+	// Adaptive leasing by default: a new key's first lease is what the
+	// request needs (no demand measured yet).
+	if m := l.Metrics(); m.TokensLeased != 1 {
 		t.Fatalf("lease size: %+v", m)
 	}
 }
