@@ -1,7 +1,7 @@
 package quotalease
 
 // Metrics is a snapshot of a limiter's counters, with the names every
-// language uses (Map gives them as in DESIGN.md; the Prometheus names are
+// language uses (Map gives them as in docs/design.md; the Prometheus names are
 // quotalease_<name>, with _total for counters).
 type Metrics struct {
 	Admitted            uint64 // requests admitted

@@ -30,7 +30,7 @@ export declare class NativeLimiter {
   hotPath(): { acquire(key: string, cost?: number): void; tryAcquire(key: string, cost?: number): void; acquireAsync(key: string, cost?: number): undefined | Promise<number[] | Error> }
   /** Override the limit of one key. */
   setLimit(key: string, limit: number, windowMs: number): void
-  /** Every metric by its DESIGN.md name (snake_case, as in Prometheus). */
+  /** Every metric by its name in docs/design.md (snake_case, as in Prometheus). */
   metrics(): Record<string, number>
   /** The metrics in Prometheus text format, prefixed `quotalease_`. */
   metricsPrometheus(): string

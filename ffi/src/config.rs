@@ -1,4 +1,4 @@
-//! `lease_config`: every option of DESIGN.md, with `lease_config_init` filling the defaults.
+//! `lease_config`: every option of docs/design.md, with `lease_config_init` filling the defaults.
 
 use std::ffi::c_char;
 

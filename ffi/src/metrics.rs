@@ -1,4 +1,4 @@
-//! `lease_metrics`: the counters, with the names DESIGN.md fixes.
+//! `lease_metrics`: the counters, with the names docs/design.md fixes.
 
 use quotalease::Metrics;
 

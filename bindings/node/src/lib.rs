@@ -284,7 +284,7 @@ impl NativeLimiter {
         self.inner.set_limit(&key, limit, window_ms).map_err(js_err)
     }
 
-    /// Every metric by its DESIGN.md name (snake_case, as in Prometheus).
+    /// Every metric by its name in docs/design.md (snake_case, as in Prometheus).
     #[napi(ts_return_type = "Record<string, number>")]
     pub fn metrics<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
         let mut o = Object::new(env)?;

@@ -113,7 +113,7 @@ test('modes: exact and local decide with their own reason', () => {
   local.closeSync()
 })
 
-test('metrics carry the DESIGN.md names, also in Prometheus format', () => {
+test('metrics carry the names of docs/design.md, also in Prometheus format', () => {
   const l = new Limiter({ limit: 2, windowMs: 3600000, leaseSize: 1 })
   for (let i = 0; i < 3; i++) l.acquireSync('k')
   const m = l.metrics()

@@ -533,7 +533,7 @@ impl Limiter {
             .map_err(|e| to_pyerr(py, e))
     }
 
-    /// A snapshot of the counters, by their DESIGN.md names.
+    /// A snapshot of the counters, by their names in docs/design.md.
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         for (name, _, _, v) in self.inner.metrics().fields() {
