@@ -52,6 +52,11 @@ pub fn run(o: &Options) -> Result<String, String> {
         .map_err(|e| format!("GET failed: {e}"))?
         .and_then(|v| v.split(' ').nth(2)?.parse().ok());
     let pttl = redis_util::pttl(&mut conn, &redis_key)?;
+    // Adaptive leasing's holder records: "demand held expires rate rate_from rate_until".
+    let holders: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(format!("{redis_key}:h"))
+        .query(&mut conn)
+        .map_err(|e| format!("HGETALL failed: {e}"))?;
     let elsewhere = if insp.authority_tokens.is_none() {
         redis_util::find_prefixes(&mut conn, &o.key)?
     } else {
@@ -95,6 +100,44 @@ pub fn run(o: &Options) -> Result<String, String> {
         out.push_str(&hints());
         return Ok(out);
     };
+    if !holders.is_empty() {
+        let w = stored_window.unwrap_or(window_ms).max(1) as f64;
+        let _ = writeln!(
+            out,
+            "holders    {} live (adaptive leasing): demand and rate per second; rates are paid from the refill",
+            holders.len()
+        );
+        let mut paid = 0.0;
+        for (id, v) in &holders {
+            let f: Vec<u64> = v.split(' ').filter_map(|x| x.parse().ok()).collect();
+            let [demand, held, expires, rate, _from, until] = f[..] else {
+                let _ = writeln!(out, "           {id}: unreadable record {v:?}");
+                continue;
+            };
+            let active = until > now && rate > 0;
+            let per_s = rate as f64 * 1000.0 / w;
+            if active {
+                paid += per_s;
+            }
+            let _ = writeln!(
+                out,
+                "           {id}: demand {:.1}/s, holds up to {held}, {}, forgotten in {}",
+                demand as f64 / 1000.0,
+                if active {
+                    format!("rate {per_s:.2}/s for {}", secs(until - now))
+                } else {
+                    "chunks (no rate)".to_string()
+                },
+                secs(expires.saturating_sub(now))
+            );
+        }
+        if paid > 0.0 {
+            let _ = writeln!(
+                out,
+                "           rates running: {paid:.2} tokens/s in all (the bucket refills by the key's rate less this)"
+            );
+        }
+    }
     let refilled_at = insp.authority_refilled_at_ms.unwrap_or(now);
     let age = now.saturating_sub(refilled_at);
     let _ = writeln!(

@@ -318,3 +318,44 @@ fn simulate_against_redis_runs_leased_and_exact_in_real_time() {
     assert!(std::fs::read_to_string(&chart).unwrap().contains("</svg>"));
     std::fs::remove_dir_all(chart.parent().unwrap()).unwrap();
 }
+
+#[test]
+fn inspect_lists_the_live_holders_of_an_adaptive_key() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    // Three instances on one key with adaptive leasing (the default).
+    let fleet: Vec<Limiter> = (0..3)
+        .map(|_| {
+            Limiter::new(Config {
+                url: url.clone(),
+                limit: 100,
+                window_ms: 1_000,
+                key_prefix: "ad".into(),
+                ..Config::default()
+            })
+            .unwrap()
+        })
+        .collect();
+    for l in &fleet {
+        assert!(l.acquire("hot", 1).unwrap().allowed);
+        l.settle().unwrap();
+    }
+    let (code, out, err) = quotalease(&[
+        "inspect",
+        "--redis",
+        &url,
+        "hot",
+        "--limit",
+        "100",
+        "--window-ms",
+        "1000",
+        "--key-prefix",
+        "ad",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(line(&out, "holders").starts_with("holders    3 live"), "{out}");
+    let rows = out
+        .lines()
+        .filter(|l| l.contains(": demand ") && l.contains("forgotten in"));
+    assert_eq!(rows.count(), 3, "{out}");
+}
