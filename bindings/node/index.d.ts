@@ -138,6 +138,14 @@ export interface Inspection {
   exhaustedForMs: number
   admitted: number
   denied: number
+  /** Adaptive leasing: the rate this instance spends on the key, tokens per window (0: it leases chunks). */
+  ratePerWindow: number
+  /** Adaptive leasing: live holders of the key at the last answer. */
+  holders: number
+  /** Adaptive leasing: this instance's fallback rate, tokens per window (0 before any answer). */
+  fallbackPerWindow: number
+  /** Adaptive leasing: the key's offered load here, requests per second. */
+  demandPerS: number
 }
 
 /** `code` of every error this package throws. */

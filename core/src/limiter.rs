@@ -40,6 +40,17 @@ pub struct Inspection {
     pub admitted: u64,
     /// Requests denied on this key by this limiter.
     pub denied: u64,
+    /// Adaptive leasing: the rate this instance spends on the key, in tokens
+    /// per window (0: no rate grant; it leases chunks).
+    pub rate_per_window: u64,
+    /// Adaptive leasing: live holders of the key at the last answer.
+    pub holders: u64,
+    /// Adaptive leasing: this instance's fallback rate (tokens per window) at
+    /// the last answer; 0 before any.
+    pub fallback_per_window: u64,
+    /// Adaptive leasing: the key's offered load here (admitted + denied per
+    /// second, moving average).
+    pub demand_per_s: u64,
 }
 
 impl Limiter {

@@ -183,6 +183,15 @@ fn saturated_fleet_of_50_costs_few_calls_and_holds_the_bound() {
     assert!(total as f64 >= 0.95 * r.allowance as f64, "the limit is used: {total}");
     assert!(calls <= 0.06, "calls per admitted {calls}");
     assert!(r.max_window <= 2 * LIMIT + BUDGET, "{}", r.max_window);
+    // inspect tells what the authority said: every instance on a rate, 50 holders
+    let i = f[0].inspect("k").unwrap();
+    assert_eq!(i.holders, 50, "{i:?}");
+    assert!(i.rate_per_window > 0 && i.demand_per_s > 0, "{i:?}");
+    let fallback: u64 = f.iter().map(|l| l.inspect("k").unwrap().fallback_per_window).sum();
+    assert!(
+        fallback <= LIMIT && fallback >= LIMIT * 9 / 10,
+        "fallback rates sum to the key's: {fallback}"
+    );
 }
 
 #[test]

@@ -364,6 +364,10 @@ impl NativeLimiter {
         o.set("exhaustedForMs", i.exhausted_for_ms as f64).map_err(napi)?;
         o.set("admitted", i.admitted as f64).map_err(napi)?;
         o.set("denied", i.denied as f64).map_err(napi)?;
+        o.set("ratePerWindow", i.rate_per_window as f64).map_err(napi)?;
+        o.set("holders", i.holders as f64).map_err(napi)?;
+        o.set("fallbackPerWindow", i.fallback_per_window as f64).map_err(napi)?;
+        o.set("demandPerS", i.demand_per_s as f64).map_err(napi)?;
         Ok(o)
     }
 

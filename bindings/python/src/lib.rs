@@ -583,6 +583,10 @@ impl Limiter {
         d.set_item("exhausted_for_ms", i.exhausted_for_ms)?;
         d.set_item("admitted", i.admitted)?;
         d.set_item("denied", i.denied)?;
+        d.set_item("rate_per_window", i.rate_per_window)?;
+        d.set_item("holders", i.holders)?;
+        d.set_item("fallback_per_window", i.fallback_per_window)?;
+        d.set_item("demand_per_s", i.demand_per_s)?;
         Ok(d)
     }
 

@@ -302,6 +302,13 @@ impl Engine {
             out.exhausted_for_ms = e.exhausted_until.load(Relaxed).saturating_sub(now);
             out.admitted = e.admitted.load(Relaxed);
             out.denied = e.denied.load(Relaxed);
+            // A rate of r credit units per ms is r tokens per window.
+            if e.rate_until.load(Relaxed) > now {
+                out.rate_per_window = e.rate.load(Relaxed);
+            }
+            out.holders = e.holders.load(Relaxed);
+            out.fallback_per_window = e.fallback.load(Relaxed);
+            out.demand_per_s = e.demand.load(Relaxed) / 1_000;
         }
         if !self.is_inline() {
             self.broker()?;
