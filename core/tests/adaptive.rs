@@ -189,7 +189,7 @@ fn saturated_fleet_of_50_costs_few_calls_and_holds_the_bound() {
     assert!(i.rate_per_window > 0 && i.demand_per_s > 0, "{i:?}");
     let fallback: u64 = f.iter().map(|l| l.inspect("k").unwrap().fallback_per_window).sum();
     assert!(
-        fallback <= LIMIT && fallback >= LIMIT * 9 / 10,
+        (LIMIT * 9 / 10..=LIMIT).contains(&fallback),
         "fallback rates sum to the key's: {fallback}"
     );
 }
