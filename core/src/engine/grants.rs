@@ -202,10 +202,10 @@ impl Engine {
     pub(super) fn carry(&self, e: &Entry, p: Policy) -> u64 {
         let budget = self.r.cfg.overshoot_budget.tokens(p.limit) as u128;
         let rate = e.rate.load(Relaxed) as u128;
-        // Its share of the budget by rate, or 100 ms of its rate: random
+        // Its share of the budget by rate, or 250 ms of its rate: random
         // arrivals at about the rate need that much slack not to waste it.
         let by_budget = budget * rate / p.limit.max(1) as u128;
-        let by_time = rate * 100 / p.window_ms.max(1) as u128;
+        let by_time = rate * 250 / p.window_ms.max(1) as u128;
         (by_budget.max(by_time) as u64).max(1)
     }
 
