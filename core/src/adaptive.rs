@@ -421,13 +421,14 @@ mod tests {
         // rates are paid from refill: the bucket gets nothing while they run
         k.refill(P, 1000);
         assert_eq!(k.bucket.credit, 0, "refill 1000/ms, rates 900 + 100");
-        // rates end when not renewed (after their period and the grace): the
+        // rates end when not renewed (after their period and any grace): the
         // refill flows back into the bucket
-        k.refill(P, 2600);
+        let end = 500 + PERIOD_MS + GRACE_MS;
+        k.refill(P, end + 100);
         assert_eq!(
             k.bucket.credit,
             1000 * 100,
-            "both rates ran to 500 + 1000 + 1000 of grace; then 100 ms at 1000/ms"
+            "both rates ran to {end}; then 100 ms at 1000/ms"
         );
     }
 }
