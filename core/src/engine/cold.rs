@@ -104,13 +104,11 @@ impl Engine {
             }
         };
         if e.rate.load(Acquire) > 0 {
-            if let Some(step) = self.step_rate(e, p, cost, now) {
-                return Ok(step);
-            }
-        } else if let Some(retry) = self.exhausted_for(e, p, cost - local, now) {
+            return Ok(self.step_rate(e, p, cost, now));
+        }
+        if let Some(retry) = self.exhausted_for(e, p, cost - local, now) {
             return Ok(Step::Done(self.deny(e, p, local, Reason::Exhausted, retry)));
         }
-        let local = e.tokens.load(Relaxed).min(cost - 1);
         let (lease, _) = self.lease_params(p);
         let need = cost - local;
         if self.circuit.is_open() {
@@ -150,18 +148,18 @@ impl Engine {
 
     /// Rate mode: tokens accrue locally at the granted rate; a request they
     /// cannot cover is denied here with the time the next ones take, and the
-    /// grant is renewed ahead of its deadline. `None`: the grant has ended,
-    /// go on as a key with no grant.
-    fn step_rate(&self, e: &Arc<Entry>, p: crate::bucket::Policy, cost: u64, now: u64) -> Option<Step> {
+    /// grant is renewed ahead of its deadline. When the grant has ended, the
+    /// key steps again as one with no grant.
+    fn step_rate(&self, e: &Arc<Entry>, p: crate::bucket::Policy, cost: u64, now: u64) -> Step {
         let carry = self.carry(e, p).max(cost);
         e.accrue(p, now, carry);
         if let Some(left) = e.try_take(cost) {
-            return Some(Step::Done(self.admit(e, p, left, self.admit_reason(), now)));
+            return Step::Done(self.admit(e, p, left, self.admit_reason(), now));
         }
         let until = e.rate_until.load(Acquire);
         if now >= until {
             e.rate.store(0, Release);
-            return None;
+            return Step::Again;
         }
         // Renew from a little before the period's end (the grace after it
         // keeps accruing meanwhile).
@@ -170,11 +168,11 @@ impl Engine {
             let local = e.tokens.load(Relaxed).min(cost - 1);
             self.start_lease(e, self.want(e, p, cost - local, local), cost - local);
             if let Some(left) = e.try_take(cost) {
-                return Some(Step::Done(self.admit(e, p, left, self.admit_reason(), now)));
+                return Step::Done(self.admit(e, p, left, self.admit_reason(), now));
             }
             if e.rate.load(Acquire) == 0 {
                 // The renewal (answered inline) ended the rate: step again.
-                return Some(Step::Again);
+                return Step::Again;
             }
         }
         let rate = e.rate.load(Acquire).max(1);
@@ -182,7 +180,7 @@ impl Engine {
         let short = cost.saturating_sub(local);
         let carried = e.accrued.lock().map_or(0, |a| a.1);
         let retry = (short * p.window_ms).saturating_sub(carried).div_ceil(rate);
-        Some(Step::Done(self.deny(e, p, local, Reason::Exhausted, retry)))
+        Step::Done(self.deny(e, p, local, Reason::Exhausted, retry))
     }
 
     pub(super) fn wait_bound(&self) -> Duration {
