@@ -21,6 +21,7 @@ use crate::authority::{Call, Done};
 use crate::config::BackendSpec;
 use crate::error::{Error, Result};
 use crate::fork;
+use crate::redact::Secrets;
 
 /// Most calls sent in one pipelined round trip.
 const MAX_BATCH: usize = 512;
@@ -158,6 +159,9 @@ pub fn connections_open() -> usize {
 async fn serve(target: Target, mut rx: UnboundedReceiver<Job>) {
     let timeout = Duration::from_millis(target.timeout_ms);
     let mut conn = Connection::new(target.spec.clone(), timeout);
+    // Errors leave this loop for events, logs and callers' error messages:
+    // none may carry the URL's credentials, whatever the redis crate wrote.
+    let secrets = Secrets::of(target.spec.urls());
     // Every round trip inside is bounded; this outer bound guarantees the
     // loop itself can never stall on one batch.
     let guard = timeout * 4 + Duration::from_millis(1_000);
@@ -178,7 +182,7 @@ async fn serve(target: Target, mut rx: UnboundedReceiver<Job>) {
         match tokio::time::timeout(guard, conn.run_batch(&calls)).await {
             Ok(results) => {
                 for (done, r) in dones.drain(..).zip(results) {
-                    done(r);
+                    done(r.map_err(|e| secrets.scrub(&e)));
                 }
             }
             Err(_) => {

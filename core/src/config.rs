@@ -4,6 +4,7 @@ use std::str::FromStr;
 
 use crate::bucket::{Policy, MAX_CAPACITY_UNITS};
 use crate::error::{Error, Result};
+use crate::redact::{redact_secrets, RedactedUrl};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 512;
@@ -124,8 +125,9 @@ impl FromStr for Budget {
 }
 
 /// Every option a limiter takes. `Config::default()` plus a `limit` is a
-/// working configuration on the embedded `memory://` authority.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// working configuration on the embedded `memory://` authority. Its `Debug`
+/// prints `url` without credentials ([`crate::redact_url`]).
+#[derive(Clone, PartialEq, Eq)]
 pub struct Config {
     /// `memory://` (default, private to this limiter), `memory://NAME` (shared
     /// by every limiter of this process with that NAME), `redis://`,
@@ -183,8 +185,29 @@ impl Default for Config {
     }
 }
 
-/// Where the authoritative buckets live.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("url", &RedactedUrl(&self.url))
+            .field("limit", &self.limit)
+            .field("window_ms", &self.window_ms)
+            .field("lease_size", &self.lease_size)
+            .field("overshoot_budget", &self.overshoot_budget)
+            .field("refill_threshold", &self.refill_threshold)
+            .field("lease_ttl_ms", &self.lease_ttl_ms)
+            .field("on_backend_failure", &self.on_backend_failure)
+            .field("expected_replicas", &self.expected_replicas)
+            .field("backend_timeout_ms", &self.backend_timeout_ms)
+            .field("key_prefix", &self.key_prefix)
+            .field("max_keys", &self.max_keys)
+            .field("mode", &self.mode)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+/// Where the authoritative buckets live. `Debug` redacts every URL.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) enum BackendSpec {
     /// In-process; `Some(name)` is shared by name within the process.
     Memory(Option<String>),
@@ -192,6 +215,30 @@ pub(crate) enum BackendSpec {
     Redis(String),
     /// A Redis Cluster, given as seed node URLs.
     Cluster(Vec<String>),
+}
+
+impl BackendSpec {
+    /// Every URL this backend connects with (their credentials are the secrets to keep out of text).
+    pub fn urls(&self) -> Vec<&str> {
+        match self {
+            BackendSpec::Memory(_) => Vec::new(),
+            BackendSpec::Redis(u) => vec![u.as_str()],
+            BackendSpec::Cluster(nodes) => nodes.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+impl std::fmt::Debug for BackendSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendSpec::Memory(name) => f.debug_tuple("Memory").field(name).finish(),
+            BackendSpec::Redis(u) => f.debug_tuple("Redis").field(&RedactedUrl(u)).finish(),
+            BackendSpec::Cluster(nodes) => f
+                .debug_tuple("Cluster")
+                .field(&nodes.iter().map(|u| RedactedUrl(u)).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
 }
 
 /// A validated configuration with every default resolved.
@@ -314,8 +361,12 @@ fn check_redis_url(_url: &str) -> std::result::Result<(), String> {
     Err("this build of quotalease has no Redis support (enable the crate's `redis` feature)".into())
 }
 
+/// The backend a URL names. Every message prints the URL redacted
+/// ([`crate::redact_url`]), and the `redis` crate's reasons with the URL's
+/// credentials removed.
 fn parse_url(url: &str) -> Result<BackendSpec> {
     let bad = |why: String| Error::config("url", why);
+    let shown = RedactedUrl(url);
     if let Some(rest) = url.strip_prefix("memory://") {
         let name = rest.trim_end_matches('/');
         return Ok(BackendSpec::Memory(if name.is_empty() {
@@ -341,21 +392,31 @@ fn parse_url(url: &str) -> Result<BackendSpec> {
                 .collect();
             if nodes.is_empty() {
                 return Err(bad(format!(
-                    "{url:?} names no cluster node (expected {scheme}host:port[,host:port...])"
+                    "{shown:?} names no cluster node (expected {scheme}host:port[,host:port...])"
                 )));
             }
             for n in &nodes {
-                check_redis_url(n).map_err(|e| bad(format!("{url:?} is not a valid cluster URL: {e}")))?;
+                check_redis_url(n).map_err(|e| {
+                    bad(format!(
+                        "{shown:?} is not a valid cluster URL: {}",
+                        redact_secrets(&e, url)
+                    ))
+                })?;
             }
             return Ok(BackendSpec::Cluster(nodes));
         }
     }
     if url.starts_with("redis://") || url.starts_with("rediss://") {
-        check_redis_url(url).map_err(|e| bad(format!("{url:?} is not a valid Redis URL: {e}")))?;
+        check_redis_url(url).map_err(|e| {
+            bad(format!(
+                "{shown:?} is not a valid Redis URL: {}",
+                redact_secrets(&e, url)
+            ))
+        })?;
         return Ok(BackendSpec::Redis(url.to_string()));
     }
     Err(bad(format!(
-        "{url:?} has an unknown scheme; use memory://, memory://NAME, redis://, rediss:// or redis+cluster://"
+        "{shown:?} has an unknown scheme; use memory://, memory://NAME, redis://, rediss:// or redis+cluster://"
     )))
 }
 

@@ -37,6 +37,7 @@ mod fork;
 mod limiter;
 mod metrics;
 pub mod options;
+mod redact;
 
 pub use authority::redis_key;
 pub use broker::connections_open;
@@ -51,6 +52,7 @@ pub use events::{Event, EventKind, Listener};
 pub use limiter::{Inspection, Limiter};
 pub use metrics::Metrics;
 pub use options::{OptionValue, Options, MANUAL_CLOCK_START_MS, OPTION_NAMES};
+pub use redact::{redact_secrets, redact_url, RedactedUrl};
 
 /// Tools for testing code that uses a limiter.
 pub mod testing {

@@ -218,7 +218,7 @@ impl std::fmt::Debug for Limiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let r = &self.engine.r;
         f.debug_struct("Limiter")
-            .field("url", &r.cfg.url)
+            .field("url", &crate::RedactedUrl(&r.cfg.url))
             .field("limit", &r.cfg.limit)
             .field("window_ms", &r.cfg.window_ms)
             .field("lease_size", &r.lease_size)

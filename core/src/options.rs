@@ -60,6 +60,8 @@ impl OptionValue<'_> {
             OptionValue::Null => "null".into(),
             OptionValue::Int(i) => i.to_string(),
             OptionValue::Float(f) => f.to_string(),
+            // A URL given to the wrong option is still printed redacted.
+            OptionValue::Str(s) if s.contains(['@', ':']) => format!("{:?}", crate::RedactedUrl(s)),
             OptionValue::Str(s) => format!("{s:?}"),
         }
     }

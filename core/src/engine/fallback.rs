@@ -105,8 +105,12 @@ impl Engine {
     fn transition(&self, kind: EventKind, message: String) {
         Counters::add(&self.counters.fallback_transitions, 1);
         match kind {
-            EventKind::Degraded => tracing::error!(url = %self.r.cfg.url, "quotalease degraded: {message}"),
-            EventKind::Recovered => tracing::warn!(url = %self.r.cfg.url, "quotalease recovered: {message}"),
+            EventKind::Degraded => {
+                tracing::error!(url = %crate::RedactedUrl(&self.r.cfg.url), "quotalease degraded: {message}")
+            }
+            EventKind::Recovered => {
+                tracing::warn!(url = %crate::RedactedUrl(&self.r.cfg.url), "quotalease recovered: {message}")
+            }
         }
         let event = Event { kind, message };
         let listeners = lock(&self.listeners).clone();
