@@ -424,7 +424,7 @@ impl Bench {
             o.window_ms,
             self.lease_size,
             self.refill_threshold,
-            o.redis
+            quotalease::RedactedUrl(&o.redis)
         )
     }
 

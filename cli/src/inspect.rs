@@ -66,7 +66,7 @@ pub fn run(o: &Options) -> Result<String, String> {
 
     let mut out = String::new();
     let _ = writeln!(out, "key        {}", o.key);
-    let _ = writeln!(out, "redis key  {redis_key} on {}", o.redis);
+    let _ = writeln!(out, "redis key  {redis_key} on {}", quotalease::RedactedUrl(&o.redis));
     match o.policy {
         Some((l, w)) => {
             let _ = writeln!(out, "policy     {l} per {} (as given)", secs(w));

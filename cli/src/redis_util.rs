@@ -4,20 +4,27 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// A synchronous connection with 2 s connect/read/write timeouts.
+use quotalease::{redact_secrets, RedactedUrl};
+
+/// A synchronous connection with 2 s connect/read/write timeouts. Errors
+/// print the URL redacted and the redis crate's reasons without the URL's
+/// credentials (`quotalease::redact_url`).
 pub fn connect(url: &str) -> Result<redis::Connection, String> {
+    let shown = RedactedUrl(url);
+    let reason = |e: &dyn std::fmt::Display| redact_secrets(&e.to_string(), url);
     if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
         return Err(format!(
-            "--redis {url:?}: this command needs one Redis server (redis:// or rediss://)"
+            "--redis {shown:?}: this command needs one Redis server (redis:// or rediss://)"
         ));
     }
-    let client = redis::Client::open(url).map_err(|e| format!("--redis {url:?} is not a valid Redis URL: {e}"))?;
+    let client =
+        redis::Client::open(url).map_err(|e| format!("--redis {shown:?} is not a valid Redis URL: {}", reason(&e)))?;
     let conn = client
         .get_connection_with_timeout(Duration::from_secs(2))
-        .map_err(|e| format!("cannot reach Redis at {url}: {e}"))?;
+        .map_err(|e| format!("cannot reach Redis at {shown}: {}", reason(&e)))?;
     let t = Some(Duration::from_secs(2));
-    conn.set_read_timeout(t).map_err(|e| e.to_string())?;
-    conn.set_write_timeout(t).map_err(|e| e.to_string())?;
+    conn.set_read_timeout(t).map_err(|e| reason(&e))?;
+    conn.set_write_timeout(t).map_err(|e| reason(&e))?;
     Ok(conn)
 }
 
@@ -27,9 +34,13 @@ pub fn ping(url: &str) -> Result<(), String> {
         return Ok(()); // the limiter reports cluster problems itself
     }
     let mut c = connect(url)?;
-    redis::cmd("PING")
-        .query::<String>(&mut c)
-        .map_err(|e| format!("Redis at {url} does not answer PING: {e}"))?;
+    redis::cmd("PING").query::<String>(&mut c).map_err(|e| {
+        format!(
+            "Redis at {} does not answer PING: {}",
+            RedactedUrl(url),
+            redact_secrets(&e.to_string(), url)
+        )
+    })?;
     Ok(())
 }
 

@@ -83,8 +83,9 @@ pub fn render(r: &Report) -> String {
         Some(url) => {
             let _ = writeln!(
                 out,
-                "quotalease simulate: {} of traffic in real time against {url}, seed {}",
+                "quotalease simulate: {} of traffic in real time against {}, seed {}",
                 secs(shape.duration_ms),
+                quotalease::RedactedUrl(url),
                 shape.seed
             );
         }

@@ -359,3 +359,57 @@ fn inspect_lists_the_live_holders_of_an_adaptive_key() {
         .filter(|l| l.contains(": demand ") && l.contains("forgotten in"));
     assert_eq!(rows.count(), 3, "{out}");
 }
+
+/// A password in `--redis` never reaches the output or an error, whatever
+/// fails: the server is unreachable, the URL is malformed or names a
+/// cluster, the password is wrong. The right password works and the report
+/// names the server redacted.
+#[test]
+fn inspect_never_prints_the_password_of_its_url() {
+    const USER: &str = "alice-user-QRS";
+    const PW: &str = "s3cret-pw-XYZ";
+    let clean = |what: &str, text: &str| {
+        assert!(
+            !text.contains(PW) && !text.contains(USER),
+            "{what} shows a credential:\n{text}"
+        );
+    };
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let redis = RedisServer::start();
+    redis.cli(&["ACL", "SETUSER", USER, "on", ">right-password", "~*", "+@all"]);
+    for (url, shown) in [
+        (
+            format!("redis://{USER}:{PW}@127.0.0.1:{closed}"),
+            format!("redis://***@127.0.0.1:{closed}"),
+        ),
+        (
+            format!("redis://{USER}:{PW}@127.0.0.1:{}", redis.port),
+            format!("redis://***@127.0.0.1:{}", redis.port),
+        ),
+        (
+            format!("redis://{USER}:{PW}@127.0.0.1:notaport"),
+            "redis://***@***".to_string(),
+        ),
+        (
+            format!("redis+cluster://{USER}:{PW}@127.0.0.1:{closed}"),
+            format!("redis+cluster://***@127.0.0.1:{closed}"),
+        ),
+    ] {
+        let (code, out, err) = quotalease(&["inspect", "--redis", &url, "user:1"]);
+        assert_ne!(code, 0, "{url}: {out}");
+        clean(&format!("inspect --redis {url}"), &format!("{out}{err}"));
+        assert!(err.contains(&shown), "{url}: {err}");
+    }
+    let good = format!("redis://{USER}:right-password@127.0.0.1:{}", redis.port);
+    let (code, out, err) = quotalease(&["inspect", "--redis", &good, "user:1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("right-password"), "{out}");
+    assert!(
+        line(&out, "redis key").ends_with(&format!("on redis://***@127.0.0.1:{}", redis.port)),
+        "{out}"
+    );
+}
