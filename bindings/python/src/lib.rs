@@ -398,16 +398,6 @@ fn complete(slot: &Mutex<Slot>, res: ql::Result<ql::Decision>) {
     });
 }
 
-fn redact(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((_, host)) => format!("{scheme}://***@{host}"),
-            None => url.to_string(),
-        },
-        None => url.to_string(),
-    }
-}
-
 /// A distributed rate limiter (see `quotalease.Limiter`).
 #[pyclass(subclass, frozen, module = "quotalease._native", name = "Limiter")]
 struct Limiter {
@@ -610,7 +600,7 @@ impl Limiter {
         let c = self.inner.config();
         format!(
             "Limiter(url='{}', limit={}, window_ms={}, lease_size={}, mode='{}')",
-            redact(&c.url),
+            ql::redact_url(&c.url),
             c.limit,
             c.window_ms,
             self.inner.lease_size(),
