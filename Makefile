@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-peers
+.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-peers
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
@@ -49,12 +49,18 @@ bench-c-go:
 
 test: test-rust test-c test-go test-python test-node test-system
 
-bench: bench-rust bench-baseline bench-adaptive bench-c-go bench-python bench-node bench-peers
+bench: bench-rust bench-baseline bench-adaptive bench-fleet bench-c-go bench-python bench-node bench-peers
 
 ## Adaptive against fixed leases on a real redis-server, side by side (issue 12's
 ## targets): a hot key, and 100 instances on one key at 0.8x and 1.5x the limit.
 bench-adaptive: redis
 	bash scripts/bench-adaptive.sh
+
+## Saturated fleets of several languages on one Redis key, fixed vs adaptive in one
+## run (issue 12): 3 Python + 3 Node processes at 2x; FastAPI (gunicorn), Express
+## (node:cluster) and Go net/http, 4 workers each, at 13x: about 2 minutes of load.
+bench-fleet: redis
+	bash scripts/bench-fleet.sh
 
 ## The hot path against a baseline revision, in one run (callgrind instruction
 ## counts): BASELINE=<rev> (default: the last tag, else HEAD~1).

@@ -1,0 +1,7 @@
+module github.com/quotalease/quotalease/bench/fleet/go
+
+go 1.21
+
+require github.com/quotalease/quotalease/bindings/go v0.0.0
+
+replace github.com/quotalease/quotalease/bindings/go => ../../../bindings/go
