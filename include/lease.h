@@ -488,6 +488,32 @@ enum lease_status lease_parse_rate(const char *rate,
                                    uint64_t *window_ms);
 
 /**
+ * `url` as liblease prints it, written NUL-terminated into `buf`: user
+ * name and password (everything between "://" and the last '@') become
+ * "***", and so do a port that is not a number, query values other than a
+ * valid `protocol` or `db`, and a fragment other than `#insecure`; hosts,
+ * ports and the database stay: in "redis://user:pw@h:6379/0", "user:pw"
+ * becomes "***". Every message liblease writes (`lease_last_error`,
+ * events) already follows this rule; use it to log a URL yourself.
+ *
+ * Buffer rules as for `lease_metrics_prometheus`: `*needed` (when `needed`
+ * is not NULL) receives the size needed, NUL included; a smaller `cap`
+ * gets "" (if `cap > 0`) and `LEASE_ERR_BUFFER_TOO_SMALL`. The result can
+ * be a few bytes longer than `url`.
+ *
+ * Errors: `LEASE_ERR_NULL` (url, or buf with `cap > 0`), `LEASE_ERR_UTF8`,
+ * `LEASE_ERR_BUFFER_TOO_SMALL`.
+ *
+ * # Safety
+ * `url` is NULL or a NUL-terminated string; `buf` is NULL or has `cap`
+ * writable bytes; `needed` is NULL or writable.
+ */
+enum lease_status lease_redact_url(const char *url,
+                                   char *buf,
+                                   size_t cap,
+                                   size_t *needed);
+
+/**
  * The reason's name as in every binding: "lease", "exhausted", "fallback",
  * "pending", "exact" or "local" ("unknown" for any other value). Static
  * storage: never free it.

@@ -4,7 +4,7 @@ use std::ffi::c_char;
 
 use quotalease::{Config, FailurePolicy, Mode, OptionValue, Options, MANUAL_CLOCK_START_MS};
 
-use crate::error::{c_str, fail, fail_with, lease_status, lease_status::*};
+use crate::error::{c_str, fail, fail_with, lease_status, lease_status::*, write_str};
 
 /// Coordination mode: one of the `LEASE_MODE_*` constants.
 pub type lease_mode = u32;
@@ -296,5 +296,68 @@ pub unsafe extern "C" fn lease_parse_rate(rate: *const c_char, limit: *mut u64, 
             }
             Err(e) => fail_with("lease_parse_rate", &e),
         }
+    }
+}
+
+/// `url` as liblease prints it, written NUL-terminated into `buf`: user
+/// name and password (everything between "://" and the last '@') become
+/// "***", and so do a port that is not a number, query values other than a
+/// valid `protocol` or `db`, and a fragment other than `#insecure`; hosts,
+/// ports and the database stay: in "redis://user:pw@h:6379/0", "user:pw"
+/// becomes "***". Every message liblease writes (`lease_last_error`,
+/// events) already follows this rule; use it to log a URL yourself.
+///
+/// Buffer rules as for `lease_metrics_prometheus`: `*needed` (when `needed`
+/// is not NULL) receives the size needed, NUL included; a smaller `cap`
+/// gets "" (if `cap > 0`) and `LEASE_ERR_BUFFER_TOO_SMALL`. The result can
+/// be a few bytes longer than `url`.
+///
+/// Errors: `LEASE_ERR_NULL` (url, or buf with `cap > 0`), `LEASE_ERR_UTF8`,
+/// `LEASE_ERR_BUFFER_TOO_SMALL`.
+///
+/// # Safety
+/// `url` is NULL or a NUL-terminated string; `buf` is NULL or has `cap`
+/// writable bytes; `needed` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lease_redact_url(
+    url: *const c_char,
+    buf: *mut c_char,
+    cap: usize,
+    needed: *mut usize,
+) -> lease_status {
+    ffi_boundary! {
+        const F: &str = "lease_redact_url";
+        let url = match unsafe { c_str(F, "url", url) } {
+            Ok(u) => u,
+            Err(st) => return st,
+        };
+        unsafe { write_str(F, &quotalease::redact_url(url), buf, cap, needed) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn redacted(url: &CStr) -> (lease_status, String, usize) {
+        let mut buf = [0 as c_char; 128];
+        let mut needed = 0;
+        let s = unsafe { lease_redact_url(url.as_ptr(), buf.as_mut_ptr(), buf.len(), &mut needed) };
+        let out = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
+        (s, out, needed)
+    }
+
+    #[test]
+    fn urls_come_back_redacted() {
+        let (s, out, needed) = redacted(c"redis://alice:s3cret-pw-XYZ@h:6379/0");
+        assert_eq!((s, out.as_str(), needed), (LEASE_OK, "redis://***@h:6379/0", 21));
+        assert_eq!(redacted(c"redis://h:1").1, "redis://h:1");
+        assert_eq!(redacted(c"a\xffb").0, LEASE_ERR_UTF8);
+        let mut needed = 0;
+        let s = unsafe { lease_redact_url(c"redis://:pw@h".as_ptr(), std::ptr::null_mut(), 0, &mut needed) };
+        assert_eq!((s, needed), (LEASE_ERR_BUFFER_TOO_SMALL, 14));
+        let s = unsafe { lease_redact_url(std::ptr::null(), std::ptr::null_mut(), 0, &mut needed) };
+        assert_eq!(s, LEASE_ERR_NULL);
     }
 }

@@ -641,6 +641,53 @@ static void http_key_hashes_long_keys(void) {
   lease_limiter_free(l);
 }
 
+/* ---- credentials in URLs ---- */
+
+#define SECRET_USER "alice-user-QRS"
+#define SECRET_PW "s3cret-pw-XYZ"
+#define NO_SECRET(text) \
+  CHECK(strstr((text), SECRET_PW) == NULL && strstr((text), SECRET_USER) == NULL, "a credential shows: %s", (text))
+
+static void urls_are_redacted(void) {
+  char buf[128], small[8];
+  size_t needed = 0;
+  lease_config c;
+  lease_limiter *l = NULL;
+  lease_options *o;
+  /* The core's rule, for callers that log a URL themselves. */
+  EXPECT(lease_redact_url("redis://" SECRET_USER ":" SECRET_PW "@h:6379/0", buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strcmp(buf, "redis://***@h:6379/0") == 0 && needed == 21, "got %s (%zu)", buf, needed);
+  EXPECT(lease_redact_url("redis+cluster://:" SECRET_PW "@a:1,b:2", buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strcmp(buf, "redis+cluster://***@a:1,b:2") == 0, "got %s", buf);
+  EXPECT(lease_redact_url("redis://127.0.0.1:6379", buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strcmp(buf, "redis://127.0.0.1:6379") == 0, "got %s", buf);
+  EXPECT_ERR(lease_redact_url("redis://:" SECRET_PW "@h", small, sizeof small, &needed), LEASE_ERR_BUFFER_TOO_SMALL,
+             "needed");
+  CHECK(small[0] == '\0' && needed == 14, "small: needed %zu", needed);
+  EXPECT_ERR(lease_redact_url(NULL, buf, sizeof buf, &needed), LEASE_ERR_NULL, "url");
+  EXPECT_ERR(lease_redact_url("redis://h", NULL, 8, &needed), LEASE_ERR_NULL, "buf");
+  EXPECT(lease_redact_url("a\xff", buf, sizeof buf, &needed), LEASE_ERR_UTF8);
+  /* Config errors name the URL redacted, through lease_config and by name. */
+  lease_config_init(&c);
+  c.limit = 10;
+  c.url = "redis://" SECRET_USER ":" SECRET_PW "@127.0.0.1:notaport";
+  EXPECT_ERR(new_with(&c, &l), LEASE_ERR_CONFIG, "redis://***@");
+  NO_SECRET(lease_last_error());
+  c.url = "unix:///run/redis.sock?user=" SECRET_USER "&pass=" SECRET_PW;
+  EXPECT_ERR(new_with(&c, &l), LEASE_ERR_CONFIG, "unix:///run/redis.sock?user=***&pass=***");
+  NO_SECRET(lease_last_error());
+  o = new_options();
+  EXPECT(lease_options_set_str(o, "url", "redis://" SECRET_USER ":" SECRET_PW "@127.0.0.1:6379/x"), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "limit", 10), LEASE_OK);
+  EXPECT_ERR(lease_limiter_new_from_options(o, &l), LEASE_ERR_CONFIG, "`url`");
+  NO_SECRET(lease_last_error());
+  /* A URL given to a number option. */
+  EXPECT_ERR(lease_options_set_str(o, "limit", "redis://" SECRET_USER ":" SECRET_PW "@h:1"), LEASE_ERR_CONFIG,
+             "`limit`");
+  NO_SECRET(lease_last_error());
+  lease_options_free(o);
+}
+
 static void error_kind_names_are_the_cores(void) {
   CHECK(strcmp(lease_error_kind_name(LEASE_ERR_CONFIG), "config") == 0, "config");
   CHECK(strcmp(lease_error_kind_name(LEASE_ERR_INVALID_KEY), "invalid_key") == 0, "invalid_key");
@@ -741,6 +788,7 @@ int main(void) {
   RUN(options_bad_input);
   RUN(options_build_many_limiters);
   RUN(http_key_hashes_long_keys);
+  RUN(urls_are_redacted);
   RUN(error_kind_names_are_the_cores);
   RUN(advance_clock_needs_manual_clock);
   RUN(last_error_is_thread_local);

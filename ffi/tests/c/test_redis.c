@@ -1,10 +1,14 @@
 /* liblease against a real redis-server started by tests/harness/redisctl:
  * sharing across limiters, try_acquire's pending, flush/close giving tokens
- * back, and the degraded / recovered event callback when Redis is killed and
- * restarted. Needs QL_REDIS_PORT and QL_REDISCTL. */
+ * back, a URL's credentials kept out of the degraded message (closed port,
+ * wrong password), and the degraded / recovered event callback when Redis is
+ * killed and restarted. Needs QL_REDIS_PORT and QL_REDISCTL. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -159,6 +163,71 @@ static int harness(const char *cmd) {
     }                                                        \
   } while (0)
 
+/* ---- credentials never reach an event or the last error ---- */
+
+#define SECRET_USER "alice-user-QRS"
+#define SECRET_PW "s3cret-pw-XYZ"
+
+static int has_secret(const char *text) {
+  return strstr(text, SECRET_PW) != NULL || strstr(text, SECRET_USER) != NULL;
+}
+
+/* A loopback port nothing listens on (bound, then released). */
+static int closed_port(void) {
+  struct sockaddr_in a;
+  socklen_t n = sizeof a;
+  int fd = socket(AF_INET, SOCK_STREAM, 0), p;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &n) != 0) {
+    fprintf(stderr, "cannot find a closed port\n");
+    exit(2);
+  }
+  p = ntohs(a.sin_port);
+  close(fd);
+  return p;
+}
+
+/* A limiter on `secret_url` degrades (the server refuses or is absent):
+ * its degraded message, and lease_last_error after a failing config, show
+ * neither the user nor the password. `reason` is a piece of the message. */
+static void degrade_without_secrets(const char *secret_url, const char *reason) {
+  char prefix[64];
+  lease_config c;
+  lease_limiter *l = NULL;
+  recorder r = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
+  unique_prefix(prefix, sizeof prefix, "secret");
+  lease_config_init(&c);
+  c.url = secret_url;
+  c.key_prefix = prefix;
+  c.limit = 1000;
+  c.backend_timeout_ms = 300;
+  EXPECT(lease_limiter_new(&c, &l), LEASE_OK);
+  if (!l) return;
+  EXPECT(lease_set_event_callback(l, on_event, &r), LEASE_OK);
+  POLL_UNTIL(count(&r, 0) > 0, 15, "k");
+  pthread_mutex_lock(&r.mu);
+  CHECK(r.degraded > 0, "no degraded event for %s", reason);
+  CHECK(strstr(r.last_message, reason) != NULL, "message: %s", r.last_message);
+  CHECK(!has_secret(r.last_message), "the degraded message shows a credential: %s", r.last_message);
+  pthread_mutex_unlock(&r.mu);
+  EXPECT(lease_set_event_callback(l, NULL, NULL), LEASE_OK);
+  lease_limiter_free(l);
+}
+
+static void secrets_stay_out_of_events(void) {
+  char secret_url[256], line[512];
+  snprintf(secret_url, sizeof secret_url, "redis://" SECRET_USER ":" SECRET_PW "@127.0.0.1:%d/0", closed_port());
+  degrade_without_secrets(secret_url, "Connection refused");
+  /* A real server that refuses the password. */
+  snprintf(line, sizeof line, "redis-cli -p %s ACL SETUSER " SECRET_USER " on '>another-password' '~*' '+@all' >/dev/null",
+           port);
+  CHECK(system(line) == 0, "%s", line);
+  snprintf(secret_url, sizeof secret_url, "redis://" SECRET_USER ":" SECRET_PW "@127.0.0.1:%s", port);
+  degrade_without_secrets(secret_url, "AuthenticationFailed");
+}
+
 static void events_reach_the_callback(void) {
   char prefix[64];
   lease_config c;
@@ -219,6 +288,7 @@ int main(void) {
   RUN(limiters_share_one_bucket);
   RUN(try_acquire_is_pending_on_a_cold_key);
   RUN(flush_and_close_give_tokens_back);
+  RUN(secrets_stay_out_of_events);
   RUN(events_reach_the_callback); /* last: it kills and restarts the server */
   SUMMARY();
 }
