@@ -1,10 +1,27 @@
 package quotalease
 
-// #include "cshim.h"
+/*
+#include "cshim.h"
+
+// The URL as liblease prints it (lease_redact_url), malloc'd; NULL when the
+// URL cannot be read (not UTF-8).
+static inline char *ql_redact_url(const char *url) {
+	size_t need = 0;
+	char *out;
+	if (lease_redact_url(url, NULL, 0, &need) != LEASE_ERR_BUFFER_TOO_SMALL) return NULL;
+	out = malloc(need);
+	if (out && lease_redact_url(url, out, need, &need) != LEASE_OK) {
+		free(out);
+		out = NULL;
+	}
+	return out;
+}
+*/
 import "C"
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"unsafe"
@@ -40,7 +57,9 @@ const Auto = ^uint64(0)
 // and keeps the engine's default. The exceptions: RefillThreshold 0
 // disables prefetch (Auto derives it), and LeaseSize Auto is not set either.
 // Rate and Limit/WindowMs are alternatives: setting both is a KindConfig
-// error.
+// error. fmt prints a Config (every verb, %#v too) with URL redacted
+// (RedactURL); a Config inside an unexported struct field is printed by fmt
+// field by field, without its methods, so log such a struct's Config itself.
 type Config struct {
 	// URL: "memory://" (default: an in-process authority private to the
 	// limiter), "memory://NAME" (shared by every limiter of the process with
@@ -93,6 +112,53 @@ type Config struct {
 	// OnEvent, when set, is called on every backend transition (degraded /
 	// recovered), from the limiter's broker thread. It must return quickly.
 	OnEvent func(Event)
+}
+
+// RedactURL is url as quotalease prints it everywhere (the engine's rule,
+// the same in every language): the user name and password, everything
+// between "://" and the last '@', become "***", and so do a port that is not
+// a number, query values other than a valid protocol or db, and a fragment
+// other than #insecure; hosts, ports and the database stay.
+// "redis://user:pw@h:6379/0" becomes "redis://***@h:6379/0". A URL that
+// cannot be read (not UTF-8) is "***".
+func RedactURL(url string) string {
+	c := C.CString(url)
+	defer C.free(unsafe.Pointer(c))
+	out := C.ql_redact_url(c)
+	if out == nil {
+		return "***"
+	}
+	defer C.free(unsafe.Pointer(out))
+	return C.GoString(out)
+}
+
+// configFields is Config without its methods, so that formatting one does
+// not call String again.
+type configFields Config
+
+func (c Config) redacted() configFields {
+	c.URL = RedactURL(c.URL)
+	return configFields(c)
+}
+
+// String shows every field by name, with URL redacted (RedactURL).
+func (c Config) String() string {
+	return fmt.Sprintf("%+v", c.redacted())
+}
+
+// GoString is the %#v form, with URL redacted (RedactURL).
+func (c Config) GoString() string {
+	return "quotalease.Config" + strings.TrimPrefix(fmt.Sprintf("%#v", c.redacted()), "quotalease.configFields")
+}
+
+// Format makes every verb (%v, %+v, %s, %d, ...) print String, and %#v
+// GoString: a password in URL never reaches a log through fmt.
+func (c Config) Format(f fmt.State, verb rune) {
+	if verb == 'v' && f.Flag('#') {
+		io.WriteString(f, c.GoString())
+		return
+	}
+	io.WriteString(f, c.String())
 }
 
 // DefaultConfig returns a Config with the documented defaults filled in
