@@ -81,6 +81,8 @@ struct FleetRun {
     denied: u64,
     calls: u64,
     allowance: u64,
+    /// Calls and admitted in the first 3 s (the full bucket handed out).
+    early: (u64, u64),
 }
 
 /// `n` limiters, one thread each, Poisson arrivals at `load` x the limit in
@@ -128,11 +130,15 @@ fn fleet(url: &str, prefix: &str, fixed: bool, n: usize, load: f64, secs: f64) -
         })
         .collect();
     start.wait();
+    let early_at = t0 + Duration::from_secs_f64(3.0_f64.min(secs));
+    std::thread::sleep(early_at.saturating_duration_since(Instant::now()));
+    let e = sum(ls.iter().map(|l| l.metrics()));
     for h in hs {
         h.join().unwrap();
     }
     let m = sum(ls.iter().map(|l| l.metrics()));
     FleetRun {
+        early: (e.backend_calls, e.admitted),
         offered: offered.load(Relaxed),
         admitted: m.admitted,
         denied: m.denied,
@@ -145,37 +151,52 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let url = args.next().expect("usage: adaptive_bench REDIS_URL [seconds]");
     let secs: f64 = args.next().map_or(5.0, |s| s.parse().expect("seconds"));
+    // Optional: which cases ("hot", "fleet"), which loads, which leases.
+    let only: Vec<String> = args.collect();
+    let wants = |case: &str| only.is_empty() || only.iter().any(|o| o == case);
     let run = std::process::id();
-    println!("## hot key: 1 limiter, 4 threads, one key, a limit that never binds ({secs} s each)");
-    println!(
-        "{:<10} {:>16} {:>16} {:>8} {:>18}",
-        "leases", "memory adm/s", "redis adm/s", "ratio", "redis calls/adm"
-    );
-    for (name, fixed) in [("fixed", true), ("adaptive", false)] {
-        let (mem, _) = hot("memory://", "m", fixed, 4, secs);
-        let (red, calls) = hot(&url, &format!("hot{run}{name}"), fixed, 4, secs);
+    if wants("hot") {
+        println!("## hot key: 1 limiter, 4 threads, one key, a limit that never binds ({secs} s each)");
         println!(
-            "{name:<10} {mem:>16.0} {red:>16.0} {:>7.1}% {calls:>18.5}",
-            100.0 * red / mem
+            "{:<10} {:>16} {:>16} {:>8} {:>18}",
+            "leases", "memory adm/s", "redis adm/s", "ratio", "redis calls/adm"
         );
+        for (name, fixed) in [("fixed", true), ("adaptive", false)] {
+            let (mem, _) = hot("memory://", "m", fixed, 4, secs);
+            let (red, calls) = hot(&url, &format!("hot{run}{name}"), fixed, 4, secs);
+            println!(
+                "{name:<10} {mem:>16.0} {red:>16.0} {:>7.1}% {calls:>18.5}",
+                100.0 * red / mem
+            );
+        }
+        println!();
     }
-    println!();
+    if !wants("fleet") {
+        return;
+    }
     println!("## fleet: 100 limiters (a thread each) on one key, limit 1000/s, Poisson arrivals, every 4th instance 4x ({secs} s each)");
     println!(
-        "{:<10} {:>5} {:>9} {:>9} {:>9} {:>10} {:>12} {:>10}",
-        "leases", "load", "offered", "admitted", "denied %", "allowance", "adm/allow", "calls/adm"
+        "{:<10} {:>5} {:>9} {:>9} {:>9} {:>10} {:>12} {:>10} {:>14}",
+        "leases", "load", "offered", "admitted", "denied %", "allowance", "adm/allow", "calls/adm", "first 3 s"
     );
     for load in [0.8, 1.5] {
+        if !(wants("fleet") && (only.len() <= 1 || wants(&format!("{load}")))) {
+            continue;
+        }
         for (name, fixed) in [("fixed", true), ("adaptive", false)] {
+            if only.iter().any(|o| o == "adaptive") && fixed {
+                continue;
+            }
             let r = fleet(&url, &format!("fleet{run}{name}{load}"), fixed, 100, load, secs);
             println!(
-                "{name:<10} {load:>5.1} {:>9} {:>9} {:>8.2}% {:>10} {:>12.3} {:>10.4}",
+                "{name:<10} {load:>5.1} {:>9} {:>9} {:>8.2}% {:>10} {:>12.3} {:>10.4} {:>14}",
                 r.offered,
                 r.admitted,
                 100.0 * r.denied as f64 / r.offered.max(1) as f64,
                 r.allowance,
                 r.admitted as f64 / r.allowance as f64,
-                r.calls as f64 / r.admitted.max(1) as f64
+                r.calls as f64 / r.admitted.max(1) as f64,
+                format!("{}/{}", r.early.0, r.early.1)
             );
         }
     }

@@ -35,7 +35,7 @@ pub const PERIOD_MS: u64 = 1_000;
 /// A rate grant lasts long enough to deliver this many tokens (so renewals
 /// cost about one call per this many admitted), within
 /// [`PERIOD_MS`]..=[`MAX_PERIOD_MS`].
-pub const GRANT_TOKENS: u64 = 30;
+pub const GRANT_TOKENS: u64 = 40;
 /// The longest rate grant (how long a joiner may wait for its share).
 pub const MAX_PERIOD_MS: u64 = 5_000;
 /// How long a rate grant runs on past its period (the holder renews at its
@@ -141,6 +141,17 @@ pub fn water_fill(demands: &[u64], total: u64) -> Vec<u64> {
         left -= give;
     }
     out
+}
+
+/// The most rate a holder spending `demand` units per ms is granted: its
+/// demand and a quarter (random arrivals), or an equal share of the key's
+/// rate while its demand is not measured yet.
+pub fn rate_cap(demand: u64, limit: u64, holders: u64) -> u64 {
+    if demand == 0 {
+        limit / holders.max(1)
+    } else {
+        demand.saturating_add(demand / 4)
+    }
 }
 
 impl KeyState {
@@ -258,7 +269,14 @@ impl KeyState {
         // traffic.
         let period_demand = (total_demand * PERIOD_MS as u128 / 1_000_000) as u64;
         let rates_run = others_active > 0 || self.holders[&ask.holder].rate_until > now;
-        let shared_and_draining = self.holders.len() > 1 && avail < p.limit - p.limit / 4;
+        // With many holders, chunks are tiny (each holder's part of `O` is
+        // a token or two), so a key whose demand outruns its refill goes to
+        // rates at once rather than paying a call per token or two while its
+        // bucket drains; the bucket's contents then go out as bonus.
+        let n = self.holders.len() as u64;
+        let outrun = demands.iter().map(|&d| d as u128).sum::<u128>() > p.limit as u128;
+        let tiny_chunks = ask.budget < 2 * n;
+        let shared_and_draining = n > 1 && (avail < p.limit - p.limit / 4 || (outrun && tiny_chunks));
         let saturated = avail <= period_demand && (rates_run || shared_and_draining);
         // A dry bucket (not a whole token) starts rates too; one that holds
         // tokens but fewer than a large request needs answers as a plain
@@ -274,37 +292,54 @@ impl KeyState {
             }
             return (grant, answer_base);
         }
-        // Rate mode: the fair share, within what other active rates leave.
-        let rate = shares[mine].min(p.limit.saturating_sub(others_active));
+        // Rate mode: the fair share, within what other active rates leave,
+        // and never far above what the holder spends (a quarter on top for
+        // random arrivals): a share padded with spare refill would hold the
+        // key's rate away from holders the authority has not heard from yet
+        // (a fleet's first seconds) and only come back as dropped accrual.
+        let fair = shares[mine].min(rate_cap(demands[mine], p.limit, ids.len() as u64));
+        let rate = fair.min(p.limit.saturating_sub(others_active));
         // What the bucket holds (tokens handed back, refill no rate took) goes
         // out as a bonus on top of the rate, to the holders whose demand the
-        // fair shares leave unmet, in proportion to what they miss. It is
-        // taken from the bucket now and delivered over the period.
-        let unmet = |d: u64, r: u64| d.saturating_sub(r) as u128;
-        let my_unmet = unmet(demands[mine], rate);
-        let all_unmet: u128 = demands
-            .iter()
-            .zip(&shares)
-            .map(|(&d, &r)| unmet(d, r))
-            .sum::<u128>()
-            .max(my_unmet);
-        let period = if rate == 0 {
+        // fair shares leave unmet, as far as they miss it, first come first
+        // served: taken from the bucket now and delivered over the grant.
+        // (Shared in proportion to everyone's unmet demand, each renewal took
+        // a slice of what the last one left, and the rest sat in the bucket
+        // until its cap threw the refill away.)
+        let my_unmet = demands[mine].saturating_sub(rate);
+        // A rate cut short by other holders' grants comes back after the
+        // shortest period for the rest of its share; a full share is sized
+        // to deliver GRANT_TOKENS.
+        let period = if rate == 0 || rate < fair {
             PERIOD_MS
         } else {
             (GRANT_TOKENS * p.window_ms)
                 .div_ceil(rate)
                 .clamp(PERIOD_MS, MAX_PERIOD_MS)
         };
-        let spare = self.bucket.credit as u128;
         // units per ms over the whole grant (grace included), paid in full now
         let span = period + GRACE_MS;
-        let bonus = (spare * my_unmet)
-            .checked_div(all_unmet)
-            .map_or(0, |b| (b / span as u128) as u64);
+        let bonus = (self.bucket.credit / span).min(my_unmet);
         self.bucket.credit -= bonus * span;
         let me = self.holders.get_mut(&ask.holder).expect("present");
         if rate + bonus == 0 {
             me.rate = 0;
+            // Other holders' rates take the whole refill: nothing frees up
+            // before the first of them ends (the bucket's own refill time
+            // would send this holder back every few ms for nothing).
+            let first_end = self
+                .holders
+                .iter()
+                .filter(|(&id, h)| id != ask.holder && h.rate_until > now && h.rate > 0)
+                .map(|(_, h)| h.rate_until - now)
+                .min();
+            let grant = match first_end {
+                Some(w) if grant.granted == 0 => Grant {
+                    wait_ms: w.max(grant.wait_ms),
+                    ..grant
+                },
+                _ => grant,
+            };
             return (grant, answer_base);
         }
         // The authority's record keeps the part paid from refill.
@@ -430,5 +465,93 @@ mod tests {
             1000 * 100,
             "both rates ran to {end}; then 100 ms at 1000/ms"
         );
+    }
+
+    #[test]
+    fn a_rate_stays_near_the_holders_demand() {
+        // Alone on a dry bucket, a holder spending 100/s gets its demand and
+        // a quarter, not the key's whole 1000/s: the rest stays free for
+        // holders the authority has not heard from yet.
+        let mut k = KeyState::new(P, 0);
+        k.bucket.credit = 0;
+        let (_, a) = k.lease(P, ask(1, 100, 0, 100, 1), 0);
+        assert_eq!(a.rate, 125);
+        assert_eq!(a.fallback, 1000, "the fallback rate is its share of the whole key");
+        // demand not measured yet: at most an equal share among the live
+        // holders (500/s), here its fair share: 1000 less holder 1's 100,
+        // halved
+        let (_, b) = k.lease(P, ask(2, 0, 0, 1, 1), 0);
+        assert_eq!(b.rate, 450);
+        assert_eq!(rate_cap(0, 1000, 4), 250);
+        assert_eq!(rate_cap(800, 1000, 4), 1000);
+    }
+
+    #[test]
+    fn a_holder_shut_out_by_active_rates_waits_for_the_first_to_end() {
+        let mut k = KeyState::new(P, 0);
+        k.bucket.credit = 0;
+        let (_, a) = k.lease(P, ask(1, 5000, 0, 5000, 1), 0);
+        assert_eq!(a.rate, 1000);
+        let a_ends = a.rate_ms;
+        // 300 ms later a second holder finds the key's whole rate taken: it
+        // comes back when holder 1's grant ends, not when the bucket (which
+        // gets no refill meanwhile) would hold a token
+        let (g, b) = k.lease(P, ask(2, 100, 0, 100, 1), 300);
+        assert_eq!((g.granted, b.rate), (0, 0));
+        assert_eq!(g.wait_ms, a_ends - 300);
+    }
+
+    #[test]
+    fn a_rate_cut_short_by_others_comes_back_after_one_period() {
+        let mut k = KeyState::new(P, 0);
+        k.bucket.credit = 0;
+        // holder 1 alone: 900/s of its demand 5000/s... capped at the key
+        k.lease(P, ask(1, 5000, 0, 5000, 1), 0);
+        // holder 2 (demand 5000/s too) learns of the key while holder 1's
+        // rate runs: its fair share is 500/s, but holder 1 still holds the
+        // whole rate: nothing, until holder 1's grant ends
+        let (_, b) = k.lease(P, ask(2, 5000, 0, 5000, 1), 10);
+        assert_eq!(b.rate, 0);
+        // holder 1 renews at its fair share (500/s) and holder 2 gets 500/s
+        // for as long as a full share takes to deliver GRANT_TOKENS
+        let (_, a) = k.lease(P, ask(1, 5000, 0, 5000, 1), 20);
+        assert_eq!(a.rate, 500);
+        let (_, b) = k.lease(P, ask(2, 5000, 0, 5000, 1), 30);
+        assert_eq!(b.rate, 500);
+        assert_eq!(
+            b.rate_ms,
+            (GRANT_TOKENS * 1000).div_ceil(500).clamp(PERIOD_MS, MAX_PERIOD_MS)
+        );
+        // a third heavy holder: fair share 333/s, but only what holders 1
+        // and 2 leave (nothing) - then, as holder 1 renews at 333/s, holder 3
+        // gets the 167/s left, cut short: it asks again after one period
+        k.lease(P, ask(3, 5000, 0, 5000, 1), 40);
+        let (_, a) = k.lease(P, ask(1, 5000, 0, 5000, 1), 50);
+        assert_eq!(a.rate, 333);
+        let (_, c) = k.lease(P, ask(3, 5000, 0, 5000, 1), 60);
+        assert_eq!(c.rate, 1000 - 333 - 500);
+        assert_eq!(c.rate_ms, PERIOD_MS + GRACE_MS);
+    }
+
+    #[test]
+    fn the_bucket_goes_out_as_bonus_to_unmet_demand_first_come() {
+        let mut k = KeyState::new(P, 0);
+        k.bucket.credit = 0;
+        // two holders far above the key's rate, both known to the authority
+        k.lease(P, ask(1, 3000, 0, 3000, 1), 0);
+        k.lease(P, ask(2, 3000, 0, 3000, 1), 0);
+        // holder 1's grant has ended; the bucket holds 600 tokens (say,
+        // handed back): the first to renew takes what its unmet demand over
+        // its grant can use, as far as the bucket goes
+        k.refill(P, 1000);
+        k.bucket.credit = 600 * P.window_ms;
+        let (g, a) = k.lease(P, ask(1, 3000, 0, 3000, 1), 1000);
+        assert_eq!(g.granted, 1 + 10, "its need and its half of the budget");
+        assert_eq!(a.rate - a.bonus, 500, "its fair share of the refill");
+        assert_eq!(a.bonus * a.rate_ms, (600 - 11) * P.window_ms, "the rest of the bucket");
+        assert_eq!(k.bucket.credit, 0);
+        // the second finds the bucket empty: its fair share, no bonus
+        let (_, b) = k.lease(P, ask(2, 3000, 0, 3000, 1), 1000);
+        assert_eq!((b.rate, b.bonus), (500, 0));
     }
 }

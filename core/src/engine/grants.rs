@@ -115,10 +115,16 @@ impl Engine {
         let at = e.demand_at.load(Relaxed);
         let dt = now.saturating_sub(at);
         let old = e.demand.load(Relaxed) as f64;
-        // The first estimate waits for 100 ms of traffic and is then taken
-        // whole; later samples (10 ms apart at least) are averaged in with a
-        // one-second half-life.
-        let due = if old == 0.0 { dt >= 100 } else { dt >= 10 };
+        // The first estimate waits for 100 ms of traffic, or for 8 requests
+        // (a busy key: until then every request costs a call, as chunks
+        // are sized by demand), and is then taken whole; later samples (10
+        // ms apart at least) are averaged in with a one-second half-life.
+        let seen = offered.saturating_sub(e.demand_offered.load(Relaxed));
+        let due = if old == 0.0 {
+            dt >= 100 || (dt >= 1 && seen >= 8)
+        } else {
+            dt >= 10
+        };
         if due && e.demand_at.compare_exchange(at, now, AcqRel, Relaxed).is_ok() {
             let before = e.demand_offered.swap(offered, AcqRel);
             let sample = offered.saturating_sub(before) as f64 * 1e6 / dt as f64;

@@ -102,7 +102,11 @@ if granted == 0 then wait = math.ceil(math.max(0, need * window - credit) / limi
 
 local period_demand = math.floor(total_demand * PERIOD / 1000000)
 local rates_run = others_active > 0 or mine[6] > now
-local shared_and_draining = n > 1 and avail < limit - math.floor(limit / 4)
+-- many holders (a token or two of the budget each) and demand above the
+-- refill: rates at once, the bucket going out as bonus
+local outrun = sum > limit
+local tiny_chunks = budget < 2 * n
+local shared_and_draining = n > 1 and (avail < limit - math.floor(limit / 4) or (outrun and tiny_chunks))
 local saturated = avail <= period_demand and (rates_run or shared_and_draining)
 mine[2] = held + math.max(0, granted - need)
 local rate, bonus, period = 0, 0, PERIOD
@@ -112,17 +116,32 @@ if not saturated and (avail >= need or avail > 0) then
   mine[4] = 0
   if mine[6] > now then mine[6] = now end
 else
-  rate = math.min(my_share, math.max(0, limit - others_active))
-  local my_unmet = math.max(0, math.floor(demand * window / 1000000) - rate)
-  local all_unmet = 0
-  for _, it in ipairs(list) do all_unmet = all_unmet + math.max(0, it[2] - share_of[it[1]]) end
-  if my_unmet > all_unmet then all_unmet = my_unmet end
-  if rate > 0 then period = math.min(math.max(math.ceil(GRANT * window / rate), PERIOD), MAXP) end
+  -- the fair share, never far above what the holder spends (rate_cap)
+  local my_units = math.floor(demand * window / 1000000)
+  local fair = my_share
+  if my_units == 0 then
+    fair = math.min(fair, math.floor(limit / n))
+  else
+    fair = math.min(fair, my_units + math.floor(my_units / 4))
+  end
+  rate = math.min(fair, math.max(0, limit - others_active))
+  local my_unmet = math.max(0, my_units - rate)
+  -- a rate cut short by others' grants comes back after the shortest period
+  if rate > 0 and rate >= fair then period = math.min(math.max(math.ceil(GRANT * window / rate), PERIOD), MAXP) end
   local span = period + GRACE
-  if all_unmet > 0 then bonus = math.floor(math.floor(credit * my_unmet / all_unmet) / span) end
+  -- the bucket's contents, as far as this holder's unmet demand goes
+  bonus = math.min(math.floor(credit / span), my_unmet)
   credit = credit - bonus * span
   if rate + bonus == 0 then
     mine[4] = 0
+    -- others' rates take the whole refill: come back when the first ends
+    if granted == 0 then
+      local first = nil
+      for id, x in pairs(hs) do
+        if id ~= me and x[6] > now and x[4] > 0 and (first == nil or x[6] - now < first) then first = x[6] - now end
+      end
+      if first ~= nil and first > wait then wait = first end
+    end
   else
     mine[4] = rate
     mine[5] = now
