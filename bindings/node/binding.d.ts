@@ -53,6 +53,11 @@ export declare class NativeLimiter {
   inspect(key: string): Record<string, number | boolean | null>
   /** Tokens per lease request, after defaults. */
   get leaseSize(): number
+  /**
+   * What `util.inspect` and `toString` show: the main options, with the
+   * URL's credentials replaced by `***` (the core's rule).
+   */
+  summary(): { url: string; limit: number; windowMs: number; leaseSize: number; mode: string }
 }
 
 /**
@@ -89,3 +94,10 @@ export declare function parseRate(rate: string): Array<number>
 
 /** Every reason's name, indexed by its code (`Reason as u8`). */
 export declare function reasons(): Array<string>
+
+/**
+ * `url` as the engine prints it everywhere: user name and password (and
+ * any other part that can hold a secret) replaced by `***`, hosts, ports
+ * and the database kept (the core's rule, the same in every language).
+ */
+export declare function redactUrl(url: string): string

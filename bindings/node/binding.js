@@ -843,3 +843,4 @@ module.exports.httpKey = nativeBinding.httpKey
 module.exports.optionType = nativeBinding.optionType
 module.exports.parseRate = nativeBinding.parseRate
 module.exports.reasons = nativeBinding.reasons
+module.exports.redactUrl = nativeBinding.redactUrl

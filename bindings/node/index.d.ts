@@ -220,6 +220,8 @@ export declare class Limiter extends EventEmitter {
   advanceClock(ms: number): void
   /** Tests: run lease-TTL maintenance and wait (blocking, at most 10 s) until no backend request is in flight. */
   settle(): void
+  /** `Limiter(url='redis://***@host:6379', limit=…, windowMs=…, leaseSize=…, mode=…)`: never the URL's credentials. */
+  toString(): string
 
   on(event: 'degraded' | 'recovered', listener: (event: LimiterEvent) => void): this
   once(event: 'degraded' | 'recovered', listener: (event: LimiterEvent) => void): this
@@ -237,6 +239,13 @@ export declare function headers(decision: DecisionFields): RateLimitHeaders
  * engine's rule, as in every language's middleware).
  */
 export declare function httpKey(raw: string): string
+
+/**
+ * `url` as quotalease prints it everywhere: user name and password (and any
+ * other part that can hold a secret) replaced by `***`, hosts, ports and the
+ * database kept: `redis://user:pw@h:6379/0` is `redis://***@h:6379/0`.
+ */
+export declare function redactUrl(url: string): string
 
 /** `{ limit, windowMs }` from a rate such as `'600/min'`. */
 export declare function parseRate(rate: string): { limit: number; windowMs: number }

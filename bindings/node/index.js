@@ -5,6 +5,7 @@
 // names, values and the rules between them are the engine's.
 
 const { EventEmitter } = require('node:events')
+const util = require('node:util')
 
 let native
 try {
@@ -35,7 +36,11 @@ function fail(Ctor, code, message) {
 function describe(v) {
   if (v === null) return 'null'
   if (Array.isArray(v)) return 'an array'
-  if (typeof v === 'string') return `the string ${JSON.stringify(v.length > 40 ? v.slice(0, 40) + '…' : v)}`
+  if (typeof v === 'string') {
+    // A URL given to the wrong option is shown redacted (the engine's rule).
+    const s = /[@:]/.test(v) ? native.redactUrl(v) : v
+    return `the string ${JSON.stringify(s.length > 40 ? s.slice(0, 40) + '…' : s)}`
+  }
   if (typeof v === 'number' || typeof v === 'boolean' || typeof v === 'bigint') return `${typeof v} ${String(v)}`
   return typeof v
 }
@@ -339,6 +344,17 @@ class Limiter extends EventEmitter {
   settle() {
     this.#native.settle()
   }
+
+  /** `Limiter(url='redis://***@host:6379', limit=…, …)`: the URL's credentials are never shown. */
+  toString() {
+    const s = this.#native.summary()
+    return `Limiter(url='${s.url}', limit=${s.limit}, windowMs=${s.windowMs}, leaseSize=${s.leaseSize}, mode='${s.mode}')`
+  }
+
+  /** What `console.log` and `util.inspect` show: the main options, the URL redacted. */
+  [util.inspect.custom](depth, options, inspect) {
+    return `Limiter ${inspect(this.#native.summary(), options)}`
+  }
 }
 
 /**
@@ -350,6 +366,19 @@ class Limiter extends EventEmitter {
 function httpKey(raw) {
   checkKey(raw)
   return native.httpKey(raw)
+}
+
+/**
+ * `url` as quotalease prints it everywhere: the user name and password
+ * (everything between `://` and the last `@`), a port that is not a number,
+ * query values other than a valid `protocol` or `db` become `***`; hosts,
+ * ports and the database stay. The engine's rule, the same in every language.
+ */
+function redactUrl(url) {
+  if (typeof url !== 'string') {
+    throw fail(TypeError, codes.CONFIG, `redactUrl: \`url\` must be a string (got ${typeof url})`)
+  }
+  return native.redactUrl(url)
 }
 
 /** `{ limit, windowMs }` from a rate such as `'600/min'`, `'10/s'`, `'100/30s'`. */
@@ -367,6 +396,7 @@ module.exports = {
   headers,
   parseRate,
   httpKey,
+  redactUrl,
   codes,
   reasons: REASONS,
   engineVersion: native.engineVersion(),

@@ -376,6 +376,20 @@ impl NativeLimiter {
     pub fn lease_size(&self) -> f64 {
         self.inner.lease_size() as f64
     }
+
+    /// What `util.inspect` and `toString` show: the main options, with the
+    /// URL's credentials replaced by `***` (the core's rule).
+    #[napi(ts_return_type = "{ url: string; limit: number; windowMs: number; leaseSize: number; mode: string }")]
+    pub fn summary<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let c = self.inner.config();
+        let mut o = Object::new(env)?;
+        o.set("url", quotalease::redact_url(&c.url))?;
+        o.set("limit", c.limit as f64)?;
+        o.set("windowMs", c.window_ms as f64)?;
+        o.set("leaseSize", self.inner.lease_size() as f64)?;
+        o.set("mode", c.mode.as_str())?;
+        Ok(o)
+    }
 }
 
 /// HTTP headers for a decision (IETF RateLimit / RateLimit-Policy, plus
@@ -453,6 +467,14 @@ pub fn http_key(raw: String) -> String {
         std::borrow::Cow::Borrowed(_) => raw,
         std::borrow::Cow::Owned(hashed) => hashed,
     }
+}
+
+/// `url` as the engine prints it everywhere: user name and password (and
+/// any other part that can hold a secret) replaced by `***`, hosts, ports
+/// and the database kept (the core's rule, the same in every language).
+#[napi]
+pub fn redact_url(url: String) -> String {
+    quotalease::redact_url(&url)
 }
 
 /// The engine's version (Cargo.toml).

@@ -195,7 +195,7 @@ test('flush gives leased tokens back; close is idempotent, sync or async', async
 })
 
 test('module exports', () => {
-  assert.deepEqual(Object.keys(ql).sort(), ['Decision', 'Limiter', 'codes', 'engineVersion', 'headers', 'httpKey', 'parseRate', 'reasons'])
+  assert.deepEqual(Object.keys(ql).sort(), ['Decision', 'Limiter', 'codes', 'engineVersion', 'headers', 'httpKey', 'parseRate', 'reasons', 'redactUrl'])
   // Both tables come from the engine (Reason::ALL, ErrorKind::ALL).
   assert.deepEqual(reasons, ['lease', 'exhausted', 'fallback', 'pending', 'exact', 'local'])
   assert.ok(Object.isFrozen(reasons) && Object.isFrozen(codes))
