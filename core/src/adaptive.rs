@@ -43,6 +43,26 @@ pub const MAX_PERIOD_MS: u64 = 5_000;
 /// bench-adaptive`), holders in their grace crowded out renewals (their rate
 /// still counts against the key's) and the fleet used less of the limit.
 pub const GRACE_MS: u64 = 0;
+/// In an outage, a holder keeps the fallback rate of its last answer this
+/// long, then moves towards an equal share of the fleet it last saw...
+pub const FALLBACK_HOLD_MS: u64 = 300_000;
+/// ...halving the difference every this many ms (the last rates describe
+/// the fleet and its traffic as they were; the longer the outage, the less
+/// they say, and an equal share is what every instance can agree on blind).
+pub const FALLBACK_HALF_LIFE_MS: u64 = 300_000;
+
+/// The fallback rate `open_ms` into an outage: `last` (the authority's
+/// last answer) for [`FALLBACK_HOLD_MS`], then halfway closer to `equal`
+/// (the key's rate over its live holders) every [`FALLBACK_HALF_LIFE_MS`].
+/// Every holder computes the same blend, so the rates still sum to the key's.
+pub fn fallback_rate(last: u64, equal: u64, open_ms: u64) -> u64 {
+    let Some(past) = open_ms.checked_sub(FALLBACK_HOLD_MS) else {
+        return last;
+    };
+    let keep = 0.5f64.powf(past as f64 / FALLBACK_HALF_LIFE_MS as f64);
+    (equal as f64 + (last as f64 - equal as f64) * keep).round() as u64
+}
+
 /// A holder not heard from for this long is forgotten.
 pub const HOLDER_TTL_MS: u64 = 3 * PERIOD_MS;
 
@@ -553,5 +573,19 @@ mod tests {
         // the second finds the bucket empty: its fair share, no bonus
         let (_, b) = k.lease(P, ask(2, 3000, 0, 3000, 1), 1000);
         assert_eq!((b.rate, b.bonus), (500, 0));
+    }
+
+    #[test]
+    fn fallback_rates_hold_then_decay_towards_an_equal_share() {
+        let h = FALLBACK_HOLD_MS;
+        let hl = FALLBACK_HALF_LIFE_MS;
+        assert_eq!(fallback_rate(900, 50, 0), 900);
+        assert_eq!(fallback_rate(900, 50, h), 900);
+        assert_eq!(fallback_rate(900, 50, h + hl), 475);
+        assert_eq!(fallback_rate(10, 50, h + hl), 30, "a light holder rises");
+        assert_eq!(fallback_rate(900, 50, h + 20 * hl), 50);
+        // a heavy and a light holder's rates keep their sum
+        let (a, b) = (fallback_rate(900, 500, h + hl / 3), fallback_rate(100, 500, h + hl / 3));
+        assert!((999..=1001).contains(&(a + b)), "{a} + {b}");
     }
 }

@@ -19,6 +19,8 @@ pub(crate) struct Circuit {
     /// Clock reading of the last failure: the answers of one failed round
     /// trip arrive at one instant and count as one failure.
     last_failure: AtomicU64,
+    /// Clock reading when the circuit last opened.
+    opened_at: AtomicU64,
 }
 
 /// A change of state the caller must report (log, metric, event).
@@ -37,6 +39,7 @@ impl Default for Circuit {
             next_probe: AtomicU64::new(0),
             backoff: AtomicU64::new(BACKOFF_MIN_MS),
             last_failure: AtomicU64::new(u64::MAX),
+            opened_at: AtomicU64::new(0),
         }
     }
 }
@@ -45,6 +48,14 @@ impl Circuit {
     #[inline]
     pub fn is_open(&self) -> bool {
         self.open.load(Relaxed)
+    }
+
+    /// How long the circuit has been open (0 when closed).
+    pub fn open_for(&self, now: u64) -> u64 {
+        if !self.is_open() {
+            return 0;
+        }
+        now.saturating_sub(self.opened_at.load(Relaxed))
     }
 
     /// Milliseconds until the next probe may go out (0 when closed or due).
@@ -87,6 +98,10 @@ impl Circuit {
         self.next_probe.store(now + backoff, Relaxed);
         self.backoff.store((backoff * 2).min(BACKOFF_MAX_MS), Relaxed);
         self.probing.store(false, Release);
+        if self.is_open() {
+            return None;
+        }
+        self.opened_at.store(now, Relaxed);
         (!self.open.swap(true, AcqRel)).then_some(Transition::Opened)
     }
 }
@@ -100,6 +115,7 @@ mod tests {
         let c = Circuit::default();
         assert!(!c.take_probe(0));
         assert_eq!(c.on_failure(100), Some(Transition::Opened));
+        assert_eq!(c.open_for(130), 30);
         // the other answers of the same failed round trip change nothing
         assert_eq!(c.on_failure(100), None);
         assert_eq!(c.ms_to_probe(100), 50);
@@ -113,6 +129,7 @@ mod tests {
         assert!(c.take_probe(401));
         assert_eq!(c.on_success(), Some(Transition::Closed));
         assert!(!c.is_open());
+        assert_eq!(c.open_for(500), 0);
         assert_eq!(c.on_success(), None);
     }
 }

@@ -315,6 +315,80 @@ fn an_outage_runs_at_the_fallback_rates_of_the_live_fleet() {
 }
 
 #[test]
+fn a_long_outage_moves_the_fallback_rates_towards_an_equal_share() {
+    // 10 instances, one taking 90 % of the traffic at 2x a 100/s limit; the
+    // authority answers for 20 s, then stays away for 30 minutes. The heavy
+    // instance keeps its last fallback rate (about 90/s) for
+    // FALLBACK_HOLD_MS, then drifts towards 10/s; the light ones rise
+    // towards it; the fleet stays within the limit throughout.
+    const L: u64 = 100;
+    let name = "adaptive-long-outage";
+    let f: Vec<Limiter> = (0..10)
+        .map(|_| {
+            Limiter::builder()
+                .url(format!("memory://{name}"))
+                .limit(L)
+                .window_ms(WINDOW)
+                .clock(ClockKind::Manual { start_ms: 1_000_000 })
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let heavy_share = 0.9;
+    let mut rng = Rng(29);
+    let step = 10; // ms per step; 2 requests per step on average
+    let (outage_from, outage_ms) = (20_000u64, 30 * 60_000u64);
+    let end = outage_from + outage_ms;
+    let minute = |t: u64| (t >= outage_from).then(|| ((t - outage_from) / 60_000) as usize);
+    let mut heavy = vec![0u64; 30];
+    let mut fleet = vec![0u64; 30];
+    let mut t = 0;
+    while t < end {
+        if t == outage_from {
+            assert!(quotalease::testing::memory_outage(name, true));
+        }
+        for _ in 0..rng.poisson(2.0 * L as f64 * step as f64 / 1000.0) {
+            let i = if rng.unit() < heavy_share {
+                0
+            } else {
+                1 + (rng.next() % 9) as usize
+            };
+            let d = f[i].acquire("k", 1).unwrap();
+            if let (true, Some(m)) = (d.allowed, minute(t)) {
+                fleet[m] += 1;
+                if i == 0 {
+                    heavy[m] += 1;
+                }
+            }
+        }
+        for l in &f {
+            l.advance_clock(step).unwrap();
+        }
+        t += step;
+    }
+    assert!(quotalease::testing::memory_outage(name, false));
+    let per_minute = L * 60;
+    eprintln!("long outage: heavy per minute {heavy:?}");
+    eprintln!("long outage: fleet per minute {fleet:?}");
+    // held: the first minutes run at the last answer's rates (the heavy one
+    // near its 90 %), and the fleet uses most of the limit
+    assert!(heavy[1] as f64 > 0.8 * per_minute as f64, "{}", heavy[1]);
+    // decayed: 25 minutes past the hold (five half-lives), the heavy one is
+    // near an equal share (10 %, plus 1/32 of the 80 % difference)
+    let expect = quotalease::adaptive::fallback_rate(90, 10, 29 * 60_000) * 60;
+    assert!(
+        heavy[29] as f64 <= 1.1 * expect as f64 && heavy[29] < per_minute / 5,
+        "{} vs {expect}",
+        heavy[29]
+    );
+    // the fleet never admits more than the limit in any minute (+ a token
+    // of rounding per instance and minute)
+    for (m, &n) in fleet.iter().enumerate() {
+        assert!(n <= per_minute + 10, "minute {m}: {n} admitted, limit {per_minute}");
+    }
+}
+
+#[test]
 fn the_redis_scripts_run_the_same_algorithm() {
     // 20 instances at 2x on a real redis-server, manual clocks (the scripts
     // take the callers' time): the same bounds as on the memory authority.

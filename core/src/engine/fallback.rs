@@ -25,7 +25,9 @@ impl Engine {
                 self.deny(e, p, 0, Reason::Fallback, retry)
             }
             FailurePolicy::StaticShare => {
-                let g = self.fallback.lease(&e.key, self.fallback_share(e, p), cost, cost, now);
+                let g = self
+                    .fallback
+                    .lease(&e.key, self.fallback_share(e, p, now), cost, cost, now);
                 if g.granted >= cost {
                     self.admit(e, p, 0, Reason::Fallback, now)
                 } else {
@@ -37,16 +39,21 @@ impl Engine {
 
     /// What this instance may admit on a key while the authority is away:
     /// with adaptive leasing, the fallback rate the authority last gave it
-    /// (the live holders' rates sum to the key's rate), else the key's limit
-    /// over the most holders any key reported; before any answer, the
-    /// static share `limit / expected_replicas`.
-    fn fallback_share(&self, e: &Entry, p: Policy) -> Policy {
+    /// (the live holders' rates sum to the key's rate), moving towards the
+    /// key's limit over its live holders once the outage lasts
+    /// ([`crate::adaptive::fallback_rate`]); for a key never answered, the
+    /// key's limit over the most holders any key reported; before any
+    /// answer, the static share `limit / expected_replicas`.
+    fn fallback_share(&self, e: &Entry, p: Policy, now: u64) -> Policy {
         if self.r.adaptive {
             // A rate of `r` credit units per ms is `r` tokens per window.
             let fb = e.fallback.load(Relaxed);
             if fb > 0 {
+                let holders = e.holders.load(Relaxed).max(1);
+                let equal = (p.limit / holders).max(1);
+                let open_for = self.circuit.open_for(now);
                 return Policy {
-                    limit: fb,
+                    limit: crate::adaptive::fallback_rate(fb, equal, open_for).max(1),
                     window_ms: p.window_ms,
                 };
             }
