@@ -15,7 +15,8 @@ pub struct Metrics {
     pub backend_calls: u64,
     /// Authority calls that failed or timed out.
     pub backend_errors: u64,
-    /// Tokens granted by the authority.
+    /// Tokens granted by the authority: chunks, and rate-grant tokens as
+    /// they accrue locally.
     pub tokens_leased: u64,
     /// Tokens given back to the authority.
     pub tokens_returned: u64,

@@ -192,6 +192,17 @@ fn saturated_fleet_of_50_costs_few_calls_and_holds_the_bound() {
         (LIMIT * 9 / 10..=LIMIT).contains(&fallback),
         "fallback rates sum to the key's: {fallback}"
     );
+    // every instance's books: what came from the authority (chunks and
+    // accrued rate tokens) is admitted, still held, or went back
+    for l in &f {
+        let m = l.metrics();
+        assert!(m.tokens_leased > m.admitted / 2, "rate tokens count as leased: {m:?}");
+        assert_eq!(
+            m.tokens_leased - m.tokens_returned - m.tokens_expired,
+            m.admitted + m.overshoot_bound,
+            "{m:?}"
+        );
+    }
 }
 
 #[test]

@@ -152,7 +152,7 @@ impl Engine {
     /// key steps again as one with no grant.
     fn step_rate(&self, e: &Arc<Entry>, p: crate::bucket::Policy, cost: u64, now: u64) -> Step {
         let carry = self.carry(e, p).max(cost);
-        e.accrue(p, now, carry);
+        self.accrue(e, p, now, carry);
         if let Some(left) = e.try_take(cost) {
             return Step::Done(self.admit(e, p, left, self.admit_reason(), now));
         }

@@ -78,7 +78,7 @@ impl Engine {
             // and the new one will accrue from now (`sent_at`).
             let unused = self.unused_bonus(e, policy, now.ms);
             if e.rate.load(Acquire) > 0 {
-                e.accrue(policy, now.ms, self.carry(e, policy));
+                self.accrue(e, policy, now.ms, self.carry(e, policy));
                 e.rate_until.store(now.ms, Release);
             }
             e.sent_at.store(now.ms, Relaxed);
@@ -184,14 +184,14 @@ impl Engine {
         self.fleet.fetch_max(a.holders, Relaxed);
         if a.rate > 0 {
             // What the old grant accrued is kept; the new one starts now.
-            e.accrue(p, now, self.carry(e, p));
+            self.accrue(e, p, now, self.carry(e, p));
             // The authority counts the grant from when the call was made.
             let from = e.sent_at.load(Relaxed).min(now);
             e.start_rate(a.rate, a.bonus, from + a.rate_ms, from);
             e.exhausted_until.store(0, Relaxed);
         } else if e.rate.load(Acquire) > 0 {
             // The grant ends now: what it accrued until now is kept.
-            e.accrue(p, now, self.carry(e, p));
+            self.accrue(e, p, now, self.carry(e, p));
             e.rate.store(0, Release);
         }
         // Prefetch a round trip's worth (twice) ahead of running dry; an
@@ -200,6 +200,15 @@ impl Engine {
             let d = e.demand.load(Relaxed) as u128;
             let rtt = self.rtt_ms.load(Relaxed) as u128;
             e.threshold.store(1 + (2 * d * rtt).div_ceil(1_000_000) as u64, Relaxed);
+        }
+    }
+
+    /// Take what a rate grant accrued up to `now` (at most `cap` held):
+    /// those tokens came from the authority, so they count as leased.
+    pub(super) fn accrue(&self, e: &Entry, p: Policy, now: u64, cap: u64) {
+        let got = e.accrue(p, now, cap);
+        if got > 0 {
+            Counters::add(&self.counters.tokens_leased, got);
         }
     }
 
