@@ -17,9 +17,9 @@
  * - One lease_limiter may be used from any number of threads at once; every
  *   call is safe concurrently with every other, except lease_limiter_free,
  *   which must be the last call on a limiter.
- * - lease_config and lease_decision are plain caller-owned data. A
- *   lease_options is not synchronised: set options from one thread at a
- *   time; lease_limiter_new_from_options only reads it.
+ * - lease_config, lease_decision and lease_inspection are plain
+ *   caller-owned data. A lease_options is not synchronised: set options from
+ *   one thread at a time; lease_limiter_new_from_options only reads it.
  * - A process may fork() after creating a limiter: the child drops the
  *   parent's leased tokens and rebuilds its own runtime on first use.
  *
@@ -45,6 +45,7 @@ typedef struct lease_limiter lease_limiter;
 typedef struct lease_options lease_options;
 typedef struct lease_config lease_config;
 typedef struct lease_decision lease_decision;
+typedef struct lease_inspection lease_inspection;
 /* No typedef for struct lease_metrics: lease_metrics is the function that fills it. */
 
 
@@ -307,6 +308,100 @@ struct lease_decision {
    * The key's window in milliseconds.
    */
   uint64_t window_ms;
+};
+
+/**
+ * What the limiter and the authority know about one key, filled by
+ * `lease_inspect()`. Plain data owned by the caller: nothing to free. The
+ * names are those of every binding's `inspect`.
+ *
+ * The three `authority_*` figures may be unknown: each comes with a
+ * `has_...` flag, and is 0 when its flag is false.
+ */
+struct lease_inspection {
+  /**
+   * The key's limit (tokens per window; a `lease_set_limit` override included).
+   */
+  uint64_t limit;
+  /**
+   * The key's window in milliseconds.
+   */
+  uint64_t window_ms;
+  /**
+   * Whole tokens stored in the authoritative bucket as of its last refill
+   * (valid when `has_authority_tokens`; false: no bucket is stored, which
+   * reads as a full bucket).
+   */
+  uint64_t authority_tokens;
+  /**
+   * Clock reading (ms) of the bucket's last refill (with Redis: Redis
+   * `TIME`; with the manual clock: the limiter's clock). Valid when
+   * `has_authority_refilled_at_ms`.
+   */
+  uint64_t authority_refilled_at_ms;
+  /**
+   * Milliseconds until the stored bucket expires (Redis only). Valid when
+   * `has_authority_ttl_ms`.
+   */
+  uint64_t authority_ttl_ms;
+  /**
+   * Tokens this limiter holds for the key now.
+   */
+  uint64_t local_tokens;
+  /**
+   * Denials stay local for this long (ms): the authority said the bucket
+   * is empty. 0 when not.
+   */
+  uint64_t exhausted_for_ms;
+  /**
+   * Requests admitted on this key by this limiter.
+   */
+  uint64_t admitted;
+  /**
+   * Requests denied on this key by this limiter.
+   */
+  uint64_t denied;
+  /**
+   * Adaptive leasing: the rate this limiter spends on the key now, in
+   * tokens per window (0: no rate grant runs; it leases chunks).
+   */
+  uint64_t rate_per_window;
+  /**
+   * Adaptive leasing: live holders of the key (limiter instances) at the
+   * authority's last answer, this one included; 0 before any answer.
+   */
+  uint64_t holders;
+  /**
+   * Adaptive leasing: this limiter's fallback rate at the last answer, in
+   * tokens per window (its share of the key's rate among the live
+   * holders, what the failure policy `static-share` admits); 0 before any.
+   */
+  uint64_t fallback_per_window;
+  /**
+   * Adaptive leasing: the key's offered load on this limiter (admitted +
+   * denied per second, a moving average); 0 until it has been measured.
+   */
+  uint64_t demand_per_s;
+  /**
+   * Whether `authority_tokens` is known.
+   */
+  bool has_authority_tokens;
+  /**
+   * Whether `authority_refilled_at_ms` is known.
+   */
+  bool has_authority_refilled_at_ms;
+  /**
+   * Whether `authority_ttl_ms` is known.
+   */
+  bool has_authority_ttl_ms;
+  /**
+   * A lease request for the key is in flight.
+   */
+  bool lease_in_flight;
+  /**
+   * Adaptive leasing: the key is in rate mode here (`rate_per_window > 0`).
+   */
+  bool rate_mode;
 };
 
 /**
@@ -693,6 +788,35 @@ enum lease_status lease_set_limit(const struct lease_limiter *limiter,
                                   size_t key_len,
                                   uint64_t limit,
                                   uint64_t window_ms);
+
+/**
+ * What the limiter and the authority know about `key` ("why was this
+ * denied?"), written to `*out`: the key's policy, the authoritative
+ * bucket, what this limiter holds, its counts and, with adaptive leasing,
+ * the rate it spends, the key's live holders, its fallback rate and its
+ * demand (see `struct lease_inspection`). It reads the authority without
+ * changing it: one round trip with Redis, so it may block (at most
+ * 5 x max(`backend_timeout_ms`, 1000) ms). For diagnostics, not for every
+ * request.
+ *
+ * The key is as for `lease_acquire`: `key_len` bytes of UTF-8 at `key`, 1 to
+ * 512 bytes. A key this limiter has never seen is `LEASE_OK` with zero
+ * local figures (and, with no bucket stored, `has_authority_tokens ==
+ * false`).
+ *
+ * Errors: `LEASE_ERR_NULL` (limiter, out, or key with `key_len > 0`),
+ * `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`, `LEASE_ERR_CLOSED`,
+ * `LEASE_ERR_BACKEND` (the authority did not answer). `*out` is written
+ * only on `LEASE_OK`.
+ *
+ * # Safety
+ * `limiter` is NULL or live; `key` is NULL or has `key_len` readable
+ * bytes; `out` is NULL or writable.
+ */
+enum lease_status lease_inspect(const struct lease_limiter *limiter,
+                                const uint8_t *key,
+                                size_t key_len,
+                                struct lease_inspection *out);
 
 /**
  * Write a snapshot of the limiter's counters to `*out` (also after `lease_close`).

@@ -8,6 +8,7 @@ use crate::config::{lease_config, to_config};
 use crate::decision::lease_decision;
 use crate::error::{fail_with, key_str, lease_status, lease_status::*, null_arg, status, write_str};
 use crate::events::{self, lease_event_callback, SharedSink};
+use crate::inspection::lease_inspection;
 use crate::metrics::lease_metrics;
 use crate::options::lease_options;
 
@@ -222,6 +223,55 @@ pub unsafe extern "C" fn lease_set_limit(
             Err(st) => return st,
         };
         status("lease_set_limit", l.limiter.set_limit(key, limit, window_ms))
+    }
+}
+
+/// What the limiter and the authority know about `key` ("why was this
+/// denied?"), written to `*out`: the key's policy, the authoritative
+/// bucket, what this limiter holds, its counts and, with adaptive leasing,
+/// the rate it spends, the key's live holders, its fallback rate and its
+/// demand (see `struct lease_inspection`). It reads the authority without
+/// changing it: one round trip with Redis, so it may block (at most
+/// 5 x max(`backend_timeout_ms`, 1000) ms). For diagnostics, not for every
+/// request.
+///
+/// The key is as for `lease_acquire`: `key_len` bytes of UTF-8 at `key`, 1 to
+/// 512 bytes. A key this limiter has never seen is `LEASE_OK` with zero
+/// local figures (and, with no bucket stored, `has_authority_tokens ==
+/// false`).
+///
+/// Errors: `LEASE_ERR_NULL` (limiter, out, or key with `key_len > 0`),
+/// `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`, `LEASE_ERR_CLOSED`,
+/// `LEASE_ERR_BACKEND` (the authority did not answer). `*out` is written
+/// only on `LEASE_OK`.
+///
+/// # Safety
+/// `limiter` is NULL or live; `key` is NULL or has `key_len` readable
+/// bytes; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lease_inspect(
+    limiter: *const lease_limiter,
+    key: *const u8,
+    key_len: usize,
+    out: *mut lease_inspection,
+) -> lease_status {
+    ffi_boundary! {
+        const F: &str = "lease_inspect";
+        let l = arg_ref!("lease_inspect", limiter);
+        if out.is_null() {
+            return null_arg(F, "out");
+        }
+        let key = match unsafe { key_str(F, key, key_len) } {
+            Ok(k) => k,
+            Err(st) => return st,
+        };
+        match l.limiter.inspect(key) {
+            Ok(i) => {
+                unsafe { out.write(i.into()) };
+                LEASE_OK
+            }
+            Err(e) => fail_with(F, &e),
+        }
     }
 }
 
