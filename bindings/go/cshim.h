@@ -40,6 +40,20 @@ static inline ql_result ql_set_limit(const lease_limiter *l, _GoString_ key, uin
 	return r;
 }
 
+typedef struct {
+	lease_status status;
+	lease_inspection i;
+	char *err;
+} ql_inspect_result;
+
+static inline ql_inspect_result ql_inspect(const lease_limiter *l, _GoString_ key) {
+	ql_inspect_result r;
+	memset(&r.i, 0, sizeof r.i);
+	r.status = lease_inspect(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), &r.i);
+	r.err = ql_err(r.status);
+	return r;
+}
+
 static inline ql_result ql_options_new(lease_options **out) {
 	ql_result r; r.status = lease_options_new(out); r.err = ql_err(r.status); return r;
 }

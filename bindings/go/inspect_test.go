@@ -1,0 +1,286 @@
+package quotalease
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// take acquires one token for key and waits for any lease request it started.
+func take(t *testing.T, l *Limiter, key string) Decision {
+	t.Helper()
+	d, err := l.Acquire(key)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	if err := l.Settle(); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	return d
+}
+
+func mustInspect(t *testing.T, l *Limiter, key string) Inspection {
+	t.Helper()
+	i, err := l.Inspect(key)
+	if err != nil {
+		t.Fatalf("Inspect(%q): %v", key, err)
+	}
+	return i
+}
+
+// opt formats an optional figure for failure messages.
+func opt(p *uint64) string {
+	if p == nil {
+		return "nil"
+	}
+	return strconv.FormatUint(*p, 10)
+}
+
+func is(p *uint64, want uint64) bool { return p != nil && *p == want }
+
+func TestInspectAKeyNeverSeen(t *testing.T) {
+	l := mustNew(t, manual(100, 1000))
+	i := mustInspect(t, l, "never-seen")
+	if i.Limit != 100 || i.WindowMs != 1000 {
+		t.Fatalf("policy %d/%d", i.Limit, i.WindowMs)
+	}
+	if i.AuthorityTokens != nil || i.AuthorityRefilledAtMs != nil || i.AuthorityTTLMs != nil {
+		t.Fatalf("no bucket is stored: tokens %s refilled %s ttl %s",
+			opt(i.AuthorityTokens), opt(i.AuthorityRefilledAtMs), opt(i.AuthorityTTLMs))
+	}
+	if i.LocalTokens != 0 || i.Admitted != 0 || i.Holders != 0 || i.FallbackPerWindow != 0 || i.DemandPerS != 0 || i.RateMode() {
+		t.Fatalf("a key never seen: %+v", i)
+	}
+}
+
+// A lone holder on memory:// with a manual clock: chunks sized by its demand
+// under the budget, then a rate once the bucket is dry. Every figure is exact.
+func TestInspectAdaptiveFiguresOnMemory(t *testing.T) {
+	l := mustNew(t, manual(100, 1000)) // LeaseSize Auto: adaptive leasing
+	// Five requests at t0: demand is not measured yet (the first estimate
+	// waits for 100 ms of traffic), so each lease is just the request.
+	for n := 0; n < 5; n++ {
+		if !take(t, l, "k").Allowed {
+			t.Fatalf("request %d denied", n)
+		}
+	}
+	i := mustInspect(t, l, "k")
+	if i.Admitted != 5 || i.Denied != 0 || i.Holders != 1 || i.DemandPerS != 0 || i.LocalTokens != 0 {
+		t.Fatalf("after 5 at t0: %+v", i)
+	}
+	if i.FallbackPerWindow != 100 {
+		t.Fatalf("a lone holder's fallback is the key's whole rate: %d", i.FallbackPerWindow)
+	}
+	if !is(i.AuthorityTokens, 95) || !is(i.AuthorityRefilledAtMs, 1_000_000) || i.AuthorityTTLMs != nil {
+		t.Fatalf("authority tokens %s refilled %s ttl %s (memory:// stores no TTL)",
+			opt(i.AuthorityTokens), opt(i.AuthorityRefilledAtMs), opt(i.AuthorityTTLMs))
+	}
+	if i.RateMode() || i.RatePerWindow != 0 {
+		t.Fatalf("chunk mode: rate %d", i.RatePerWindow)
+	}
+
+	// 100 ms later, one more: 5 requests in 100 ms is 50 per second; the lease
+	// is the request plus the budget (2 % of 100 = 2 tokens held).
+	if err := l.AdvanceClock(100); err != nil {
+		t.Fatal(err)
+	}
+	if !take(t, l, "k").Allowed {
+		t.Fatal("request at +100 ms denied")
+	}
+	i = mustInspect(t, l, "k")
+	if i.DemandPerS != 50 || i.LocalTokens != 2 {
+		t.Fatalf("demand %d (want 50) local %d (want 2)", i.DemandPerS, i.LocalTokens)
+	}
+	// 95, refilled by 10 (capped at 100), less the lease of 3
+	if !is(i.AuthorityTokens, 97) || !is(i.AuthorityRefilledAtMs, 1_000_100) {
+		t.Fatalf("authority %s at %s", opt(i.AuthorityTokens), opt(i.AuthorityRefilledAtMs))
+	}
+
+	// Spend the bucket: the first denial finds it dry and the key goes to a rate.
+	n, d := 0, Decision{}
+	for ; n < 200; n++ {
+		if d = take(t, l, "k"); !d.Allowed {
+			break
+		}
+	}
+	if d.Allowed || d.Reason != ReasonExhausted || n != 99 {
+		t.Fatalf("admitted %d more (want the 97 in the bucket and the 2 held), then %+v", n, d)
+	}
+	i = mustInspect(t, l, "k")
+	rate := i.RatePerWindow
+	if !i.RateMode() || rate == 0 || rate > 100 {
+		t.Fatalf("rate mode: rate %d per window", rate)
+	}
+	if !is(i.AuthorityTokens, 0) || i.LocalTokens != 0 || i.Holders != 1 || i.FallbackPerWindow != 100 {
+		t.Fatalf("dry: %+v, authority %s", i, opt(i.AuthorityTokens))
+	}
+	if i.Admitted != 105 || i.Denied != 1 {
+		t.Fatalf("admitted %d denied %d", i.Admitted, i.Denied)
+	}
+
+	// The reported rate is what accrues: rate x 100 ms / window tokens.
+	before := i.Admitted
+	if err := l.AdvanceClock(100); err != nil {
+		t.Fatal(err)
+	}
+	for n = 0; n < 200; n++ {
+		if !take(t, l, "k").Allowed {
+			break
+		}
+	}
+	i = mustInspect(t, l, "k")
+	if got := i.Admitted - before; got != rate*100/1000 || i.RatePerWindow != rate {
+		t.Fatalf("admitted %d in 100 ms at %d per window (now %d)", got, rate, i.RatePerWindow)
+	}
+}
+
+// Two limiters on one authority: each answer counts the live holders, and
+// their fallback rates (equal demands: equal shares) sum to the key's rate.
+func inspectTwoHolders(t *testing.T, c Config) {
+	a, b := mustNew(t, c), mustNew(t, c)
+	take(t, a, "k")
+	if i := mustInspect(t, a, "k"); i.Holders != 1 || i.FallbackPerWindow != 100 {
+		t.Fatalf("a alone: holders %d fallback %d", i.Holders, i.FallbackPerWindow)
+	}
+	take(t, b, "k")
+	ib := mustInspect(t, b, "k")
+	if ib.Holders != 2 || ib.FallbackPerWindow != 50 {
+		t.Fatalf("b: holders %d fallback %d", ib.Holders, ib.FallbackPerWindow)
+	}
+	// a's next lease request (after giving back what it holds) hears of b.
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	take(t, a, "k")
+	ia := mustInspect(t, a, "k")
+	if ia.Holders != 2 || ia.FallbackPerWindow+ib.FallbackPerWindow != 100 {
+		t.Fatalf("a: holders %d fallback %d (+ b's %d)", ia.Holders, ia.FallbackPerWindow, ib.FallbackPerWindow)
+	}
+}
+
+func TestInspectTwoHoldersOnMemory(t *testing.T) {
+	inspectTwoHolders(t, manual(100, 1000)) // one memory://NAME for both
+}
+
+func TestRedisInspectTwoHolders(t *testing.T) {
+	c := redisConfig(t, uniq("inspect2"), 100, 0) // lease 0: adaptive
+	c.WindowMs, c.ManualClock = 1000, true
+	inspectTwoHolders(t, c)
+}
+
+// On Redis: the stored bucket with its TTL, a measured demand, and a rate
+// once the bucket is dry (Redis prefetches, so the chunks differ from
+// memory's; the adaptive figures mean the same).
+func TestRedisInspectAdaptiveFigures(t *testing.T) {
+	c := redisConfig(t, uniq("inspect"), 100, 0)
+	c.WindowMs, c.ManualClock = 1000, true
+	l := mustNew(t, c)
+	if i := mustInspect(t, l, "k"); i.AuthorityTokens != nil || i.AuthorityTTLMs != nil || i.Holders != 0 {
+		t.Fatalf("a fresh key: %+v", i)
+	}
+	for n := 0; n < 5; n++ {
+		if !take(t, l, "k").Allowed {
+			t.Fatalf("request %d denied", n)
+		}
+	}
+	i := mustInspect(t, l, "k")
+	if i.Admitted != 5 || i.Holders != 1 || i.FallbackPerWindow != 100 || i.RateMode() || i.DemandPerS != 0 {
+		t.Fatalf("after 5 at t0: %+v", i)
+	}
+	if i.AuthorityTokens == nil || *i.AuthorityTokens+i.LocalTokens+5 != 100 {
+		t.Fatalf("authority %s + local %d + 5 spent != 100", opt(i.AuthorityTokens), i.LocalTokens)
+	}
+	if !is(i.AuthorityRefilledAtMs, 1_000_000) || i.AuthorityTTLMs == nil || *i.AuthorityTTLMs == 0 {
+		t.Fatalf("refilled %s ttl %s (Redis reports the bucket's TTL)", opt(i.AuthorityRefilledAtMs), opt(i.AuthorityTTLMs))
+	}
+	if err := l.AdvanceClock(100); err != nil {
+		t.Fatal(err)
+	}
+	take(t, l, "k")
+	i = mustInspect(t, l, "k")
+	offered := i.Admitted + i.Denied
+	// at most everything offered, over the 100 ms measured
+	if i.DemandPerS == 0 || i.DemandPerS > offered*10 {
+		t.Fatalf("demand %d per s with %d offered", i.DemandPerS, offered)
+	}
+	n, d := 0, Decision{}
+	for ; n < 200; n++ {
+		if d = take(t, l, "k"); !d.Allowed {
+			break
+		}
+	}
+	if d.Allowed || d.Reason != ReasonExhausted {
+		t.Fatalf("after %d: %+v", n, d)
+	}
+	i = mustInspect(t, l, "k")
+	rate := i.RatePerWindow
+	if !i.RateMode() || rate == 0 || rate > 100 || !is(i.AuthorityTokens, 0) || i.Holders != 1 {
+		t.Fatalf("dry: rate %d authority %s holders %d", rate, opt(i.AuthorityTokens), i.Holders)
+	}
+	before := i.Admitted
+	if err := l.AdvanceClock(100); err != nil {
+		t.Fatal(err)
+	}
+	for n = 0; n < 200; n++ {
+		if !take(t, l, "k").Allowed {
+			break
+		}
+	}
+	if got := mustInspect(t, l, "k").Admitted - before; got != rate*100/1000 {
+		t.Fatalf("admitted %d in 100 ms at %d per window", got, rate)
+	}
+}
+
+func TestInspectShowsSetLimitAndFixedLeases(t *testing.T) {
+	c := manual(10, 1000)
+	c.LeaseSize = 5
+	l := mustNew(t, c)
+	if err := l.SetLimit("vip", 100, 2000); err != nil {
+		t.Fatal(err)
+	}
+	take(t, l, "vip")
+	i := mustInspect(t, l, "vip")
+	if i.Limit != 100 || i.WindowMs != 2000 || i.LocalTokens != 4 || !is(i.AuthorityTokens, 95) || i.Admitted != 1 {
+		t.Fatalf("a lease of 5, one spent: %+v, authority %s", i, opt(i.AuthorityTokens))
+	}
+	if i.Holders != 0 || i.FallbackPerWindow != 0 || i.RateMode() {
+		t.Fatalf("fixed leases carry no adaptive answer: %+v", i)
+	}
+}
+
+func TestInspectBadInputIsATypedError(t *testing.T) {
+	l := mustNew(t, manual(100, 1000))
+	for _, tc := range []struct {
+		name, key string
+		text      string
+	}{
+		{"empty key", "", "empty"},
+		{"long key", strings.Repeat("x", 513), "512"},
+		{"non-UTF-8 key", "ab\xff", "UTF-8"},
+	} {
+		i, err := l.Inspect(tc.key)
+		var e *Error
+		if !errors.Is(err, ErrInvalidKey) || !errors.As(err, &e) || e.Kind != KindInvalidKey ||
+			!strings.Contains(e.Message, tc.text) || !strings.Contains(e.Message, "lease_inspect") {
+			t.Errorf("%s: got %v, want an invalid key error containing %q", tc.name, err, tc.text)
+		}
+		if i != (Inspection{}) {
+			t.Errorf("%s: a zero Inspection with the error, got %+v", tc.name, i)
+		}
+	}
+	if _, err := l.Inspect(strings.Repeat("x", 512)); err != nil {
+		t.Errorf("512-byte key: %v", err)
+	}
+	take(t, l, "k")
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Inspect("k"); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("after Close: %v", err)
+	}
+	var nilLimiter *Limiter
+	if _, err := nilLimiter.Inspect("k"); !errors.Is(err, ErrClosed) {
+		t.Errorf("nil limiter: %v", err)
+	}
+}
