@@ -27,7 +27,8 @@ fn main() {
         key_prefix: job["key_prefix"].as_str().unwrap().into(),
         limit: n("limit"),
         window_ms: n("window_ms"),
-        lease_size: Some(n("lease_size")),
+        // absent: adaptive leasing (the default)
+        lease_size: job["lease_size"].as_u64(),
         on_backend_failure: job["on_backend_failure"].as_str().unwrap().parse().unwrap(),
         expected_replicas: n("expected_replicas"),
         backend_timeout_ms: n("backend_timeout_ms"),

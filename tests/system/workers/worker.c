@@ -68,7 +68,8 @@ int main(int argc, char **argv) {
   cfg.key_prefix = str(job, "key_prefix");
   cfg.limit = num(job, "limit");
   cfg.window_ms = num(job, "window_ms");
-  cfg.lease_size = num(job, "lease_size");
+  /* absent: adaptive leasing (the default) */
+  cfg.lease_size = json_get(job, "lease_size") ? num(job, "lease_size") : LEASE_AUTO;
   cfg.expected_replicas = num(job, "expected_replicas");
   cfg.backend_timeout_ms = num(job, "backend_timeout_ms");
   enum lease_status st = lease_failure_policy_parse(str(job, "on_backend_failure"), &cfg.on_backend_failure);

@@ -21,7 +21,7 @@ def main() -> None:
         job["url"],
         limit=job["limit"],
         window_ms=job["window_ms"],
-        lease_size=job["lease_size"],
+        lease_size=job.get("lease_size"),  # absent: adaptive leasing
         key_prefix=job["key_prefix"],
         on_backend_failure=job["on_backend_failure"],
         expected_replicas=job["expected_replicas"],
