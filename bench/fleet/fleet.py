@@ -387,7 +387,9 @@ def revision() -> str:
     git = ["git", "-C", str(ROOT)]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(
-        [*git, "status", "--porcelain", "--", "core", "ffi", "bindings"], capture_output=True, text=True
+        [*git, "status", "--porcelain", "--untracked-files=no", "--", "core", "ffi", "bindings"],
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     return f"{head or 'unknown'}{' + uncommitted changes in core/ffi/bindings' if dirty else ''}"
 
@@ -405,6 +407,7 @@ def main() -> None:
     redis = Redis(args.redis_port)
     tag = str(int(time.time()))
     report = [f"command: {args.command or ' '.join(sys.argv)}, {datetime.date.today()}, engine {revision()}"]
+    print(report[0], flush=True)
 
     def emit(lines: list[str]) -> None:
         for line in lines:
@@ -457,10 +460,10 @@ def write_docs(doc: Path, report: list[str]) -> None:
             'calls/adm" counts EVALSHA + EVAL in `INFO commandstats` from before the load to after',
             "every `close()`. Allowance = limit + limit / window x D (a fresh key starts full), D =",
             "first request to last answer; O = 2 % of the limit. The fixed rows lease 2 % of the",
-            'limit (20 in (a), 4 in (b)). Per process, "leased" is `tokens_leased` (chunks granted;',
-            'tokens accrued from a rate grant are not counted there). "fleet calls in each second": the',
-            "backend calls in each second of the load (for adaptive leasing the command also prints calls",
-            "and admissions per process and second).",
+            'limit (20 in (a), 4 in (b)). Per process, "leased", "returned" and "expired" are its',
+            '`tokens_*` metrics. "fleet calls in each second": the backend calls in each second of',
+            "the load (for adaptive leasing the command also prints calls and admissions per process",
+            "and second).",
             "",
             "```text",
             *report,
