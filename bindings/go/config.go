@@ -64,7 +64,9 @@ type Config struct {
 	// URL: "memory://" (default: an in-process authority private to the
 	// limiter), "memory://NAME" (shared by every limiter of the process with
 	// that NAME), "redis://[user:pass@]host:port[/db]", "rediss://" (TLS),
-	// "redis+cluster://host:port[,host:port...]".
+	// "redis+cluster://host:port[,host:port...]",
+	// "redis+sentinel://host:port[,host:port...]/service_name[/db]" (the
+	// primary Redis Sentinel names; URL forms: the project README).
 	URL string
 	// Limit is the number of tokens per window for every key (required,
 	// unless Rate is set).

@@ -26,7 +26,7 @@ export interface LimiterEvent {
  * mean"; `undefined` and `null` leave the default.
  */
 export interface LimiterOptions {
-  /** `memory://` (default), `memory://NAME`, `redis://`, `rediss://`, `redis+cluster://host:port[,host:port]`. */
+  /** `memory://` (default), `memory://NAME`, `redis://`, `rediss://`, `redis+cluster://host:port[,host:port]`, `redis+sentinel://host:port[,host:port]/service_name`. */
   url?: string
   /** Tokens per window for every key (required unless `rate` is given). */
   limit?: number

@@ -295,7 +295,7 @@ fn is_ip6(addr: &str) -> bool {
 }
 
 /// `%XX` escapes decoded (invalid ones kept as written).
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     if !s.contains('%') {
         return s.to_string();
     }
@@ -396,6 +396,23 @@ mod tests {
                 format!("redis+sentinel://:{PW}@s1:26379,s2:26379/mymaster"),
                 "redis+sentinel://***@s1:26379,s2:26379/mymaster",
             ),
+            (
+                format!(
+                    "redis+sentinel://{USER}:{PW}@10.0.0.1:26379,[::1]:26380,s3/svc/2\
+                     ?sentinel_username={USER}&sentinel_password={PW}&protocol=3"
+                ),
+                "redis+sentinel://***@10.0.0.1:26379,[::1]:26380,s3/svc/2\
+                 ?sentinel_username=***&sentinel_password=***&protocol=3",
+            ),
+            (
+                format!("redis+sentinel://h1,h2/svc?sentinel_password={PW}"),
+                "redis+sentinel://h1,h2/svc?sentinel_password=***",
+            ),
+            // Client certificate files of rediss:// (paths, masked as any other value).
+            (
+                format!("rediss://:{PW}@h:6380?ssl_certfile=/c.pem&ssl_keyfile=/k.pem&ssl_ca_certs=/ca.pem"),
+                "rediss://***@h:6380?ssl_certfile=***&ssl_keyfile=***&ssl_ca_certs=***",
+            ),
             // No secrets: printed as given.
             ("redis://127.0.0.1:6379".into(), "redis://127.0.0.1:6379"),
             ("redis://h".into(), "redis://h"),
@@ -434,6 +451,10 @@ mod tests {
         let enc = "redis://us%65r:p%40ss-w0rd@h";
         let got = redact_secrets("user p@ss-w0rd", enc);
         assert_eq!(got, "*** ***");
+        // A sentinel URL's secrets: the primary's and the sentinels' own.
+        let sentinel = format!("redis+sentinel://{USER}:{PW}@s1,s2/svc?sentinel_password=q-secret-42");
+        let got = Secrets::of([sentinel.as_str()]).scrub(&format!("AUTH {USER} {PW} then q-secret-42"));
+        assert_eq!(got, "AUTH *** *** then ***");
         // Short user names are kept (they would mask every such letter).
         assert_eq!(redact_secrets("a word", "redis://a:zz@h"), "a word");
         assert_eq!(redact_secrets("a zz word", "redis://a:zz@h"), "a *** word");

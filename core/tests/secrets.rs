@@ -122,7 +122,10 @@ fn config_errors() {
         format!("redis+cluster://{USER}:{PW}@"),
         format!("redis+cluster://{USER}:{PW}@127.0.0.1:1,127.0.0.1:x"),
         format!("unix:///run/redis.sock?user={USER}&pass={PW}"),
-        format!("redis+sentinel://{USER}:{PW}@127.0.0.1:26379/primary"),
+        format!("redis+sentinel://{USER}:{PW}@127.0.0.1:26379"),
+        format!("redis+sentinel://{USER}:{PW}@127.0.0.1:26379/svc?sentinel_password={PW}&bogus={PW}"),
+        format!("rediss+sentinel://{USER}:{PW}@127.0.0.1:26379/svc"),
+        format!("rediss://{USER}:{PW}@127.0.0.1:6379/?ssl_certfile=/{PW}.pem"),
         format!("{USER}:{PW}@127.0.0.1:6379"),
         format!("redis://{USER}:{PW}"),
     ] {
@@ -172,6 +175,38 @@ fn a_failing_cluster_connection() {
     assert!(format!("{l:?}").contains(&format!("redis+cluster://***@127.0.0.1:{a},127.0.0.1:{b}")));
     l.acquire("k", 1).unwrap();
     assert_clean("the degraded event", &degraded(&rx));
+    assert_clean("the inspect error", &backend_error_text(l.inspect("k")));
+    assert_clean("the tracing output", &logged());
+}
+
+#[test]
+fn a_failing_sentinel_connection() {
+    let (a, b) = (closed_port(), closed_port());
+    let url = format!("redis+sentinel://{USER}:{PW}@127.0.0.1:{a},127.0.0.1:{b}/svc?sentinel_password={PW}");
+    let (l, rx) = limiter(&url);
+    assert_clean("Debug of a sentinel limiter", &format!("{l:?}"));
+    assert!(format!("{l:?}").contains(&format!(
+        "redis+sentinel://***@127.0.0.1:{a},127.0.0.1:{b}/svc?sentinel_password=***"
+    )));
+    l.acquire("k", 1).unwrap();
+    assert_clean("the degraded event", &degraded(&rx));
+    assert_clean("the inspect error", &backend_error_text(l.inspect("k")));
+    assert_clean("the tracing output", &logged());
+}
+
+#[test]
+fn a_primary_refusing_the_password_behind_sentinel() {
+    let group = common::SentinelGroup::start();
+    let primary = group.primary(None);
+    group.cli(
+        primary,
+        &["ACL", "SETUSER", USER, "on", ">another-password", "~*", "+@all"],
+    );
+    let (l, rx) = limiter(&group.url_with(&format!("{USER}:{PW}@"), ""));
+    l.acquire("k", 1).unwrap();
+    let message = degraded(&rx);
+    assert_clean("the degraded event", &message);
+    assert!(message.contains("Sentinel"), "{message}");
     assert_clean("the inspect error", &backend_error_text(l.inspect("k")));
     assert_clean("the tracing output", &logged());
 }

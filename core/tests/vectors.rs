@@ -221,3 +221,14 @@ fn vectors_redis_cluster() {
     }
     assert!(steps > 100, "only {steps} steps ran");
 }
+
+#[test]
+fn vectors_redis_sentinel() {
+    let group = common::SentinelGroup::start();
+    let mut steps = 0;
+    for f in vector_files() {
+        // The primary the sentinels name answers as a standalone server does.
+        steps += run_vector(&f, "redis", Some(&group.url()));
+    }
+    assert!(steps > 100, "only {steps} steps ran");
+}

@@ -17,12 +17,15 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, Script, Value};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Cmd, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError, Script, Value,
+};
 
 use super::{Call, Reply, Stored};
 use crate::adaptive::Answer;
 use crate::bucket::Grant;
-use crate::config::BackendSpec;
+use crate::config::{tls_files, BackendSpec, SentinelSpec};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
@@ -65,13 +68,38 @@ enum Conn {
     Cluster(ClusterConnection),
 }
 
-/// One connection to one Redis backend (a server or a cluster), owned by
+/// One connection to one Redis backend (a server, a cluster, or the primary
+/// the sentinels of `redis+sentinel://` name), owned by
 /// the broker's batch loop for that backend.
 pub(crate) struct Connection {
     spec: BackendSpec,
     timeout: Duration,
     scripts: Scripts,
     conn: Option<Conn>,
+    /// `redis+sentinel://`: asks the sentinels for the primary on every
+    /// (re)connect; kept across reconnects for its connections to them.
+    sentinel: Option<SentinelClient>,
+    /// `redis+sentinel://`: the primary `conn` is connected to, and when to
+    /// ask the sentinels again whether it still is the primary.
+    watch: Watch,
+}
+
+/// How often a connection found through Sentinel asks a sentinel whether its
+/// server is still the primary. After a failover that leaves the old primary
+/// running (`SENTINEL FAILOVER`, a partition), that server keeps accepting
+/// writes until the sentinels get round to demoting it (about 10 s with
+/// default settings), and those writes are lost when it resyncs: the
+/// connection moves to the new primary within this period instead.
+const SENTINEL_CHECK: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+struct Watch {
+    primary: Option<(String, u16)>,
+    next: Option<tokio::time::Instant>,
+    /// A connection to the sentinel that last answered, and its index.
+    conn: Option<(usize, MultiplexedConnection)>,
+    /// The sentinel to ask first when there is no such connection.
+    from: usize,
 }
 
 fn err_text(e: &RedisError) -> String {
@@ -85,6 +113,8 @@ impl Connection {
             timeout,
             scripts: Scripts::new(),
             conn: None,
+            sentinel: None,
+            watch: Watch::default(),
         }
     }
 
@@ -99,15 +129,39 @@ impl Connection {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let conn = match &self.spec {
                 BackendSpec::Redis(url) => {
-                    let client = redis::Client::open(url.as_str()).map_err(|e| err_text(&e))?;
-                    let cfg = AsyncConnectionConfig::new()
-                        .set_connection_timeout(Some(self.timeout))
-                        .set_response_timeout(Some(self.timeout));
+                    let client = match tls_files(url)? {
+                        None => redis::Client::open(url.as_str()).map_err(|e| err_text(&e))?,
+                        Some(files) => redis::Client::build_with_tls(url.as_str(), read_tls_files(&files)?)
+                            .map_err(|e| err_text(&e))?,
+                    };
                     Conn::Single(
                         client
-                            .get_multiplexed_async_connection_with_config(&cfg)
+                            .get_multiplexed_async_connection_with_config(&single_config(self.timeout))
                             .await
                             .map_err(|e| format!("connect: {e}"))?,
+                    )
+                }
+                BackendSpec::Sentinel(spec) => {
+                    if self.sentinel.is_none() {
+                        self.sentinel = Some(sentinel_client(spec).map_err(|e| err_text(&e))?);
+                    }
+                    let sentinel = self.sentinel.as_mut().expect("sentinel client was just set");
+                    // The sentinels name the primary, and the crate checks
+                    // with ROLE that it is one before connecting to it.
+                    let client = sentinel
+                        .async_get_client()
+                        .await
+                        .map_err(|e| format!("connect (via Sentinel): {e}"))?;
+                    self.watch.primary = match client.get_connection_info().addr() {
+                        redis::ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port)),
+                        _ => None,
+                    };
+                    self.watch.next = Some(tokio::time::Instant::now() + SENTINEL_CHECK);
+                    Conn::Single(
+                        client
+                            .get_multiplexed_async_connection_with_config(&single_config(self.timeout))
+                            .await
+                            .map_err(|e| format!("connect (via Sentinel): {e}"))?,
                     )
                 }
                 BackendSpec::Cluster(nodes) => {
@@ -131,6 +185,33 @@ impl Connection {
         Ok(self.conn.as_mut().expect("connection was just set"))
     }
 
+    /// `redis+sentinel://`, at most every [`SENTINEL_CHECK`]: drop the
+    /// connection when a sentinel names another primary than the one it is
+    /// connected to (the next connect then asks the sentinels for it). No
+    /// answer within the round-trip bound keeps the connection: the
+    /// sentinels being away is no reason to leave a working primary.
+    async fn check_primary(&mut self) {
+        let BackendSpec::Sentinel(spec) = &self.spec else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        if self.conn.is_none() || self.watch.next.is_some_and(|t| now < t) {
+            return;
+        }
+        self.watch.next = Some(now + SENTINEL_CHECK);
+        let ask = ask_sentinels(spec, &mut self.watch.conn, self.watch.from);
+        match tokio::time::timeout(self.timeout, ask).await {
+            Ok(Some(named)) if self.watch.primary.as_ref() != Some(&named) => self.conn = None,
+            Ok(_) => {}
+            // A sentinel that does not answer in time: start from the next
+            // one next time, so a black-holed one does not hold up every check.
+            Err(_) => {
+                self.watch.conn = None;
+                self.watch.from += 1;
+            }
+        }
+    }
+
     /// Run one script call per index (`build(eval, indices)` makes the
     /// commands): standalone as one pipelined round trip, cluster as
     /// concurrent calls (each routed to its key's slot owner). Results are per
@@ -146,6 +227,7 @@ impl Connection {
         let mut out: Vec<Option<Result<Value, String>>> = (0..n).map(|_| None).collect();
         let mut todo: Vec<usize> = (0..n).collect();
         let mut use_eval = false;
+        self.check_primary().await;
         while !todo.is_empty() {
             let cmds = build(use_eval, &todo);
             // The whole connection set-up is bounded too: a black-holed or
@@ -202,7 +284,13 @@ impl Connection {
                         retry.push(idx)
                     }
                     Err(e) => {
-                        if !matches!(e.kind(), ErrorKind::Server(_)) {
+                        // A server error leaves the connection usable, but
+                        // READONLY means the server is a replica now (a
+                        // failover demoted it): reconnect, which through
+                        // Sentinel finds the new primary.
+                        if !matches!(e.kind(), ErrorKind::Server(_))
+                            || e.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                        {
                             self.conn = None;
                         }
                         out[idx] = Some(Err(err_text(&e)));
@@ -407,6 +495,103 @@ impl Connection {
             ttl_ms: (ttl >= 0).then_some(ttl as u64),
         })
     }
+}
+
+/// A single server's connection settings: connecting and every reply bounded.
+fn single_config(timeout: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+}
+
+/// The client certificate and trusted CA a `rediss://` URL names, read now
+/// (each connect, so a rotated certificate is picked up on reconnect).
+fn read_tls_files(files: &crate::config::TlsFiles) -> Result<redis::TlsCertificates, String> {
+    let read = |name: &str, path: &str| std::fs::read(path).map_err(|e| format!("cannot read `{name}`: {e}"));
+    let client_tls = match (&files.certfile, &files.keyfile) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read("ssl_certfile", cert)?,
+            client_key: read("ssl_keyfile", key)?,
+        }),
+        _ => None,
+    };
+    let root_cert = match &files.ca_certs {
+        Some(ca) => Some(read("ssl_ca_certs", ca)?),
+        None => None,
+    };
+    Ok(redis::TlsCertificates { client_tls, root_cert })
+}
+
+/// The primary a sentinel names for `spec`'s service (`SENTINEL
+/// GET-MASTER-ADDR-BY-NAME`), asking each sentinel in turn from the one that
+/// answered last (else from `from`); None when none answers.
+async fn ask_sentinels(
+    spec: &SentinelSpec,
+    cached: &mut Option<(usize, MultiplexedConnection)>,
+    from: usize,
+) -> Option<(String, u16)> {
+    let n = spec.sentinels.len();
+    let first = cached.as_ref().map_or(from % n, |(i, _)| *i);
+    for i in (first..first + n).map(|i| i % n) {
+        if cached.as_ref().is_none_or(|(c, _)| *c != i) {
+            *cached = None;
+            let mut info = RedisConnectionInfo::default();
+            if let Some(u) = &spec.sentinel_username {
+                info = info.set_username(u);
+            }
+            if let Some(p) = &spec.sentinel_password {
+                info = info.set_password(p);
+            }
+            let Ok(addr) = format!("redis://{}", spec.sentinels[i]).into_connection_info() else {
+                continue;
+            };
+            let Ok(client) = redis::Client::open(addr.set_redis_settings(info)) else {
+                continue;
+            };
+            match client.get_multiplexed_async_connection().await {
+                Ok(c) => *cached = Some((i, c)),
+                Err(_) => continue,
+            }
+        }
+        let (_, c) = cached.as_mut().expect("a sentinel connection was just set");
+        let named: redis::RedisResult<Option<(String, u16)>> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&spec.service)
+            .query_async(c)
+            .await;
+        match named {
+            Ok(Some(addr)) => return Some(addr),
+            _ => *cached = None,
+        }
+    }
+    None
+}
+
+/// The client that asks the sentinels for `spec`'s primary.
+fn sentinel_client(spec: &SentinelSpec) -> redis::RedisResult<SentinelClient> {
+    let addrs = spec
+        .sentinels
+        .iter()
+        .map(|hp| Ok(format!("redis://{hp}").into_connection_info()?.addr().clone()))
+        .collect::<redis::RedisResult<Vec<_>>>()?;
+    let mut b =
+        SentinelClientBuilder::new(addrs, &spec.service, SentinelServerType::Master)?.set_client_to_redis_db(spec.db);
+    if let Some(u) = &spec.username {
+        b = b.set_client_to_redis_username(u);
+    }
+    if let Some(p) = &spec.password {
+        b = b.set_client_to_redis_password(p);
+    }
+    if spec.resp3 {
+        b = b.set_client_to_redis_protocol(redis::ProtocolVersion::RESP3);
+    }
+    if let Some(u) = &spec.sentinel_username {
+        b = b.set_client_to_sentinel_username(u);
+    }
+    if let Some(p) = &spec.sentinel_password {
+        b = b.set_client_to_sentinel_password(p);
+    }
+    b.build()
 }
 
 /// One script call: its keys and arguments (ARGV), `now` last of the four

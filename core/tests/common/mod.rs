@@ -209,3 +209,93 @@ impl Drop for FaultProxy {
         quietly("faultproxy", &["stop", &self.port.to_string()]);
     }
 }
+
+/// A primary, one replica and three sentinels monitoring it as `mymaster`
+/// (tests/harness/redisctl sentinel-start), stopped on drop.
+pub struct SentinelGroup {
+    /// Primary and replica as started, then the three sentinels.
+    pub ports: Vec<u16>,
+}
+
+impl SentinelGroup {
+    pub const SERVICE: &'static str = "mymaster";
+
+    pub fn start() -> Self {
+        let ports: Vec<u16> = redisctl(&["sentinel-start", Self::SERVICE])
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert_eq!(ports.len(), 5, "sentinel-start prints 5 ports: {ports:?}");
+        SentinelGroup { ports }
+    }
+    pub fn sentinels(&self) -> &[u16] {
+        &self.ports[2..]
+    }
+    /// `redis+sentinel://` with every sentinel, then `tail` (`/db`, `?options`).
+    pub fn url_with(&self, userinfo: &str, tail: &str) -> String {
+        let hosts: Vec<String> = self.sentinels().iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        format!("redis+sentinel://{userinfo}{}/{}{tail}", hosts.join(","), Self::SERVICE)
+    }
+    pub fn url(&self) -> String {
+        self.url_with("", "")
+    }
+    /// The port every live sentinel names as the primary, once it is not `not`.
+    pub fn primary(&self, not: Option<u16>) -> u16 {
+        let first = self.ports[0].to_string();
+        let not = not.map(|p| p.to_string());
+        let mut args = vec!["sentinel-primary", first.as_str()];
+        args.extend(not.as_deref());
+        redisctl(&args).parse().unwrap()
+    }
+    /// SENTINEL FAILOVER, waiting until the old primary replicates the new one.
+    pub fn failover(&self) -> u16 {
+        redisctl(&["sentinel-failover", &self.ports[0].to_string()])
+            .parse()
+            .unwrap()
+    }
+    /// SIGKILL one of the group's servers.
+    pub fn kill(&self, port: u16) {
+        redisctl(&["kill", &port.to_string()]);
+    }
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for SentinelGroup {
+    fn drop(&mut self) {
+        quietly("redisctl", &["sentinel-stop", &self.ports[0].to_string()]);
+    }
+}
+
+/// A real redis-server whose TLS port asks every client for a certificate
+/// signed by the harness' CA (tests/harness/redisctl start-mtls).
+pub struct MtlsRedisServer {
+    pub plain: RedisServer,
+    pub tls_port: u16,
+    pub ca_file: String,
+    pub client_cert: String,
+    pub client_key: String,
+}
+
+impl MtlsRedisServer {
+    pub fn start() -> Self {
+        let out = redisctl(&["start-mtls"]);
+        let parts: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!(parts.len(), 5, "start-mtls prints 5 fields: {out}");
+        MtlsRedisServer {
+            plain: RedisServer {
+                port: parts[0].parse().unwrap(),
+            },
+            tls_port: parts[1].parse().unwrap(),
+            ca_file: parts[2].to_string(),
+            client_cert: parts[3].to_string(),
+            client_key: parts[4].to_string(),
+        }
+    }
+}
