@@ -232,3 +232,19 @@ fn vectors_redis_sentinel() {
     }
     assert!(steps > 100, "only {steps} steps ran");
 }
+
+#[test]
+fn vectors_redis_as_a_restricted_user() {
+    // README's "Redis permissions" rule (core/tests/acl.rs checks it against
+    // the scripts), for the prefixes this runner uses (`v…`).
+    let server = common::RedisServer::start();
+    let rule = "ACL SETUSER ql-vectors on >vec-pw resetkeys ~v* resetchannels -@all \
+                +evalsha +eval +time +get +set +pttl +hgetall +hset +hdel +pexpire";
+    assert_eq!(server.cli(&rule.split(' ').collect::<Vec<_>>()), "OK");
+    let url = format!("redis://ql-vectors:vec-pw@127.0.0.1:{}", server.port);
+    let mut steps = 0;
+    for f in vector_files() {
+        steps += run_vector(&f, "redis", Some(&url));
+    }
+    assert!(steps > 100, "only {steps} steps ran");
+}
