@@ -110,7 +110,7 @@ pub fn run(o: &Options) -> Result<String, String> {
         let mut paid = 0.0;
         for (id, v) in &holders {
             let f: Vec<u64> = v.split(' ').filter_map(|x| x.parse().ok()).collect();
-            let [demand, held, expires, rate, _from, until] = f[..] else {
+            let [demand, held, expires, rate, _from, until, ..] = f[..] else {
                 let _ = writeln!(out, "           {id}: unreadable record {v:?}");
                 continue;
             };

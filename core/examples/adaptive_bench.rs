@@ -83,6 +83,9 @@ struct FleetRun {
     allowance: u64,
     /// Calls and admitted in the first 3 s (the full bucket handed out).
     early: (u64, u64),
+    /// Denials by reason: exhausted (decided locally), pending (a lease
+    /// still in flight when the wait ended).
+    denied_by: (u64, u64),
 }
 
 /// `n` limiters, one thread each, Poisson arrivals at `load` x the limit in
@@ -95,6 +98,8 @@ fn fleet(url: &str, prefix: &str, fixed: bool, n: usize, load: f64, secs: f64) -
     let weights: Vec<f64> = (0..n).map(|i| if i % 4 == 0 { 4.0 } else { 1.0 }).collect();
     let total_w: f64 = weights.iter().sum();
     let offered = Arc::new(AtomicU64::new(0));
+    // denials: [exhausted (local), pending (a lease in flight past the wait)]
+    let denied_by = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let start = Arc::new(Barrier::new(n + 1));
     let t0 = Instant::now() + Duration::from_millis(200);
     let hs: Vec<_> = ls
@@ -103,6 +108,7 @@ fn fleet(url: &str, prefix: &str, fixed: bool, n: usize, load: f64, secs: f64) -
         .enumerate()
         .map(|(i, (l, w))| {
             let (l, offered, start) = (l.clone(), offered.clone(), start.clone());
+            let denied_by = denied_by.clone();
             let rate = LIMIT as f64 * load * w / total_w; // per second
             std::thread::spawn(move || {
                 let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (i as u64 + 1);
@@ -124,12 +130,37 @@ fn fleet(url: &str, prefix: &str, fixed: bool, n: usize, load: f64, secs: f64) -
                         std::thread::sleep(next - now);
                     }
                     offered.fetch_add(1, Relaxed);
-                    std::hint::black_box(l.acquire("k", 1).unwrap());
+                    let d = l.acquire("k", 1).unwrap();
+                    if !d.allowed {
+                        let slot = if d.reason == quotalease::Reason::Pending { 1 } else { 0 };
+                        denied_by[slot].fetch_add(1, Relaxed);
+                    }
                 }
             })
         })
         .collect();
     start.wait();
+    if std::env::var("ADAPTIVE_TRACE").is_ok() {
+        // the key as instance 0 and the authority see it, every 500 ms
+        for k in 1..(secs * 2.0) as u64 {
+            std::thread::sleep((t0 + Duration::from_millis(500 * k)).saturating_duration_since(Instant::now()));
+            let i = ls[0].inspect("k").unwrap();
+            let rates = ls
+                .iter()
+                .filter(|l| l.inspect("k").is_ok_and(|i| i.rate_per_window > 0))
+                .count();
+            let m = sum(ls.iter().map(|l| l.metrics()));
+            eprintln!(
+                "t={}ms bucket {:?} holders {} on rates {rates} admitted {} denied {} calls {}",
+                500 * k,
+                i.authority_tokens,
+                i.holders,
+                m.admitted,
+                m.denied,
+                m.backend_calls
+            );
+        }
+    }
     let early_at = t0 + Duration::from_secs_f64(3.0_f64.min(secs));
     std::thread::sleep(early_at.saturating_duration_since(Instant::now()));
     let e = sum(ls.iter().map(|l| l.metrics()));
@@ -139,6 +170,7 @@ fn fleet(url: &str, prefix: &str, fixed: bool, n: usize, load: f64, secs: f64) -
     let m = sum(ls.iter().map(|l| l.metrics()));
     FleetRun {
         early: (e.backend_calls, e.admitted),
+        denied_by: (denied_by[0].load(Relaxed), denied_by[1].load(Relaxed)),
         offered: offered.load(Relaxed),
         admitted: m.admitted,
         denied: m.denied,
@@ -176,8 +208,17 @@ fn main() {
     }
     println!("## fleet: 100 limiters (a thread each) on one key, limit 1000/s, Poisson arrivals, every 4th instance 4x ({secs} s each)");
     println!(
-        "{:<10} {:>5} {:>9} {:>9} {:>9} {:>10} {:>12} {:>10} {:>14}",
-        "leases", "load", "offered", "admitted", "denied %", "allowance", "adm/allow", "calls/adm", "first 3 s"
+        "{:<10} {:>5} {:>9} {:>9} {:>9} {:>10} {:>12} {:>10} {:>14} {:>16}",
+        "leases",
+        "load",
+        "offered",
+        "admitted",
+        "denied %",
+        "allowance",
+        "adm/allow",
+        "calls/adm",
+        "first 3 s",
+        "exhausted/pending"
     );
     for load in [0.8, 1.5] {
         if !(wants("fleet") && (only.len() <= 1 || wants(&format!("{load}")))) {
@@ -189,14 +230,15 @@ fn main() {
             }
             let r = fleet(&url, &format!("fleet{run}{name}{load}"), fixed, 100, load, secs);
             println!(
-                "{name:<10} {load:>5.1} {:>9} {:>9} {:>8.2}% {:>10} {:>12.3} {:>10.4} {:>14}",
+                "{name:<10} {load:>5.1} {:>9} {:>9} {:>8.2}% {:>10} {:>12.3} {:>10.4} {:>14} {:>16}",
                 r.offered,
                 r.admitted,
                 100.0 * r.denied as f64 / r.offered.max(1) as f64,
                 r.allowance,
                 r.admitted as f64 / r.allowance as f64,
                 r.calls as f64 / r.admitted.max(1) as f64,
-                format!("{}/{}", r.early.0, r.early.1)
+                format!("{}/{}", r.early.0, r.early.1),
+                format!("{}/{}", r.denied_by.0, r.denied_by.1)
             );
         }
     }

@@ -107,7 +107,7 @@ impl BucketState {
         let granted = if avail >= need { avail.min(want) } else { 0 };
         self.credit -= granted * policy.window_ms;
         let wait_ms = if granted == 0 {
-            (need * policy.window_ms - self.credit).div_ceil(policy.limit)
+            (need * policy.window_ms - self.credit).div_ceil(policy.limit) + self.ts.saturating_sub(now)
         } else {
             0
         };
@@ -130,9 +130,39 @@ impl BucketState {
     }
 
     /// Milliseconds until this bucket is full again (then it can be forgotten:
-    /// a missing bucket reads as full).
+    /// a missing bucket reads as full). Measured from `ts`, which a debt may
+    /// have put in the future.
     pub fn ms_until_full(&self, policy: Policy) -> u64 {
         (policy.capacity_units().saturating_sub(self.credit)).div_ceil(policy.limit)
+    }
+
+    /// Take `tokens` away whatever the bucket holds (the failover guard
+    /// re-debits grants the authority forgot): what the credit cannot pay
+    /// becomes a debt, kept by moving `ts` forward (no refill until then),
+    /// `load` (credit units per ms) is what rate grants running until
+    /// `load_until` take of the refill (adaptive leasing): the debt is paid
+    /// by the rest of it until then, and by the whole refill after.
+    pub fn debit(&mut self, policy: Policy, tokens: u64, now: u64, load: u64, load_until: u64) {
+        self.refill(policy, now);
+        let units = tokens.saturating_mul(policy.window_ms);
+        if units <= self.credit {
+            self.credit -= units;
+            return;
+        }
+        let mut deficit = units - self.credit;
+        self.credit = 0;
+        let base = self.ts.max(now);
+        let free = policy.limit.saturating_sub(load);
+        let busy = load_until.saturating_sub(base);
+        let owed = if busy == 0 || load == 0 {
+            deficit.div_ceil(policy.limit)
+        } else if deficit <= free.saturating_mul(busy) {
+            deficit.div_ceil(free.max(1))
+        } else {
+            deficit -= free * busy;
+            busy + deficit.div_ceil(policy.limit)
+        };
+        self.ts = base + owed;
     }
 }
 

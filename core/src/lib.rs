@@ -34,6 +34,7 @@ mod engine;
 mod error;
 mod events;
 mod fork;
+pub mod guard;
 mod limiter;
 mod metrics;
 pub mod options;
@@ -63,6 +64,26 @@ pub mod testing {
     pub fn memory_outage(name: &str, down: bool) -> bool {
         crate::authority::MemoryAuthority::set_down(name, down)
     }
+
+    /// Make the `memory://NAME` authority forget every key, as a Redis
+    /// restarted empty would (the failover guard's tests). False when no
+    /// limiter has that authority open.
+    pub fn memory_reset(name: &str) -> bool {
+        crate::authority::MemoryAuthority::reset(name)
+    }
+
+    /// Every key's state of the `memory://NAME` authority now, to put back
+    /// with [`memory_restore`]: a replica that missed the writes since, promoted.
+    pub fn memory_snapshot(name: &str) -> Option<MemorySnapshot> {
+        crate::authority::MemoryAuthority::snapshot(name)
+    }
+
+    /// Put a [`memory_snapshot`] back. False when no limiter has that authority open.
+    pub fn memory_restore(name: &str, snapshot: &MemorySnapshot) -> bool {
+        crate::authority::MemoryAuthority::restore(name, snapshot)
+    }
+
+    pub use crate::authority::memory::Snapshot as MemorySnapshot;
 }
 
 /// The crate version, as in Cargo.toml.

@@ -183,10 +183,13 @@ fn saturated_fleet_of_50_costs_few_calls_and_holds_the_bound() {
     assert!(total as f64 >= 0.95 * r.allowance as f64, "the limit is used: {total}");
     assert!(calls <= 0.06, "calls per admitted {calls}");
     assert!(r.max_window <= 2 * LIMIT + BUDGET, "{}", r.max_window);
-    // inspect tells what the authority said: every instance on a rate, 50 holders
+    // inspect tells what the authority said: 50 holders, and (but for one
+    // between a grant's end and its renewal, or waiting for room) on rates
     let i = f[0].inspect("k").unwrap();
     assert_eq!(i.holders, 50, "{i:?}");
-    assert!(i.rate_per_window > 0 && i.demand_per_s > 0, "{i:?}");
+    assert!(i.demand_per_s > 0, "{i:?}");
+    let on_rates = f.iter().filter(|l| l.inspect("k").unwrap().rate_per_window > 0).count();
+    assert!(on_rates >= 45, "{on_rates} of 50 instances on a rate");
     let fallback: u64 = f.iter().map(|l| l.inspect("k").unwrap().fallback_per_window).sum();
     assert!(
         (LIMIT * 9 / 10..=LIMIT).contains(&fallback),

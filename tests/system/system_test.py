@@ -224,7 +224,8 @@ def check_steady(langs, duration_ms, cluster=False, adaptive=False):
         stored = 0
         refill = 0
         for k in KEYS:
-            c, t, w = map(int, cli(port, "GET", f"{prefix}:{{{k}}}").split())
+            # "credit refilled_at window epoch version"
+            c, t, w = map(int, cli(port, "GET", f"{prefix}:{{{k}}}").split()[:3])
             assert w == WINDOW_MS, f"{k}: stored window {w}"
             stored += c
             refill += (t - t0) * LIMIT

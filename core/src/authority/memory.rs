@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use super::{Call, Reply, Stored};
 use crate::adaptive::{Ask, KeyState};
 use crate::bucket::{Grant, Policy};
+use crate::guard::Seen;
 
 /// Keys kept before idle ones are swept (an idle key equals a missing one).
 const SWEEP_EVERY: usize = 4096;
@@ -17,6 +18,11 @@ pub(crate) struct MemoryAuthority {
     /// A simulated outage ([`crate::testing::memory_outage`]): every call fails.
     down: std::sync::atomic::AtomicBool,
 }
+
+/// Every key's state of a memory authority at one moment (for tests of the
+/// failover guard: [`crate::testing::memory_snapshot`]).
+#[derive(Clone, Debug)]
+pub struct Snapshot(HashMap<String, (KeyState, Policy)>);
 
 #[derive(Default)]
 struct Buckets {
@@ -68,19 +74,46 @@ impl MemoryAuthority {
                 need,
                 now,
                 adaptive,
+                guard,
             } => {
                 let mut b = lock(&self.buckets);
-                let (grant, answer) = b.with_key(&key, policy, now.ms, |st| match adaptive {
-                    Some(a) => {
-                        let (g, ans) = st.lease(policy, Ask { want, need, ..a }, now.ms);
-                        (g, Some(ans))
+                let (grant, answer, seen) = b.with_key(&key, policy, now.ms, |st| {
+                    let lost = st.guard(policy, &guard, adaptive.map(|a| a.holder), now.ms);
+                    let (grant, answer) = match adaptive {
+                        Some(a) => {
+                            // Tokens handed back from grants of the lost state
+                            // were paid by it, not by this one.
+                            let returned = if lost { 0 } else { a.returned };
+                            let (g, ans) = st.lease(
+                                policy,
+                                Ask {
+                                    want,
+                                    need,
+                                    returned,
+                                    ..a
+                                },
+                                now.ms,
+                            );
+                            (g, Some(ans))
+                        }
+                        None => {
+                            st.refill(policy, now.ms);
+                            (st.bucket.take(policy, want, need, now.ms), None)
+                        }
+                    };
+                    st.stamp.version += 1;
+                    if let Some(h) = adaptive.and_then(|a| st.holders.get_mut(&a.holder)) {
+                        h.version = st.stamp.version;
                     }
-                    None => {
-                        st.refill(policy, now.ms);
-                        (st.bucket.take(policy, want, need, now.ms), None)
-                    }
+                    let seen = Seen {
+                        epoch: st.stamp.epoch,
+                        version: st.stamp.version,
+                        alive_ms: st.alive_ms(policy, now.ms),
+                        lost,
+                    };
+                    (grant, answer, seen)
                 });
-                Reply::Grant(grant, answer)
+                Reply::Grant(grant, answer, seen)
             }
             Call::GiveBack {
                 key,
@@ -91,7 +124,10 @@ impl MemoryAuthority {
             } => {
                 let mut b = lock(&self.buckets);
                 if b.map.contains_key(&key) {
-                    b.with_key(&key, policy, now.ms, |st| st.give_back(policy, holder, tokens, now.ms));
+                    b.with_key(&key, policy, now.ms, |st| {
+                        st.give_back(policy, holder, tokens, now.ms);
+                        st.stamp.version += 1;
+                    });
                 }
                 Reply::Returned
             }
@@ -119,6 +155,38 @@ impl MemoryAuthority {
         match lock(registry()).get(name).and_then(Weak::upgrade) {
             Some(a) => {
                 a.down.store(down, std::sync::atomic::Ordering::Release);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forget every key of the authority registered under `name`, as a
+    /// Redis restarted empty would. False when no such authority is open.
+    pub fn reset(name: &str) -> bool {
+        match lock(registry()).get(name).and_then(Weak::upgrade) {
+            Some(a) => {
+                lock(&a.buckets).map.clear();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A copy of every key's state of the authority under `name`, to put
+    /// back with [`MemoryAuthority::restore`] (a replica that missed the
+    /// writes since, promoted).
+    pub fn snapshot(name: &str) -> Option<Snapshot> {
+        let a = lock(registry()).get(name).and_then(Weak::upgrade)?;
+        let map = lock(&a.buckets).map.clone();
+        Some(Snapshot(map))
+    }
+
+    /// Put back a [`MemoryAuthority::snapshot`]. False when no such authority is open.
+    pub fn restore(name: &str, snap: &Snapshot) -> bool {
+        match lock(registry()).get(name).and_then(Weak::upgrade) {
+            Some(a) => {
+                lock(&a.buckets).map = snap.0.clone();
                 true
             }
             None => false,

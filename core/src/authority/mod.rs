@@ -14,6 +14,7 @@ use crate::adaptive::{Answer, Ask};
 use crate::broker::{self, Broker, Target};
 use crate::bucket::{Grant, Policy};
 use crate::error::{Error, Result};
+use crate::guard::{Guard, Seen};
 
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
@@ -37,6 +38,8 @@ pub(crate) enum Call {
         need: u64,
         now: Now,
         adaptive: Option<Ask>,
+        /// What the caller saw of the bucket (the failover guard).
+        guard: Guard,
     },
     /// Return `tokens` (capped at capacity) from `holder` (0: none).
     GiveBack {
@@ -81,8 +84,9 @@ pub(crate) struct Stored {
 /// The answer to a [`Call`], variant by variant.
 #[derive(Clone, Debug)]
 pub(crate) enum Reply {
-    /// A chunk (possibly empty), and for adaptive calls the rest of the answer.
-    Grant(Grant, Option<Answer>),
+    /// A chunk (possibly empty), for adaptive calls the rest of the answer,
+    /// and the bucket's stamp (the failover guard).
+    Grant(Grant, Option<Answer>, Seen),
     /// A give-back was taken.
     Returned,
     Stored(Stored),

@@ -26,6 +26,7 @@ use super::{Call, Reply, Stored};
 use crate::adaptive::Answer;
 use crate::bucket::Grant;
 use crate::config::{tls_files, BackendSpec, SentinelSpec};
+use crate::guard::Seen;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
@@ -369,6 +370,7 @@ impl Connection {
                     need,
                     now,
                     adaptive,
+                    guard,
                 } => {
                     let args = [policy.limit, policy.window_ms, *want, *need];
                     let call = match adaptive {
@@ -398,6 +400,11 @@ impl Connection {
                             call
                         }
                     };
+                    // The failover guard's view, always the last four
+                    // arguments (the prelude's `guard()` reads them there).
+                    let mut call = call;
+                    call.args
+                        .extend([guard.epoch, guard.version, guard.alive_ms, guard.recent].map(|v| v.to_string()));
                     leases.push((i, call, adaptive.is_some()));
                 }
                 Call::Inspect { key, .. } => inspects.push((i, key.clone())),
@@ -615,12 +622,26 @@ impl ScriptCall {
     }
 }
 
-/// A lease script's reply: `{granted, remaining, wait_ms}`, and for the
-/// adaptive script also `{rate, bonus, rate_ms, fallback, holders}`.
+/// A lease script's reply: `{granted, remaining, wait_ms}`, for the adaptive
+/// script then `{rate, bonus, rate_ms, fallback, holders, delay_ms}`, and last the
+/// failover guard's `{epoch, version, alive_ms, lost}`.
 fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
     let bad = |e: redis::ParsingError| format!("unexpected reply from the lease script: {e}");
+    let r: Vec<u64> = redis::from_redis_value(v).map_err(bad)?;
+    let (head, stamp) = r.split_at(r.len().saturating_sub(4));
+    let &[epoch, version, alive_ms, lost] = stamp else {
+        return Err(format!("unexpected reply from the lease script: {r:?}"));
+    };
+    let seen = Seen {
+        epoch,
+        version,
+        alive_ms,
+        lost: lost == 1,
+    };
     if !adaptive {
-        let (granted, remaining, wait_ms): (u64, u64, u64) = redis::from_redis_value(v).map_err(bad)?;
+        let &[granted, remaining, wait_ms] = head else {
+            return Err(format!("unexpected reply from the lease script: {r:?}"));
+        };
         return Ok(Reply::Grant(
             Grant {
                 granted,
@@ -628,10 +649,10 @@ fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
                 wait_ms,
             },
             None,
+            seen,
         ));
     }
-    let r: Vec<u64> = redis::from_redis_value(v).map_err(bad)?;
-    let [granted, remaining, wait_ms, rate, bonus, rate_ms, fallback, holders] = r[..] else {
+    let &[granted, remaining, wait_ms, rate, bonus, rate_ms, fallback, holders, delay_ms] = head else {
         return Err(format!("unexpected reply from the adaptive lease script: {r:?}"));
     };
     Ok(Reply::Grant(
@@ -644,13 +665,16 @@ fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
             rate,
             bonus,
             rate_ms,
+            delay_ms,
             fallback,
             holders,
         }),
+        seen,
     ))
 }
 
-/// The fields of a stored bucket value `"c t w"` (None for any that does not parse).
+/// The first fields of a stored bucket value `"c t w e v"` (credit, refilled
+/// at, window; None for any that does not parse; epoch and version follow).
 pub(crate) fn parse_stored(value: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
     let mut it = value.split(' ').map(|f| f.parse::<u64>().ok());
     let mut next = || it.next().flatten();

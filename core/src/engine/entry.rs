@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Mutex;
 
 use crate::bucket::Policy;
+use crate::guard::Recent;
 
 /// Per-key state. `repr(C)` keeps the declared order, so everything the
 /// admit path reads or writes (the first eight fields, 57 bytes) sits in the
@@ -59,6 +60,13 @@ pub(crate) struct Entry {
     /// 0: not known yet) and the key's live holders at the last answer.
     pub fallback: AtomicU64,
     pub holders: AtomicU64,
+    /// The failover guard (`crate::guard`): the bucket's epoch and version
+    /// at the last answer, the clock reading until which that answer said
+    /// the bucket is kept, and the tokens granted here recently.
+    pub auth_epoch: AtomicU64,
+    pub auth_version: AtomicU64,
+    pub auth_alive_until: AtomicU64,
+    pub recent: Mutex<Recent>,
     pub key: Box<str>,
 }
 
@@ -89,6 +97,10 @@ impl Entry {
             rate_dropped: AtomicU64::new(0),
             fallback: AtomicU64::new(0),
             holders: AtomicU64::new(0),
+            auth_epoch: AtomicU64::new(0),
+            auth_version: AtomicU64::new(0),
+            auth_alive_until: AtomicU64::new(0),
+            recent: Mutex::new(Recent::default()),
             key: key.into(),
         }
     }
@@ -150,6 +162,35 @@ impl Entry {
         self.rate_until.store(until, Release);
         self.rate_bonus.store(bonus, Release);
         self.rate.store(rate, Release);
+    }
+
+    /// Count `tokens` granted by the authority at `now` (the failover guard).
+    pub fn granted(&self, tokens: u64, now: u64) {
+        if tokens > 0 {
+            let w = self.window_ms.load(Relaxed);
+            self.recent
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .add(tokens, now, w);
+        }
+    }
+
+    /// What the failover guard sends with a lease call at `now`.
+    pub fn guard(&self, now: u64) -> crate::guard::Guard {
+        let w = self.window_ms.load(Relaxed);
+        crate::guard::Guard {
+            epoch: self.auth_epoch.load(Relaxed),
+            version: self.auth_version.load(Relaxed),
+            alive_ms: self.auth_alive_until.load(Relaxed).saturating_sub(now),
+            recent: self.recent.lock().unwrap_or_else(|e| e.into_inner()).sum(now, w),
+        }
+    }
+
+    /// What an answer said of the bucket, landed at `now`.
+    pub fn seen(&self, s: crate::guard::Seen, now: u64) {
+        self.auth_epoch.store(s.epoch, Relaxed);
+        self.auth_version.store(s.version, Relaxed);
+        self.auth_alive_until.store(now + s.alive_ms, Relaxed);
     }
 
     /// Record use at `now` without writing the line when nothing changed.

@@ -30,6 +30,7 @@ impl Engine {
             need: cost,
             now: self.now(),
             adaptive: None,
+            guard: e.guard(self.clock.precise()),
         };
         let (me, filled) = (self.me.upgrade(), slot.clone());
         self.submit(
@@ -55,7 +56,10 @@ impl Engine {
     ) -> Decision {
         let p = e.policy();
         match answer {
-            Some(Ok(Reply::Grant(g, _))) => {
+            Some(Ok(Reply::Grant(g, _, seen))) => {
+                let now = self.clock.precise();
+                self.seen(e, seen, now);
+                e.granted(g.granted, now);
                 Counters::add(&self.counters.tokens_leased, g.granted);
                 e.auth_remaining.store(g.remaining, Relaxed);
                 if g.granted >= cost {

@@ -99,6 +99,7 @@ impl Engine {
             need,
             now,
             adaptive,
+            guard: e.guard(now.ms),
         };
         let entry = e.clone();
         let done: Done = Box::new(move |r| me.lease_done(&entry, need, r));
@@ -148,7 +149,8 @@ impl Engine {
                 .store(if old == 0 { rtt } else { (old * 7 + rtt) / 8 }, Relaxed);
         }
         let r = match r {
-            Ok(Reply::Grant(g, answer)) => {
+            Ok(Reply::Grant(g, answer, seen)) => {
+                self.seen(e, seen, now);
                 if let Some(a) = answer {
                     self.apply_answer(e, a, now);
                 }
@@ -162,6 +164,20 @@ impl Engine {
         };
         e.in_flight.store(false, Release);
         self.finish(r.as_ref().map(|_| ()).map_err(String::as_str));
+    }
+
+    /// The bucket's stamp from an answer (the failover guard); a loss the
+    /// authority found is logged (the tokens granted here in the last
+    /// window were debited again).
+    pub(super) fn seen(&self, e: &Entry, seen: crate::guard::Seen, now: u64) {
+        if seen.lost {
+            tracing::warn!(
+                key = %e.key,
+                "quotalease: the authority had lost this key's state (restarted empty, or a replica that \
+                 missed writes promoted); the tokens granted here in the last window were debited again"
+            );
+        }
+        e.seen(seen, now);
     }
 
     /// Bonus tokens of the current rate grant not yet accrued: the renewal
@@ -186,7 +202,8 @@ impl Engine {
             // What the old grant accrued is kept; the new one starts now.
             self.accrue(e, p, now, self.carry(e, p));
             // The authority counts the grant from when the call was made.
-            let from = e.sent_at.load(Relaxed).min(now);
+            // (later, by `delay_ms`, when the bucket is in debt)
+            let from = e.sent_at.load(Relaxed).min(now) + a.delay_ms;
             e.start_rate(a.rate, a.bonus, from + a.rate_ms, from);
             e.exhausted_until.store(0, Relaxed);
         } else if e.rate.load(Acquire) > 0 {
@@ -209,6 +226,7 @@ impl Engine {
         let got = e.accrue(p, now, cap);
         if got > 0 {
             Counters::add(&self.counters.tokens_leased, got);
+            e.granted(got, now);
         }
     }
 
@@ -243,6 +261,7 @@ impl Engine {
             e.exhausted_until.store(now + g.wait_ms.max(1) + settle, Relaxed);
         } else {
             e.exhausted_until.store(0, Relaxed);
+            e.granted(g.granted, now);
             // Fresh tokens start their lease TTL now.
             e.touch(now);
             e.tokens.fetch_add(g.granted, AcqRel);

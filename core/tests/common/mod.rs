@@ -110,13 +110,14 @@ impl TlsRedisServer {
 }
 
 /// The whole tokens a stored bucket value (`GET {prefix}:{key}` from
-/// redis-cli: "credit refilled_at window", credit in 1/window token units) holds.
+/// redis-cli: "credit refilled_at window epoch version", credit in 1/window
+/// token units) holds.
 pub fn stored_tokens(value: &str) -> u64 {
     let f: Vec<u64> = value
         .split(' ')
         .map(|x| x.parse().unwrap_or_else(|_| panic!("not a stored bucket: {value:?}")))
         .collect();
-    assert_eq!(f.len(), 3, "not a stored bucket: {value:?}");
+    assert_eq!(f.len(), 5, "not a stored bucket: {value:?}");
     f[0] / f[2]
 }
 

@@ -1,10 +1,12 @@
 -- Adaptive lease: the algorithm of core/src/adaptive.rs (the memory
 -- authority runs that code; this script is its Redis twin).
 -- KEYS[2] the key's holders: a hash, holder id -> "demand held expires rate
--- rate_from rate_until". ARGV[3] want, [4] need, [6] holder id, [7] demand
+-- rate_from rate_until version" (the bucket's version after its last call). ARGV[3] want, [4] need, [6] holder id, [7] demand
 -- (milli-tokens/s), [8] held, [9] budget, [10] returned, [11] period ms,
--- [12] grant tokens, [13] longest period ms, [14] holder ttl ms, [15] grace ms.
--- Returns {granted, remaining, wait_ms, rate, bonus, rate_ms, fallback, holders}
+-- [12] grant tokens, [13] longest period ms, [14] holder ttl ms, [15] grace ms,
+-- [16..19] the failover guard.
+-- Returns {granted, remaining, wait_ms, rate, bonus, rate_ms, fallback, holders,
+-- delay_ms, epoch, version, alive_ms, lost}
 -- (rate_ms a duration: the caller's clock need not be Redis'.)
 local want = tonumber(ARGV[3])
 local need = tonumber(ARGV[4])
@@ -22,9 +24,11 @@ local GRACE = tonumber(ARGV[15])
 local hs = {}
 local raw = redis.call('HGETALL', KEYS[2])
 for i = 1, #raw, 2 do
-  local d, h, e, r, f, u = string.match(raw[i + 1], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local d, h, e, r, f, u, rest = string.match(raw[i + 1], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)(.*)$')
   if d then
-    hs[raw[i]] = {tonumber(d), tonumber(h), tonumber(e), tonumber(r), tonumber(f), tonumber(u)}
+    -- [7]: the bucket's version after this holder's last call (the failover guard)
+    local bv = tonumber(string.match(rest, '^ (%d+)$') or '0')
+    hs[raw[i]] = {tonumber(d), tonumber(h), tonumber(e), tonumber(r), tonumber(f), tonumber(u), bv}
   end
 end
 -- the refill since ts0 less what active rates were paid of it, then the cap
@@ -37,6 +41,18 @@ if now > ts0 then
   end
   credit = math.min(cap, credit0 + math.max(0, limit * (now - ts0) - paid))
 end
+-- the failover guard, on the refilled bucket (ARGV[16..19]); rates running
+-- meanwhile take their part of the refill
+local load, load_until = 0, 0
+for _, x in pairs(hs) do
+  if x[6] > now then
+    load = load + x[4]
+    if x[6] > load_until then load_until = x[6] end
+  end
+end
+-- this holder's own record older than its last answer: its writes were lost
+local gv = tonumber(ARGV[#ARGV - 2])
+guard(load, load_until, hs[me] ~= nil and hs[me][7] < gv)
 -- forget holders not heard from in time
 for id, x in pairs(hs) do
   if x[3] <= now then
@@ -44,8 +60,10 @@ for id, x in pairs(hs) do
     redis.call('HDEL', KEYS[2], id)
   end
 end
+-- tokens handed back from grants of a lost state were paid by it, not by this one
+if lost == 1 then returned = 0 end
 if returned > 0 then credit = math.min(cap, credit + returned * window) end
-local mine = hs[me] or {0, 0, 0, 0, 0, 0}
+local mine = hs[me] or {0, 0, 0, 0, 0, 0, 0}
 mine[1] = demand
 mine[2] = held
 mine[3] = now + HTTL
@@ -98,18 +116,18 @@ local granted = 0
 if avail >= need then granted = need + math.min(target, room, avail - need) end
 credit = credit - granted * window
 local wait = 0
-if granted == 0 then wait = math.ceil(math.max(0, need * window - credit) / limit) end
+if granted == 0 then wait = math.ceil(math.max(0, need * window - credit) / limit) + math.max(0, ts - now) end
 
 local period_demand = math.floor(total_demand * PERIOD / 1000000)
 local rates_run = others_active > 0 or mine[6] > now
--- many holders (a token or two of the budget each) and demand above the
--- refill: rates at once, the bucket going out as bonus
+-- rates need demand above the refill (and a draining bucket) to start, and
+-- demand near the refill to go on
 local outrun = sum > limit
-local tiny_chunks = budget < 2 * n
-local shared_and_draining = n > 1 and (avail < limit - math.floor(limit / 4) or (outrun and tiny_chunks))
-local saturated = avail <= period_demand and (rates_run or shared_and_draining)
+local sustained = sum * 10 > limit * 9
+local shared_and_draining = n > 1 and outrun and avail < limit - math.floor(limit / 4)
+local saturated = avail <= period_demand and ((rates_run and sustained) or shared_and_draining)
 mine[2] = held + math.max(0, granted - need)
-local rate, bonus, period = 0, 0, PERIOD
+local rate, bonus, period, delay = 0, 0, PERIOD, 0
 -- a dry bucket starts rates too; one short of a large request answers
 -- as a plain bucket: nothing now, and when to come back
 if not saturated and (avail >= need or avail > 0) then
@@ -126,8 +144,9 @@ else
   end
   rate = math.min(fair, math.max(0, limit - others_active))
   local my_unmet = math.max(0, my_units - rate)
-  -- a rate cut short by others' grants comes back after the shortest period
-  if rate > 0 and rate >= fair then period = math.min(math.max(math.ceil(GRANT * window / rate), PERIOD), MAXP) end
+  -- a rate below the fair share (cut short by others' grants, or by a
+  -- demand estimate still rising) comes back after the shortest period
+  if rate > 0 and rate >= my_share then period = math.min(math.max(math.ceil(GRANT * window / rate), PERIOD), MAXP) end
   local span = period + GRACE
   -- the bucket's contents, as far as this holder's unmet demand goes
   bonus = math.min(math.floor(credit / span), my_unmet)
@@ -144,13 +163,18 @@ else
     end
   else
     mine[4] = rate
-    mine[5] = now
-    mine[6] = now + period + GRACE
-    if mine[3] < now + period + GRACE + PERIOD then mine[3] = now + period + GRACE + PERIOD end
+    -- a bucket in debt (the failover guard) pays no rate before it is paid
+    local start = math.max(ts, now)
+    delay = start - now
+    mine[5] = start
+    mine[6] = start + period + GRACE
+    if mine[3] < start + period + GRACE + PERIOD then mine[3] = start + period + GRACE + PERIOD end
   end
 end
-redis.call('HSET', KEYS[2], me, string.format('%.0f %.0f %.0f %.0f %.0f %.0f',
-  mine[1], mine[2], mine[3], mine[4], mine[5], mine[6]))
+-- (store() below writes the bucket's next version)
+mine[7] = ver + 1
+redis.call('HSET', KEYS[2], me, string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f',
+  mine[1], mine[2], mine[3], mine[4], mine[5], mine[6], mine[7]))
 -- keep the bucket and the holders while any rate it pays for runs
 local last = now
 for _, x in pairs(hs) do
@@ -161,4 +185,4 @@ redis.call('PEXPIRE', KEYS[2], string.format('%.0f', last - now + 1000 + pad))
 store(last - now)
 local rate_ms = 0
 if rate + bonus > 0 then rate_ms = period + GRACE end
-return {granted, math.floor(credit / window), wait, rate + bonus, bonus, rate_ms, my_share, n}
+return {granted, math.floor(credit / window), wait, rate + bonus, bonus, rate_ms, my_share, n, delay, epoch, ver, alive, lost}

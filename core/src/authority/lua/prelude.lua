@@ -1,7 +1,9 @@
 -- Common head of every bucket script: read the bucket, bring it to `now`.
 -- KEYS[1] the bucket; ARGV[1] limit, ARGV[2] window_ms, ARGV[5] now_ms or ""
--- for Redis TIME. The stored value is "c t w": credit units (1/w token
--- each), the ms up to which refill is accounted, the window the units use.
+-- for Redis TIME. The stored value is "c t w e v": credit units (1/w token
+-- each), the ms up to which refill is accounted (in the future while a debt
+-- is owed), the window the units use, and the failover guard's epoch (set
+-- when the bucket is created from nothing) and version (writes since).
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local now
@@ -15,16 +17,20 @@ else
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local cap = limit * window
-local credit, ts, w
+local credit, ts, w, epoch, ver
 local v = redis.call('GET', KEYS[1])
 if v then
-  local c0, t0, w0 = string.match(v, '^(%d+) (%d+) (%d+)$')
+  local c0, t0, w0, rest = string.match(v, '^(%d+) (%d+) (%d+)(.*)$')
   credit, ts, w = tonumber(c0), tonumber(t0), tonumber(w0)
+  local e0, v0 = string.match(rest or '', '^ (%d+) (%d+)$')
+  -- a value stored before the guard existed: epoch 1
+  epoch, ver = tonumber(e0) or 1, tonumber(v0) or 0
 end
 if credit == nil or ts == nil or w == nil or w <= 0 then
   credit = cap
   ts = now
   w = window
+  epoch, ver = now + 2, 0
 end
 if w ~= window then
   local whole = math.floor(credit / w)
@@ -45,9 +51,54 @@ if credit > cap then credit = cap end
 -- Store the bucket with an expiry at the time it is full again (a missing
 -- key reads as a full bucket, so idle keys vanish without changing answers),
 -- or later: `min_ms` keeps it while rate grants it pays for run.
+-- Sets `alive`: how long the bucket is kept at least (the failover guard).
+local alive = 0
 local function store(min_ms)
-  local px = math.ceil((cap - credit) / limit)
+  local px = math.ceil((cap - credit) / limit) + math.max(0, ts - now)
   if min_ms ~= nil and min_ms > px then px = min_ms end
-  redis.call('SET', KEYS[1], string.format('%.0f %.0f %.0f', credit, ts, window),
+  ver = ver + 1
+  alive = px
+  redis.call('SET', KEYS[1], string.format('%.0f %.0f %.0f %.0f %.0f', credit, ts, window, epoch, ver),
     'PX', string.format('%.0f', px + 1000 + pad))
+end
+
+-- The failover guard (core/src/guard.rs), for lease scripts: ARGV's last
+-- four are the epoch and version the caller last saw, how long that answer
+-- said the bucket would exist, and the tokens granted to the caller on this
+-- key in the last window. A bucket created again while it should exist, or
+-- older than what the caller saw, lost state: debit those tokens again
+-- (what the credit cannot pay is owed: ts moves forward).
+local lost = 0
+local function guard(load, load_until, rolled_back)
+  local n = #ARGV
+  local ge, gv = tonumber(ARGV[n - 3]), tonumber(ARGV[n - 2])
+  local galive, grecent = tonumber(ARGV[n - 1]), tonumber(ARGV[n])
+  if ge == 0 then return end
+  local gone
+  if ge ~= epoch then gone = galive > 0 else gone = gv > ver or rolled_back end
+  if not gone then return end
+  lost = 1
+  if grecent > limit then grecent = limit end
+  local units = grecent * window
+  if units <= credit then
+    credit = credit - units
+  else
+    -- `load`: what rate grants running until `load_until` take of the
+    -- refill; the debt is paid by the rest until then, by all of it after
+    local deficit = units - credit
+    credit = 0
+    local base = math.max(ts, now)
+    load, load_until = load or 0, load_until or 0
+    local free = math.max(limit - load, 0)
+    local busy = math.max(load_until - base, 0)
+    local owed
+    if busy == 0 or load == 0 then
+      owed = math.ceil(deficit / limit)
+    elseif deficit <= free * busy then
+      owed = math.ceil(deficit / math.max(free, 1))
+    else
+      owed = busy + math.ceil((deficit - free * busy) / limit)
+    end
+    ts = base + owed
+  end
 end
