@@ -18,7 +18,9 @@
 
 mod common;
 
-use common::{unique, RedisServer};
+use common::unique;
+#[cfg(feature = "redis")]
+use common::RedisServer;
 use quotalease::{ClockKind, Limiter, Mode};
 
 const LIMIT: u64 = 500;
@@ -168,6 +170,7 @@ fn an_idle_key_whose_bucket_expired_is_not_taken_for_a_loss() {
     assert_eq!(f[0].inspect("k").unwrap().authority_tokens, Some(0));
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn redis_flushed_mid_run_gives_no_second_allowance() {
     let redis = RedisServer::start();
@@ -184,6 +187,7 @@ fn redis_flushed_mid_run_gives_no_second_allowance() {
     }
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn redis_back_a_second_in_time_gives_no_second_allowance() {
     // The state a promoted replica that missed the last second of writes
@@ -209,14 +213,17 @@ fn redis_back_a_second_in_time_gives_no_second_allowance() {
     }
 }
 
+#[cfg(feature = "redis")]
 fn conn(redis: &RedisServer) -> redis::Connection {
     redis::Client::open(redis.url()).unwrap().get_connection().unwrap()
 }
 
+#[cfg(feature = "redis")]
 fn dump(redis: &RedisServer, key: &str) -> Option<Vec<u8>> {
     redis::cmd("DUMP").arg(key).query(&mut conn(redis)).unwrap()
 }
 
+#[cfg(feature = "redis")]
 fn restore(redis: &RedisServer, key: &str, dump: Option<&[u8]>) {
     let mut c = conn(redis);
     match dump {
