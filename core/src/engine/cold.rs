@@ -104,7 +104,7 @@ impl Engine {
             }
         };
         if e.rate.load(Acquire) > 0 {
-            return Ok(self.step_rate(e, p, cost, now));
+            return Ok(self.step_rate(e, p, cost, waiting, now));
         }
         if let Some(retry) = self.exhausted_for(e, p, cost - local, now) {
             return Ok(Step::Done(self.deny(e, p, local, Reason::Exhausted, retry)));
@@ -150,7 +150,7 @@ impl Engine {
     /// cannot cover is denied here with the time the next ones take, and the
     /// grant is renewed ahead of its deadline. When the grant has ended, the
     /// key steps again as one with no grant.
-    fn step_rate(&self, e: &Arc<Entry>, p: crate::bucket::Policy, cost: u64, now: u64) -> Step {
+    fn step_rate(&self, e: &Arc<Entry>, p: crate::bucket::Policy, cost: u64, waiting: Waiting, now: u64) -> Step {
         let carry = self.carry(e, p).max(cost);
         self.accrue(e, p, now, carry);
         if let Some(left) = e.try_take(cost) {
@@ -172,6 +172,30 @@ impl Engine {
             }
             if e.rate.load(Acquire) == 0 {
                 // The renewal (answered inline) ended the rate: step again.
+                return Step::Again;
+            }
+        }
+        // A rate runs near this holder's demand; its random bursts exceed it.
+        // At saturation the bucket is near empty and the burst is denied
+        // here, with no call. But when the last answer left the bucket at
+        // half full or more, the key is not saturated (rates can start on
+        // a mistaken demand estimate): ask now instead, and the authority
+        // answers with a chunk (and ends the rate) or a new grant. At most
+        // every quarter period, so a key the authority still finds saturated
+        // costs no call per denial.
+        let remaining = e.auth_remaining.load(Relaxed);
+        let last_call = e.in_flight_since.load(Relaxed);
+        let due = now.saturating_sub(last_call) >= crate::adaptive::PERIOD_MS / 4;
+        if remaining >= cost.max(p.limit / 2) && due && !self.circuit.is_open() {
+            let local = e.tokens.load(Relaxed).min(cost - 1);
+            let started = self.start_lease(e, self.want(e, p, cost - local, local), cost - local);
+            if !self.is_inline() {
+                if waiting == Waiting::No {
+                    return Step::Done(self.deny(e, p, local, Reason::Pending, 1));
+                }
+                return Step::Wait;
+            }
+            if started {
                 return Step::Again;
             }
         }
