@@ -10,6 +10,10 @@ use crate::redact::{redact_secrets, RedactedUrl};
 pub const MAX_KEY_LEN: usize = 512;
 /// Longest key prefix accepted, in bytes.
 pub const MAX_PREFIX_LEN: usize = 64;
+/// Latest reading a manual clock may start at (2^52 ms, about 142 000
+/// years): its readings go to Redis' Lua as times, exact only below 2^53,
+/// and the engine adds waits and lifetimes to them.
+pub(crate) const MAX_CLOCK_START_MS: u64 = 1 << 52;
 
 /// How the limiter coordinates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -45,7 +49,7 @@ pub enum ClockKind {
     /// [`crate::Limiter::advance_clock`]: for deterministic tests. Redis scripts
     /// then receive this clock's time instead of calling `TIME`.
     Manual {
-        /// The clock's initial reading in milliseconds.
+        /// The clock's initial reading in milliseconds, at most 2^52.
         start_ms: u64,
     },
 }
@@ -695,6 +699,14 @@ impl Config {
         if let Budget::Tokens(0) | Budget::PerMillion(0) = self.overshoot_budget {
             return Err(Error::config("overshoot_budget", "must be at least 1 token"));
         }
+        if let ClockKind::Manual { start_ms } = self.clock {
+            if start_ms > MAX_CLOCK_START_MS {
+                return Err(Error::config(
+                    "clock_start_ms",
+                    format!("must be at most 2^52 ({MAX_CLOCK_START_MS}) (got {start_ms})"),
+                ));
+            }
+        }
         let backend = parse_url(&self.url)?;
         // `refill_threshold` only tunes fixed leases (adaptive ones prefetch
         // from demand x round trip).
@@ -823,6 +835,12 @@ mod tests {
             "key_prefix"
         );
         assert_eq!(field_of(Config { max_keys: 0, ..cfg(5) }.resolve()), "max_keys");
+        let manual = |start_ms| Config {
+            clock: ClockKind::Manual { start_ms },
+            ..cfg(5)
+        };
+        assert_eq!(field_of(manual(MAX_CLOCK_START_MS + 1).resolve()), "clock_start_ms");
+        assert!(manual(MAX_CLOCK_START_MS).resolve().is_ok());
         for url in ["http://x", "redis://:99999999", "redis+cluster://", "", "memory:/x"] {
             assert_eq!(
                 field_of(
