@@ -260,7 +260,7 @@ struct lease_config {
   lease_clock clock;
   /**
    * With `LEASE_CLOCK_MANUAL`: the clock's first reading in ms (default
-   * 1000000, where every language's manual clock starts). With
+   * 1000000, where every language's manual clock starts; at most 2^52). With
    * `LEASE_CLOCK_SYSTEM` leave it at its default: any other value is
    * `LEASE_ERR_CONFIG` (it needs the manual clock).
    */
@@ -554,7 +554,8 @@ enum lease_status lease_config_init(struct lease_config *config);
 
 /**
  * Parse a mode name ("lease", "exact", "local") into `*out`, e.g. from a
- * configuration file. An unknown name is `LEASE_ERR_CONFIG`.
+ * configuration file. An unknown name is `LEASE_ERR_CONFIG`; a name that
+ * is not UTF-8 `LEASE_ERR_UTF8`; a NULL argument `LEASE_ERR_NULL`.
  *
  * # Safety
  * `name` is NULL or a NUL-terminated string; `out` is NULL or writable.
@@ -564,7 +565,8 @@ enum lease_status lease_mode_parse(const char *name,
 
 /**
  * Parse a failure policy name ("static-share", "allow", "deny") into `*out`.
- * An unknown name is `LEASE_ERR_CONFIG`.
+ * An unknown name is `LEASE_ERR_CONFIG`; a name that is not UTF-8
+ * `LEASE_ERR_UTF8`; a NULL argument `LEASE_ERR_NULL`.
  *
  * # Safety
  * `name` is NULL or a NUL-terminated string; `out` is NULL or writable.
@@ -574,7 +576,8 @@ enum lease_status lease_failure_policy_parse(const char *name,
 
 /**
  * Parse a rate such as "600/min", "10/s", "100/30s" or "5000/hour" into a
- * limit and a window. An invalid rate is `LEASE_ERR_CONFIG`.
+ * limit and a window. An invalid rate is `LEASE_ERR_CONFIG`; a rate that
+ * is not UTF-8 `LEASE_ERR_UTF8`; a NULL argument `LEASE_ERR_NULL`.
  *
  * # Safety
  * `rate` is NULL or a NUL-terminated string; `limit` and `window_ms` are NULL or writable.
@@ -673,7 +676,9 @@ const char *lease_last_error(void);
  * `LEASE_MAX_KEY_LEN + 1` bytes always suffice.
  *
  * Errors: `LEASE_ERR_NULL` (key with `key_len > 0`, or buf with
- * `cap > 0`), `LEASE_ERR_UTF8`, `LEASE_ERR_BUFFER_TOO_SMALL`.
+ * `cap > 0`), `LEASE_ERR_UTF8`, `LEASE_ERR_BUFFER_TOO_SMALL`,
+ * `LEASE_ERR_INVALID_KEY` (a `key_len` above `PTRDIFF_MAX`, which no
+ * buffer can have; refused before the key is read).
  *
  * # Safety
  * `key` is NULL or has `key_len` readable bytes; `buf` is NULL or has `cap`

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # C tests (`make test-c`): the header is fresh, `make install` produces a tree
 # that C programs build against with pkg-config, and every C test (API, bad
-# input, pthreads hammer, inspect, real Redis with events, the conformance vectors on
+# input, hostile input from a seeded generator, pthreads hammer, inspect, real
+# Redis with events, the conformance vectors on
 # memory and Redis) passes twice: plain, and under AddressSanitizer +
 # LeakSanitizer + UBSan. Ends with "N passed, N failed".
 set -euo pipefail
@@ -95,7 +96,7 @@ for variant in plain asan; do
   if [ "$variant" = asan ]; then
     extra=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
   fi
-  for t in test_api test_hammer test_inspect test_redis; do
+  for t in test_api test_hammer test_inspect test_redis test_fuzz; do
     cc "${cflags[@]}" "${extra[@]}" "$src/$t.c" -o "$out/$t" $(pkg-config --cflags --libs lease) -lpthread
   done
   cc "${cflags[@]}" "${extra[@]}" "$src/test_vectors.c" "$src/json.c" -o "$out/test_vectors" \
@@ -103,6 +104,7 @@ for variant in plain asan; do
   export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   run "[$variant] API and bad input" "$out/test_api"
+  run "[$variant] hostile input (10000 seeded random calls)" "$out/test_fuzz"
   run "[$variant] pthreads hammer (memory + Redis)" env QL_REDIS_URL="$url" "$out/test_hammer"
   run "[$variant] inspect (memory + Redis)" env QL_REDIS_URL="$url" "$out/test_inspect"
   run "[$variant] vectors on memory" "$out/test_vectors" tests/vectors memory

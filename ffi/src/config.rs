@@ -82,7 +82,7 @@ pub struct lease_config {
     /// `LEASE_CLOCK_SYSTEM` (default) or `LEASE_CLOCK_MANUAL` (tests).
     pub clock: lease_clock,
     /// With `LEASE_CLOCK_MANUAL`: the clock's first reading in ms (default
-    /// 1000000, where every language's manual clock starts). With
+    /// 1000000, where every language's manual clock starts; at most 2^52). With
     /// `LEASE_CLOCK_SYSTEM` leave it at its default: any other value is
     /// `LEASE_ERR_CONFIG` (it needs the manual clock).
     pub clock_start_ms: u64,
@@ -219,7 +219,8 @@ pub(crate) unsafe fn to_config(fname: &str, c: *const lease_config) -> Result<Co
 }
 
 /// Parse a mode name ("lease", "exact", "local") into `*out`, e.g. from a
-/// configuration file. An unknown name is `LEASE_ERR_CONFIG`.
+/// configuration file. An unknown name is `LEASE_ERR_CONFIG`; a name that
+/// is not UTF-8 `LEASE_ERR_UTF8`; a NULL argument `LEASE_ERR_NULL`.
 ///
 /// # Safety
 /// `name` is NULL or a NUL-terminated string; `out` is NULL or writable.
@@ -246,7 +247,8 @@ pub unsafe extern "C" fn lease_mode_parse(name: *const c_char, out: *mut lease_m
 }
 
 /// Parse a failure policy name ("static-share", "allow", "deny") into `*out`.
-/// An unknown name is `LEASE_ERR_CONFIG`.
+/// An unknown name is `LEASE_ERR_CONFIG`; a name that is not UTF-8
+/// `LEASE_ERR_UTF8`; a NULL argument `LEASE_ERR_NULL`.
 ///
 /// # Safety
 /// `name` is NULL or a NUL-terminated string; `out` is NULL or writable.
@@ -276,7 +278,8 @@ pub unsafe extern "C" fn lease_failure_policy_parse(
 }
 
 /// Parse a rate such as "600/min", "10/s", "100/30s" or "5000/hour" into a
-/// limit and a window. An invalid rate is `LEASE_ERR_CONFIG`.
+/// limit and a window. An invalid rate is `LEASE_ERR_CONFIG`; a rate that
+/// is not UTF-8 `LEASE_ERR_UTF8`; a NULL argument `LEASE_ERR_NULL`.
 ///
 /// # Safety
 /// `rate` is NULL or a NUL-terminated string; `limit` and `window_ms` are NULL or writable.

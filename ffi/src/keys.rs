@@ -24,7 +24,9 @@ const _: () = assert!(LEASE_MAX_KEY_LEN == quotalease::MAX_KEY_LEN);
 /// `LEASE_MAX_KEY_LEN + 1` bytes always suffice.
 ///
 /// Errors: `LEASE_ERR_NULL` (key with `key_len > 0`, or buf with
-/// `cap > 0`), `LEASE_ERR_UTF8`, `LEASE_ERR_BUFFER_TOO_SMALL`.
+/// `cap > 0`), `LEASE_ERR_UTF8`, `LEASE_ERR_BUFFER_TOO_SMALL`,
+/// `LEASE_ERR_INVALID_KEY` (a `key_len` above `PTRDIFF_MAX`, which no
+/// buffer can have; refused before the key is read).
 ///
 /// # Safety
 /// `key` is NULL or has `key_len` readable bytes; `buf` is NULL or has `cap`
