@@ -53,10 +53,12 @@ pub fn run(o: &Options) -> Result<String, String> {
         .and_then(|v| v.split(' ').nth(2)?.parse().ok());
     let pttl = redis_util::pttl(&mut conn, &redis_key)?;
     // Adaptive leasing's holder records: "demand held expires rate rate_from rate_until".
-    let holders: Vec<(String, String)> = redis::cmd("HGETALL")
+    let mut holders: Vec<(String, String)> = redis::cmd("HGETALL")
         .arg(format!("{redis_key}:h"))
         .query(&mut conn)
         .map_err(|e| format!("HGETALL failed: {e}"))?;
+    // Fields that are not holders: '~q', the failover guard's quarantine.
+    holders.retain(|(id, _)| !id.starts_with('~'));
     let elsewhere = if insp.authority_tokens.is_none() {
         redis_util::find_prefixes(&mut conn, &o.key)?
     } else {

@@ -64,6 +64,22 @@ pub fn fallback_rate(last: u64, equal: u64, open_ms: u64) -> u64 {
     (equal as f64 + (last as f64 - equal as f64) * keep).round() as u64
 }
 
+/// After the failover guard finds a key's state lost, the bucket pays no
+/// bonus for this long: every holder that was on a rate calls within it
+/// (its grant ends) and re-debits what it was granted. Until then what the
+/// bucket holds may be theirs (a replica's stale copy can hold a whole
+/// bucket that the fleet already spent). New rates wait for a fair share's
+/// grant period ([`fair_period`]): the refill may be theirs too.
+pub const QUARANTINE_MS: u64 = MAX_PERIOD_MS + PERIOD_MS;
+
+/// How long a rate grant of a fair share among `holders` runs.
+pub fn fair_period(p: Policy, holders: u64) -> u64 {
+    let fair = (p.limit / holders.max(1)).max(1);
+    (GRANT_TOKENS * p.window_ms)
+        .div_ceil(fair)
+        .clamp(PERIOD_MS, MAX_PERIOD_MS)
+}
+
 /// A holder not heard from for this long is forgotten.
 pub const HOLDER_TTL_MS: u64 = 3 * PERIOD_MS;
 
@@ -137,6 +153,14 @@ pub struct KeyState {
     pub holders: BTreeMap<u64, Holder>,
     /// Epoch and version, for the failover guard ([`crate::guard`]).
     pub stamp: Stamp,
+    /// Until this clock reading no bonus is paid from the bucket: it was
+    /// found lost ([`QUARANTINE_MS`]).
+    pub quarantine_until: u64,
+    /// New rate grants start no earlier (found lost: grants of the lost
+    /// state may still run).
+    pub rates_from: u64,
+    /// What the bucket may still grant in the quarantine (the budget).
+    pub quarantine_left: u64,
 }
 
 /// Credit units per ms that `demand` (milli-tokens/s) amounts to.
@@ -190,6 +214,9 @@ impl KeyState {
             bucket: BucketState::full(policy, now),
             holders: BTreeMap::new(),
             stamp: Stamp::new(now),
+            quarantine_until: 0,
+            rates_from: 0,
+            quarantine_left: 0,
         }
     }
 
@@ -213,6 +240,13 @@ impl KeyState {
         let load = running.clone().map(|h| h.rate).fold(0u64, u64::saturating_add);
         let load_until = running.map(|h| h.rate_until).max().unwrap_or(0);
         self.bucket.debit(p, g.recent.min(p.limit), now, load, load_until);
+        if now >= self.quarantine_until {
+            self.quarantine_left = g.budget;
+        }
+        self.quarantine_until = self.quarantine_until.max(now + QUARANTINE_MS);
+        // the fleet as the holder last saw it, or as this state knows it
+        let n = g.holders.max(self.holders.len() as u64).max(1);
+        self.rates_from = self.rates_from.max(now + fair_period(p, n));
         true
     }
 
@@ -286,7 +320,15 @@ impl KeyState {
             ..Answer::default()
         };
         let need = ask.need.max(1).min(p.limit);
-        let avail = self.bucket.whole_tokens(p);
+        // In a quarantine (the state was found lost) the bucket may hold
+        // what holders that have not re-debited yet already spent: at most
+        // the budget of it goes out until the quarantine ends.
+        let quarantined = now < self.quarantine_until;
+        let avail = if quarantined {
+            self.bucket.whole_tokens(p).min(self.quarantine_left)
+        } else {
+            self.bucket.whole_tokens(p)
+        };
         // This holder's share of the budget, by demand.
         let total_demand: u128 = self.holders.values().map(|h| h.demand as u128).sum();
         let share = (ask.budget as u128 * ask.demand as u128)
@@ -309,6 +351,9 @@ impl KeyState {
             0
         };
         self.bucket.credit -= granted * p.window_ms;
+        if quarantined {
+            self.quarantine_left -= granted;
+        }
         let grant = Grant {
             granted,
             remaining: self.bucket.whole_tokens(p),
@@ -393,7 +438,11 @@ impl KeyState {
         };
         // units per ms over the whole grant (grace included), paid in full now
         let span = period + GRACE_MS;
-        let bonus = (self.bucket.credit / span).min(my_unmet);
+        let bonus = if now < self.quarantine_until {
+            0
+        } else {
+            (self.bucket.credit / span).min(my_unmet)
+        };
         self.bucket.credit -= bonus * span;
         let me = self.holders.get_mut(&ask.holder).expect("present");
         if rate + bonus == 0 {
@@ -419,7 +468,12 @@ impl KeyState {
         // The authority's record keeps the part paid from refill. A bucket
         // in debt (the failover guard debited again what a lost state had
         // granted) pays no rate before the debt is paid: the grant starts then.
-        let start = self.bucket.ts.max(now);
+        // So does a bucket found lost, for as long as a fair share's grant
+        // runs: grants of the lost state may still run on holders that have
+        // not called since, and they take the refill (the rates of all
+        // holders sum to the key's rate); a rate granted now would be paid
+        // twice.
+        let start = self.bucket.ts.max(now).max(self.rates_from);
         me.rate = rate;
         me.rate_from = start;
         me.rate_until = start + period + GRACE_MS;

@@ -47,6 +47,11 @@ pub struct Guard {
     /// Tokens the authority granted it on this key within the last window
     /// at least (up to a quarter window more: counted in quarter windows).
     pub recent: u64,
+    /// The key's live holders at its last answer (adaptive leasing; 0: none).
+    pub holders: u64,
+    /// The key's overshoot budget in tokens (what a quarantined bucket may
+    /// still grant).
+    pub budget: u64,
 }
 
 /// What the authority answers besides the grant.
@@ -125,6 +130,8 @@ mod tests {
             version,
             alive_ms,
             recent: 7,
+            holders: 0,
+            budget: 0,
         };
         assert!(!st.lost(&seen(0, 0, 0)), "never answered: nothing to compare");
         assert!(!st.lost(&seen(10, 5, 100)), "the bucket as it was left");

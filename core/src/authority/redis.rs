@@ -403,8 +403,10 @@ impl Connection {
                     // The failover guard's view, always the last four
                     // arguments (the prelude's `guard()` reads them there).
                     let mut call = call;
-                    call.args
-                        .extend([guard.epoch, guard.version, guard.alive_ms, guard.recent].map(|v| v.to_string()));
+                    call.args.extend(
+                        [guard.holders, guard.epoch, guard.version, guard.alive_ms, guard.recent]
+                            .map(|v| v.to_string()),
+                    );
                     leases.push((i, call, adaptive.is_some()));
                 }
                 Call::Inspect { key, .. } => inspects.push((i, key.clone())),

@@ -176,13 +176,15 @@ impl Entry {
     }
 
     /// What the failover guard sends with a lease call at `now`.
-    pub fn guard(&self, now: u64) -> crate::guard::Guard {
+    pub fn guard(&self, now: u64, budget: u64) -> crate::guard::Guard {
         let w = self.window_ms.load(Relaxed);
         crate::guard::Guard {
             epoch: self.auth_epoch.load(Relaxed),
             version: self.auth_version.load(Relaxed),
             alive_ms: self.auth_alive_until.load(Relaxed).saturating_sub(now),
             recent: self.recent.lock().unwrap_or_else(|e| e.into_inner()).sum(now, w),
+            holders: self.holders.load(Relaxed),
+            budget,
         }
     }
 

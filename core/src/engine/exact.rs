@@ -30,7 +30,7 @@ impl Engine {
             need: cost,
             now: self.now(),
             adaptive: None,
-            guard: e.guard(self.clock.precise()),
+            guard: e.guard(self.clock.precise(), self.r.cfg.overshoot_budget.tokens(p.limit)),
         };
         let (me, filled) = (self.me.upgrade(), slot.clone());
         self.submit(

@@ -99,7 +99,7 @@ impl Engine {
             need,
             now,
             adaptive,
-            guard: e.guard(now.ms),
+            guard: e.guard(now.ms, self.r.cfg.overshoot_budget.tokens(policy.limit)),
         };
         let entry = e.clone();
         let done: Done = Box::new(move |r| me.lease_done(&entry, need, r));

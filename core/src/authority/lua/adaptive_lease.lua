@@ -4,7 +4,7 @@
 -- rate_from rate_until version" (the bucket's version after its last call). ARGV[3] want, [4] need, [6] holder id, [7] demand
 -- (milli-tokens/s), [8] held, [9] budget, [10] returned, [11] period ms,
 -- [12] grant tokens, [13] longest period ms, [14] holder ttl ms, [15] grace ms,
--- [16..19] the failover guard.
+-- [16..20] the failover guard (holders seen, then the prelude's four).
 -- Returns {granted, remaining, wait_ms, rate, bonus, rate_ms, fallback, holders,
 -- delay_ms, epoch, version, alive_ms, lost}
 -- (rate_ms a duration: the caller's clock need not be Redis'.)
@@ -20,10 +20,20 @@ local GRANT = tonumber(ARGV[12])
 local MAXP = tonumber(ARGV[13])
 local HTTL = tonumber(ARGV[14])
 local GRACE = tonumber(ARGV[15])
+local QUAR = MAXP + PERIOD
 
 local hs = {}
+-- '~q': until when the bucket pays no bonus (found lost: the failover guard)
+local quarantine = 0
+-- '~r': new rate grants start no earlier (found lost: old grants may still run)
+local rates_from = 0
+-- '~b': what the bucket may still grant in the quarantine (the budget)
+local quarantine_left = 0
 local raw = redis.call('HGETALL', KEYS[2])
 for i = 1, #raw, 2 do
+  if raw[i] == '~q' then quarantine = tonumber(raw[i + 1]) or 0 end
+  if raw[i] == '~r' then rates_from = tonumber(raw[i + 1]) or 0 end
+  if raw[i] == '~b' then quarantine_left = tonumber(raw[i + 1]) or 0 end
   local d, h, e, r, f, u, rest = string.match(raw[i + 1], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)(.*)$')
   if d then
     -- [7]: the bucket's version after this holder's last call (the failover guard)
@@ -41,7 +51,7 @@ if now > ts0 then
   end
   credit = math.min(cap, credit0 + math.max(0, limit * (now - ts0) - paid))
 end
--- the failover guard, on the refilled bucket (ARGV[16..19]); rates running
+-- the failover guard, on the refilled bucket (ARGV[17..20]); rates running
 -- meanwhile take their part of the refill
 local load, load_until = 0, 0
 for _, x in pairs(hs) do
@@ -53,6 +63,26 @@ end
 -- this holder's own record older than its last answer: its writes were lost
 local gv = tonumber(ARGV[#ARGV - 2])
 guard(load, load_until, hs[me] ~= nil and hs[me][7] < gv)
+if lost == 1 then
+  if now >= quarantine then
+    quarantine_left = budget
+    redis.call('HSET', KEYS[2], '~b', string.format('%.0f', quarantine_left))
+  end
+  if quarantine < now + QUAR then
+    quarantine = now + QUAR
+    redis.call('HSET', KEYS[2], '~q', string.format('%.0f', quarantine))
+  end
+  -- a fair share's grant period among the fleet the holder last saw
+  local nh = 0
+  for _ in pairs(hs) do nh = nh + 1 end
+  nh = math.max(nh, tonumber(ARGV[#ARGV - 4]), 1)
+  local fair = math.max(math.floor(limit / nh), 1)
+  local fp = math.min(math.max(math.ceil(GRANT * window / fair), PERIOD), MAXP)
+  if rates_from < now + fp then
+    rates_from = now + fp
+    redis.call('HSET', KEYS[2], '~r', string.format('%.0f', rates_from))
+  end
+end
 -- forget holders not heard from in time
 for id, x in pairs(hs) do
   if x[3] <= now then
@@ -98,7 +128,10 @@ local my_share = share_of[me]
 
 if need < 1 then need = 1 end
 if need > limit then need = limit end
+-- in a quarantine at most the budget goes out of what the bucket holds
+local quarantined = now < quarantine
 local avail = math.floor(credit / window)
+if quarantined then avail = math.min(avail, quarantine_left) end
 local bshare = budget
 if total_demand > 0 then bshare = math.floor(budget * demand / total_demand) end
 if bshare < 1 then bshare = 1 end
@@ -115,6 +148,10 @@ local room = math.max(0, budget - others - held)
 local granted = 0
 if avail >= need then granted = need + math.min(target, room, avail - need) end
 credit = credit - granted * window
+if quarantined and granted > 0 then
+  quarantine_left = quarantine_left - granted
+  redis.call('HSET', KEYS[2], '~b', string.format('%.0f', quarantine_left))
+end
 local wait = 0
 if granted == 0 then wait = math.ceil(math.max(0, need * window - credit) / limit) + math.max(0, ts - now) end
 
@@ -149,7 +186,7 @@ else
   if rate > 0 and rate >= my_share then period = math.min(math.max(math.ceil(GRANT * window / rate), PERIOD), MAXP) end
   local span = period + GRACE
   -- the bucket's contents, as far as this holder's unmet demand goes
-  bonus = math.min(math.floor(credit / span), my_unmet)
+  if now >= quarantine then bonus = math.min(math.floor(credit / span), my_unmet) end
   credit = credit - bonus * span
   if rate + bonus == 0 then
     mine[4] = 0
@@ -164,7 +201,8 @@ else
   else
     mine[4] = rate
     -- a bucket in debt (the failover guard) pays no rate before it is paid
-    local start = math.max(ts, now)
+    -- and so does a bucket found lost, until its quarantine ends
+    local start = math.max(ts, now, rates_from)
     delay = start - now
     mine[5] = start
     mine[6] = start + period + GRACE
@@ -176,7 +214,7 @@ mine[7] = ver + 1
 redis.call('HSET', KEYS[2], me, string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f',
   mine[1], mine[2], mine[3], mine[4], mine[5], mine[6], mine[7]))
 -- keep the bucket and the holders while any rate it pays for runs
-local last = now
+local last = math.max(now, quarantine)
 for _, x in pairs(hs) do
   if x[6] > last then last = x[6] end
   if x[3] > last then last = x[3] end

@@ -1,4 +1,5 @@
--- Lease: ARGV[3] want, ARGV[4] need, ARGV[6..9] the failover guard. Grants
+-- Lease: ARGV[3] want, ARGV[4] need, ARGV[6..10] the failover guard (holders
+-- seen, unused here, then the prelude's four). Grants
 -- min(whole, want) when at least `need` whole tokens are there, else 0.
 -- Returns {granted, remaining, wait_ms, epoch, version, alive_ms, lost}.
 guard()
