@@ -192,7 +192,7 @@ impl Entry {
     pub fn seen(&self, s: crate::guard::Seen, now: u64) {
         self.auth_epoch.store(s.epoch, Relaxed);
         self.auth_version.store(s.version, Relaxed);
-        self.auth_alive_until.store(now + s.alive_ms, Relaxed);
+        self.auth_alive_until.store(now.saturating_add(s.alive_ms), Relaxed);
     }
 
     /// Record use at `now` without writing the line when nothing changed.
