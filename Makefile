@@ -4,13 +4,14 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-peers
+.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-peers loom
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
 	@echo "make test    - every test in every language (installs redis-server, venv, npm packages)"
 	@echo "make bench   - benchmarks, written to docs/benchmarks.md"
 	@echo "make install PREFIX=... - liblease.so/.a, lease.h and lease.pc"
+	@echo "make loom    - the loom model of a key's token / in-flight / retired protocol"
 
 redis:
 	@bash scripts/ensure-redis.sh
@@ -97,3 +98,10 @@ bench-node: redis
 ## hot key and Zipf keys, one redis-server; docs/benchmarks.md, docs/peers.svg/png.
 bench-peers: redis
 	bash scripts/bench-peers.sh
+
+## The loom model of one key's token / in-flight / retired protocol
+## (core/tests/loom_entry.rs), under every interleaving. Not part of `make test`:
+## its own target directory (target/loom), about 3 minutes to build the first
+## time, then 1 to 2 minutes of checking (scripts/loom.sh).
+loom:
+	CARGO="$(CARGO)" bash scripts/loom.sh
