@@ -61,6 +61,9 @@ fn main() {
     let pause = Duration::from_micros(n("pause_us"));
     let (start, end) = (n("start_at_ms"), n("start_at_ms") + n("duration_ms"));
     let (slot_ms, settle_end) = (n("slot_ms"), end + n("settle_ms"));
+    // Optional: a progress line every progress_ms (for the soak's driver).
+    let progress_ms = job["progress_ms"].as_u64().unwrap_or(0);
+    let mut next_progress = start;
     while now_ms() < start {
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -75,6 +78,15 @@ fn main() {
         // Past the deadline, go on while degraded: recovery is awaited, not timed.
         if t >= settle_end || (t >= end && limiter.metrics().fallback_active == 0) {
             break;
+        }
+        if progress_ms > 0 && t >= next_progress {
+            let m = limiter.metrics();
+            println!(
+                "{}",
+                json!({"progress_at_ms": t, "fallback_active": m.fallback_active,
+                       "fallback_transitions": m.fallback_transitions, "reasons": reasons})
+            );
+            next_progress = t + progress_ms;
         }
         let key = schedule[i % schedule.len()];
         i += 1;

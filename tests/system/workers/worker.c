@@ -87,6 +87,9 @@ int main(int argc, char **argv) {
   uint64_t reasons[6] = {0};
   uint64_t pause_us = num(job, "pause_us"), start = num(job, "start_at_ms"), end = start + num(job, "duration_ms");
   uint64_t slot_ms = num(job, "slot_ms"), settle_end = end + num(job, "settle_ms");
+  /* Optional: a progress line every progress_ms (for the soak's driver). */
+  const jval *pj = json_get(job, "progress_ms");
+  uint64_t progress_ms = pj ? num(job, "progress_ms") : 0, next_progress = start;
   size_t n_keys = keys->count < 16 ? keys->count : 16;
   size_t n_slots = (size_t)((settle_end - start) / slot_ms + 1);
   /* timeline[((slot * n_keys + key) * 6 + reason) * 2 + denied] */
@@ -105,6 +108,19 @@ int main(int argc, char **argv) {
     if (t >= end) {
       if ((st = lease_metrics(lim, &m)) != LEASE_OK) die_status("lease_metrics", st);
       if (!m.fallback_active) break;
+    }
+    if (progress_ms && t >= next_progress) {
+      if ((st = lease_metrics(lim, &m)) != LEASE_OK) die_status("lease_metrics", st);
+      printf("{\"progress_at_ms\": %llu, \"fallback_active\": %llu, \"fallback_transitions\": %llu, \"reasons\": {",
+             (unsigned long long)t, (unsigned long long)m.fallback_active, (unsigned long long)m.fallback_transitions);
+      for (uint32_t r = 0, first_r = 1; r < 6; r++)
+        if (reasons[r]) {
+          printf("%s\"%s\": %llu", first_r ? "" : ", ", lease_reason_name(r), (unsigned long long)reasons[r]);
+          first_r = 0;
+        }
+      printf("}}\n");
+      fflush(stdout);
+      next_progress = t + progress_ms;
     }
     const char *key = schedule[i % n];
     struct lease_decision d;

@@ -21,6 +21,9 @@ async function main () {
   job.keys.forEach((k, i) => { for (let w = 0; w < job.weights[i]; w++) schedule.push(k) })
   const end = job.start_at_ms + job.duration_ms
   const settleEnd = end + job.settle_ms
+  // Optional: a progress line every progress_ms (for the soak's driver).
+  const progressMs = job.progress_ms || 0
+  let nextProgress = job.start_at_ms
   while (Date.now() < job.start_at_ms) await new Promise((resolve) => setTimeout(resolve, 1))
   const admitted = {}
   const reasons = {}
@@ -30,6 +33,16 @@ async function main () {
     const t = Date.now()
     // Past the deadline, go on while degraded: recovery is awaited, not timed.
     if (t >= settleEnd || (t >= end && limiter.metrics().fallback_active === 0)) break
+    if (progressMs > 0 && t >= nextProgress) {
+      const m = limiter.metrics()
+      console.log(JSON.stringify({
+        progress_at_ms: t,
+        fallback_active: m.fallback_active,
+        fallback_transitions: m.fallback_transitions,
+        reasons
+      }))
+      nextProgress = t + progressMs
+    }
     const key = schedule[i % schedule.length]
     const d = await limiter.acquire(key)
     maxMs = Math.max(maxMs, Date.now() - t)
@@ -39,8 +52,10 @@ async function main () {
     if (!timeline.has(id)) timeline.set(id, [slot, key, d.reason, 0, 0])
     timeline.get(id)[d.allowed ? 3 : 4]++
     if (d.allowed) admitted[key] = (admitted[key] || 0) + 1
-    // Node timers have millisecond resolution: pace with a turn of the event loop.
-    if (job.pause_us > 0) await new Promise((resolve) => setImmediate(resolve))
+    // Node timers have millisecond resolution: pace with a turn of the event
+    // loop, or with a timer for pauses of a millisecond or more.
+    if (job.pause_us >= 1000) await new Promise((resolve) => setTimeout(resolve, Math.round(job.pause_us / 1000)))
+    else if (job.pause_us > 0) await new Promise((resolve) => setImmediate(resolve))
   }
   const endedAtMs = Date.now()
   let closed = true

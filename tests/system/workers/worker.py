@@ -34,6 +34,9 @@ def main() -> None:
     end = start + job["duration_ms"] / 1000
     settle_end = end + job["settle_ms"] / 1000
     slot_ms = job["slot_ms"]
+    # Optional: a progress line every progress_ms (for the soak's driver).
+    progress_s = job.get("progress_ms", 0) / 1000
+    next_progress = start
     while time.time() < start:
         time.sleep(0.001)
     admitted: dict[str, int] = {}
@@ -47,6 +50,16 @@ def main() -> None:
         # Past the deadline, go on while degraded: recovery is awaited, not timed.
         if now >= settle_end or (now >= end and not limiter.metrics()["fallback_active"]):
             break
+        if progress_s and now >= next_progress:
+            m = limiter.metrics()
+            progress = {
+                "progress_at_ms": int(now * 1000),
+                "fallback_active": m["fallback_active"],
+                "fallback_transitions": m["fallback_transitions"],
+                "reasons": reasons,
+            }
+            print(json.dumps(progress), flush=True)
+            next_progress = now + progress_s
         key = schedule[i % len(schedule)]
         i += 1
         t = time.monotonic()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ type job struct {
 	DurationMs       int64    `json:"duration_ms"`
 	SlotMs           int64    `json:"slot_ms"`
 	SettleMs         int64    `json:"settle_ms"`
+	ProgressMs       int64    `json:"progress_ms"` // optional: a progress line every progress_ms
 }
 
 // One timeline cell: decisions for a key in one slot of slot_ms, by reason.
@@ -76,11 +78,18 @@ func main() {
 	reasons := map[string]uint64{}
 	timeline := map[cell]*[2]uint64{}
 	var maxMs int64
+	nextProgress := start
+	var progress []byte // reused: a progress line leaves no garbage behind
 	for i := 0; ; i++ {
 		t := time.Now()
 		// Past the deadline, go on while degraded: recovery is awaited, not timed.
 		if !t.Before(settleEnd) || (!t.Before(end) && l.Metrics().FallbackActive == 0) {
 			break
+		}
+		if j.ProgressMs > 0 && !t.Before(nextProgress) {
+			progress = progressLine(progress[:0], t, l.Metrics(), reasons)
+			os.Stdout.Write(progress)
+			nextProgress = t.Add(time.Duration(j.ProgressMs) * time.Millisecond)
 		}
 		key := schedule[i%len(schedule)]
 		d, err := l.Acquire(key)
@@ -121,4 +130,28 @@ func main() {
 		"ended_at_ms": endedAt, "timeline": cells,
 	})
 	fmt.Println(string(out))
+}
+
+// progressLine appends one progress line (tests/system/README.md) to buf.
+// It allocates nothing once buf has grown, so a long soak measures the
+// library's memory, not garbage the Go collector has not been asked to
+// collect yet (a worker this quiet stays under the first GC's 4 MB heap
+// goal for many minutes).
+func progressLine(buf []byte, t time.Time, m quotalease.Metrics, reasons map[string]uint64) []byte {
+	buf = append(buf, `{"progress_at_ms": `...)
+	buf = strconv.AppendInt(buf, t.UnixMilli(), 10)
+	buf = append(buf, `, "fallback_active": `...)
+	buf = strconv.AppendUint(buf, m.FallbackActive, 10)
+	buf = append(buf, `, "fallback_transitions": `...)
+	buf = strconv.AppendUint(buf, m.FallbackTransitions, 10)
+	buf = append(buf, `, "reasons": {`...)
+	sep := ""
+	for r, n := range reasons {
+		buf = append(buf, sep...)
+		buf = strconv.AppendQuote(buf, r)
+		buf = append(buf, `: `...)
+		buf = strconv.AppendUint(buf, n, 10)
+		sep = ", "
+	}
+	return append(buf, "}}\n"...)
 }
