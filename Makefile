@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-peers loom
+.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-peers soak flood loom
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
@@ -12,6 +12,8 @@ help:
 	@echo "make bench   - benchmarks, written to docs/benchmarks.md"
 	@echo "make install PREFIX=... - liblease.so/.a, lease.h and lease.pc"
 	@echo "make loom    - the loom model of a key's token / in-flight / retired protocol"
+	@echo "make soak    - all five languages on one Redis for SOAK_MINUTES (10) with faults, memory sampled"
+	@echo "make flood   - 10 million distinct keys against max_keys, memory and the warm key's hot path"
 
 redis:
 	@bash scripts/ensure-redis.sh
@@ -76,6 +78,18 @@ bench-rust:
 test-system: redis
 	bash scripts/build-system-workers.sh
 	python3 tests/system/system_test.py --langs rust,c,go,python,node
+
+## Soak (not part of `make test`): the system test's workers in all five languages
+## on one Redis for SOAK_MINUTES (default 10) with faults on a schedule; passes when
+## no worker's RSS grows 5 % after the warm-up, every ledger balances and every
+## fault is recovered from (tests/soak/README.md, figures in docs/reliability.md).
+soak: redis
+	SOAK_MINUTES=$(or $(SOAK_MINUTES),10) bash scripts/soak.sh
+
+## Key flood (not part of `make test`): 10 million distinct keys at full speed
+## against max_keys 100 000 on memory://, then a shorter run on Redis.
+flood: redis
+	bash scripts/flood.sh
 
 ## Python: builds the wheel into .venv, stubtest, mypy, ruff, pytest (vectors, Redis,
 ## asyncio, threads, fork, gunicorn, middleware); bench: acquire vs limits, into docs/.
