@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use quotalease::{Config, Limiter};
 
 use crate::redis_util;
+use crate::stored::{self, Bucket};
 
 /// What `inspect` takes.
 #[derive(Clone, Debug)]
@@ -42,23 +43,28 @@ pub fn run(o: &Options) -> Result<String, String> {
     })
     .map_err(crate::explain)?;
     let mut conn = redis_util::connect(&o.redis)?;
+    // The shared policy store's say on the key (docs/policies.md).
+    let stored_policy = limiter.policy_get(&o.key).ok().flatten();
+    let _ = limiter.refresh_policies();
+    let resolved = limiter.policy(&o.key, None).ok();
     let insp = limiter.inspect(&o.key).map_err(crate::explain)?;
     let now = redis_util::time_ms(&mut conn)?;
     let redis_key = format!("{}:{{{}}}", o.key_prefix, o.key);
-    // The stored value is "credit refilled_at window" (see the core's redis_authority).
+    // The stored value is "credit refilled_at window epoch version" (crate::stored).
     let stored_window: Option<u64> = redis::cmd("GET")
         .arg(&redis_key)
         .query::<Option<String>>(&mut conn)
         .map_err(|e| format!("GET failed: {e}"))?
-        .and_then(|v| v.split(' ').nth(2)?.parse().ok());
+        .and_then(|v| Bucket::parse(&v).window_ms);
     let pttl = redis_util::pttl(&mut conn, &redis_key)?;
-    // Adaptive leasing's holder records: "demand held expires rate rate_from rate_until".
-    let mut holders: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg(format!("{redis_key}:h"))
-        .query(&mut conn)
-        .map_err(|e| format!("HGETALL failed: {e}"))?;
-    // Fields that are not holders: '~q', the failover guard's quarantine.
-    holders.retain(|(id, _)| !id.starts_with('~'));
+    // Adaptive leasing's holder records (crate::stored), without the failover
+    // guard's '~' fields.
+    let (holders, _quarantine) = stored::split_holders(
+        redis::cmd("HGETALL")
+            .arg(format!("{redis_key}:h"))
+            .query(&mut conn)
+            .map_err(|e| format!("HGETALL failed: {e}"))?,
+    );
     let elsewhere = if insp.authority_tokens.is_none() {
         redis_util::find_prefixes(&mut conn, &o.key)?
     } else {
@@ -69,6 +75,20 @@ pub fn run(o: &Options) -> Result<String, String> {
     let mut out = String::new();
     let _ = writeln!(out, "key        {}", o.key);
     let _ = writeln!(out, "redis key  {redis_key} on {}", quotalease::RedactedUrl(&o.redis));
+    match (&stored_policy, &resolved) {
+        (Some(entry), Some((rules, source))) => {
+            let _ = writeln!(out, "store      entry {entry}: {rules}, {source}");
+        }
+        (Some(entry), None) => {
+            let _ = writeln!(out, "store      entry {entry} (its tier is not defined in the store)");
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "store      no entry for the key: its callers' tier (or the limiters' limit) applies"
+            );
+        }
+    }
     match o.policy {
         Some((l, w)) => {
             let _ = writeln!(out, "policy     {l} per {} (as given)", secs(w));
@@ -110,12 +130,12 @@ pub fn run(o: &Options) -> Result<String, String> {
             holders.len()
         );
         let mut paid = 0.0;
-        for (id, v) in &holders {
-            let f: Vec<u64> = v.split(' ').filter_map(|x| x.parse().ok()).collect();
-            let [demand, held, expires, rate, _from, until, ..] = f[..] else {
+        for (id, v, parsed) in &holders {
+            let Some(h) = parsed else {
                 let _ = writeln!(out, "           {id}: unreadable record {v:?}");
                 continue;
             };
+            let (demand, held, expires, rate, until) = (h.demand, h.held, h.expires, h.rate, h.rate_until);
             let active = until > now && rate > 0;
             let per_s = rate as f64 * 1000.0 / w;
             if active {

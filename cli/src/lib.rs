@@ -1,7 +1,7 @@
 //! The `quotalease` command: `simulate` (the multi-instance problem and the
 //! leasing fix, side by side), `inspect` (a key's bucket in Redis) and
 //! `bench` (quotalease's lease and exact modes against a per-request GCRA
-//! script, on one Redis).
+//! script, on one Redis) and `top` (the busiest keys in a Redis, live).
 #![warn(missing_docs)]
 
 #[cfg(feature = "redis")]
@@ -15,6 +15,8 @@ pub mod histogram;
 pub mod inspect;
 #[cfg(feature = "redis")]
 pub mod peers_chart;
+#[cfg(feature = "redis")]
+pub mod policy;
 mod progress;
 #[cfg(feature = "redis")]
 pub mod redis_util;
@@ -22,6 +24,10 @@ pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod sim;
+#[cfg(feature = "redis")]
+pub mod stored;
+#[cfg(feature = "redis")]
+pub mod top;
 
 use std::path::PathBuf;
 
@@ -53,6 +59,76 @@ pub enum Command {
     /// Load generator: threads deciding requests against one Redis with quotalease's lease
     /// and exact modes and a per-request GCRA Lua script, on the same key sequences.
     Bench(BenchArgs),
+    /// Live view of the busiest keys in one Redis (granted/offered/denied per second,
+    /// holders, stored tokens, fallback rates), refreshed every second.
+    Top(TopArgs),
+    /// The shared policy store in Redis: plan tiers and per-key entries
+    /// (set, get, delete, list), validated as every limiter validates them.
+    Policy(PolicyCmdArgs),
+}
+
+/// `quotalease policy`.
+#[derive(Args, Debug, Clone)]
+pub struct PolicyCmdArgs {
+    /// Redis URL (redis://host:port or rediss://).
+    #[arg(long)]
+    pub redis: String,
+    /// The limiters' key_prefix.
+    #[arg(long, default_value = "ql")]
+    pub key_prefix: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub action: PolicyAction,
+}
+
+/// A tier (`--tier NAME`) or a key (`--key KEY`).
+#[derive(Args, Debug, Clone)]
+#[group(required = true, multiple = false)]
+pub struct PolicyTarget {
+    /// A plan tier's name.
+    #[arg(long)]
+    pub tier: Option<String>,
+    /// A key, as the application passes it to acquire.
+    #[arg(long)]
+    pub key: Option<String>,
+}
+
+impl PolicyTarget {
+    fn split(&self) -> (bool, String) {
+        match (&self.tier, &self.key) {
+            (Some(t), _) => (true, t.clone()),
+            (None, Some(k)) => (false, k.clone()),
+            (None, None) => (true, String::new()),
+        }
+    }
+}
+
+/// `quotalease policy` actions.
+#[derive(Subcommand, Debug, Clone)]
+pub enum PolicyAction {
+    /// Define a tier (`--tier pro "6000/min, 1000000/day"`) or give a key its own
+    /// entry (`--key user:42 tier:pro`, or rules `--key user:7 "10/s, 100/day"`).
+    Set {
+        #[command(flatten)]
+        #[allow(missing_docs)]
+        target: PolicyTarget,
+        /// Rules ("10/s, 10000/day"), or for a key also tier:NAME.
+        value: String,
+    },
+    /// A tier's definition, or a key's entry and the rules it gets.
+    Get {
+        #[command(flatten)]
+        #[allow(missing_docs)]
+        target: PolicyTarget,
+    },
+    /// Remove a tier or a key's entry.
+    Delete {
+        #[command(flatten)]
+        #[allow(missing_docs)]
+        target: PolicyTarget,
+    },
+    /// Every tier and key entry in the store.
+    List,
 }
 
 /// `limit` and `window_ms`, or a rate.
@@ -124,7 +200,7 @@ pub struct SimulateArgs {
     /// Do not write a chart.
     #[arg(long)]
     pub no_chart: bool,
-    /// Run the leased and exact strategies against this Redis in real time (redis://host:port).
+    /// Run the exact, fixed-lease and adaptive strategies against this Redis in real time (redis://host:port).
     #[arg(long)]
     pub redis: Option<String>,
     /// No progress bar (real time only).
@@ -146,6 +222,39 @@ pub struct InspectArgs {
     /// The limiter's key_prefix.
     #[arg(long, default_value = "ql")]
     pub key_prefix: String,
+}
+
+/// `quotalease top`.
+#[derive(Args, Debug, Clone)]
+pub struct TopArgs {
+    /// Redis URL (redis://host:port or rediss://).
+    #[arg(long)]
+    pub redis: String,
+    /// The keys' policy, for granted/s, denied/s and fallback/s (Redis stores no limit).
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub policy: PolicyArgs,
+    /// The limiters' key_prefix.
+    #[arg(long, default_value = "ql")]
+    pub key_prefix: String,
+    /// Keys shown.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub rows: u64,
+    /// Keys read per frame at most (one pipelined round trip).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub budget: u64,
+    /// SCAN steps per frame at most (each SCAN ... COUNT --scan-count).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub scan_calls: u64,
+    /// COUNT of each SCAN step.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub scan_count: u64,
+    /// Milliseconds between frames.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub interval_ms: u64,
+    /// Stop after this many frames (0: run until interrupted).
+    #[arg(long, default_value_t = 0)]
+    pub frames: u64,
 }
 
 /// `quotalease bench`.
@@ -337,6 +446,81 @@ fn bench(_a: &BenchArgs) -> Result<(), String> {
     Err(NO_REDIS.into())
 }
 
+#[cfg(not(feature = "redis"))]
+fn top(_a: &TopArgs) -> Result<(), String> {
+    Err(NO_REDIS.into())
+}
+
+#[cfg(not(feature = "redis"))]
+fn policy_cmd(_a: &PolicyCmdArgs) -> Result<(), String> {
+    Err(NO_REDIS.into())
+}
+
+#[cfg(feature = "redis")]
+fn policy_cmd(a: &PolicyCmdArgs) -> Result<(), String> {
+    let action = match &a.action {
+        PolicyAction::Set { target, value } => {
+            let (tier, name) = target.split();
+            policy::Action::Set {
+                tier,
+                name,
+                value: value.clone(),
+            }
+        }
+        PolicyAction::Get { target } => {
+            let (tier, name) = target.split();
+            policy::Action::Get { tier, name }
+        }
+        PolicyAction::Delete { target } => {
+            let (tier, name) = target.split();
+            policy::Action::Delete { tier, name }
+        }
+        PolicyAction::List => policy::Action::List,
+    };
+    print!("{}", policy::run(&a.redis, &a.key_prefix, &action)?);
+    Ok(())
+}
+
+#[cfg(feature = "redis")]
+fn top(a: &TopArgs) -> Result<(), String> {
+    use std::io::{IsTerminal, Write};
+    let o = top::Options {
+        redis: a.redis.clone(),
+        key_prefix: a.key_prefix.clone(),
+        policy: a.policy.resolve(None, 60_000)?,
+        rows: a.rows as usize,
+        scan_count: a.scan_count,
+        scan_calls: a.scan_calls as usize,
+        budget: a.budget as usize,
+        max_tracked: 100_000,
+    };
+    let mut sampler = top::Sampler::new(o.clone())?;
+    let tty = std::io::stdout().is_terminal();
+    // $COLUMNS when the shell exports it; the table needs about 100 columns.
+    let width = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(100);
+    let mut n = 0;
+    loop {
+        let started = std::time::Instant::now();
+        let frame = sampler.frame(None);
+        let text = top::render(&o, &frame, width);
+        let mut out = std::io::stdout().lock();
+        // A terminal gets the frame in place; a pipe gets frames one after another.
+        let _ = write!(out, "{}{text}", if tty { "\x1b[H\x1b[2J" } else { "" });
+        if !tty {
+            let _ = writeln!(out);
+        }
+        let _ = out.flush();
+        n += 1;
+        if a.frames != 0 && n >= a.frames {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(a.interval_ms).saturating_sub(started.elapsed()));
+    }
+}
+
 #[cfg(feature = "redis")]
 fn inspect(a: &InspectArgs) -> Result<(), String> {
     let policy = a.policy.resolve(None, 60_000)?;
@@ -385,6 +569,8 @@ pub fn run(cli: &Cli) -> Result<(), String> {
         Command::Simulate(a) => simulate(a),
         Command::Inspect(a) => inspect(a),
         Command::Bench(a) => bench(a),
+        Command::Top(a) => top(a),
+        Command::Policy(a) => policy_cmd(a),
     }
 }
 

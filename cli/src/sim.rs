@@ -83,7 +83,7 @@ pub struct Options {
     pub lease_ttl_ms: u64,
     /// Round-trip time used to price authority calls in virtual time (ms).
     pub rtt_ms: f64,
-    /// Run leased and exact against this Redis in real time.
+    /// Run exact, fixed and adaptive leases against this Redis in real time.
     pub redis: Option<String>,
     /// Draw a progress bar on stderr (real time only).
     pub progress: bool,
@@ -482,7 +482,7 @@ pub fn run(opts: &Options) -> Result<Report, String> {
     }
 
     let (time, strategies): (Time, &[Strategy]) = match opts.redis {
-        Some(_) => (Time::Real, &[Strategy::Exact, Strategy::Leased]),
+        Some(_) => (Time::Real, &[Strategy::Exact, Strategy::Leased, Strategy::Adaptive]),
         None => (Time::Virtual, &Strategy::ALL),
     };
     #[cfg(feature = "redis")]

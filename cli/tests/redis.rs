@@ -413,3 +413,83 @@ fn inspect_never_prints_the_password_of_its_url() {
         "{out}"
     );
 }
+
+#[test]
+fn policy_sets_gets_lists_and_deletes_in_the_shared_store() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let run = |args: &[&str]| {
+        let mut all = vec!["policy", "--redis", &url, "--key-prefix", "p1"];
+        all.extend_from_slice(args);
+        quotalease(&all)
+    };
+    let (code, out, err) = run(&["set", "--tier", "pro", "6000/min, 1000000/day"]);
+    assert_eq!(code, 0, "{err}");
+    // The store's version: the server's clock in ms at the write.
+    let v: u64 = out
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("tier pro = 6000/min, 1000000/day (store version "))
+        .and_then(|r| r.trim_end().strip_suffix(')'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    let t = redis.cli(&["TIME"]);
+    let now_ms = t.lines().next().unwrap().parse::<u64>().unwrap() * 1000;
+    assert!(
+        v <= now_ms + 1000 && v + 60_000 > now_ms,
+        "version {v}, server time {now_ms} ms"
+    );
+    let (code, _, err) = run(&["set", "--key", "user:42", "tier:pro"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&["get", "--key", "user:42"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(line(&out, "key").contains("store entry tier:pro"), "{out}");
+    assert!(
+        line(&out, "rules").contains("6000/min, 1000000/day: tier pro (assigned by store, defined in store)"),
+        "{out}"
+    );
+    // a limiter on the same store follows it
+    let l = Limiter::new(Config {
+        url: url.clone(),
+        limit: 1,
+        key_prefix: "p1".into(),
+        ..Config::default()
+    })
+    .unwrap();
+    let d = l.acquire("user:42", 1).unwrap();
+    assert_eq!((d.allowed, d.limit, d.rules().len()), (true, 6000, 2));
+    // inspect tells where the key's policy comes from
+    let (code, out, err) = quotalease(&["inspect", "--redis", &url, "user:42", "--key-prefix", "p1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        line(&out, "store").contains("entry tier:pro: 6000/min, 1000000/day"),
+        "{out}"
+    );
+    let (code, out, _) = run(&["list"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("  pro = 6000/min, 1000000/day") && out.contains("  \"user:42\" = tier:pro"),
+        "{out}"
+    );
+    // bad input: the library's validation, a clear message, nothing written
+    for (args, says) in [
+        (vec!["set", "--tier", "b@d", "1/s"], "tier"),
+        (vec!["set", "--tier", "ok", "1/fortnight"], "rules"),
+        (vec!["set", "--key", "k", "tier:"], "tier"),
+        (vec!["get", "--tier", "nope"], "no tier \"nope\""),
+    ] {
+        let (code, _, err) = run(&args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let (code, _, err) = run(&["set", "--tier", "x", "--key", "k", "1/s"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("cannot be used with"), "{err}");
+    let (code, out, _) = run(&["delete", "--key", "user:42"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("entry removed"), "{out}");
+    let (code, _, _) = run(&["delete", "--tier", "pro"]);
+    assert_eq!(code, 0);
+    let (_, out, _) = run(&["list"]);
+    assert!(out.contains("tiers (0)") && out.contains("keys (0)"), "{out}");
+}

@@ -1,8 +1,10 @@
 //! `acquire` on a warm key N times, for `valgrind --tool=callgrind`: the
 //! difference between two runs of different N gives instructions per request,
 //! a figure that stays the same on a noisy shared machine.
-//! Usage: hot_loop quotalease|quotalease-100k|governor|mutex N
-//! (`quotalease-100k`: a working set of 100 000 warm keys, visited in turn.)
+//! Usage: hot_loop quotalease|quotalease-100k|quotalease-tier|quotalease-2rules|governor|mutex N
+//! (`quotalease-100k`: a working set of 100 000 warm keys, visited in turn;
+//! `quotalease-tier`: the caller names the key's tier; `quotalease-2rules`:
+//! the tier has two rules, so each request spends from two buckets.)
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -27,6 +29,24 @@ fn main() {
                 .unwrap();
             for _ in 0..n {
                 allowed += l.acquire(black_box(key), 1).unwrap().allowed as u64;
+            }
+        }
+        "quotalease-tier" | "quotalease-2rules" => {
+            let rules = if which == "quotalease-tier" {
+                "1099511627776/s"
+            } else {
+                "1099511627776/s, 1099511627776/2s"
+            };
+            let l = Limiter::builder()
+                .limit(1 << 40)
+                .window_ms(1000)
+                .lease_size(1 << 30)
+                .tier("pro", rules)
+                .clock(ClockKind::Manual { start_ms: 0 })
+                .build()
+                .unwrap();
+            for _ in 0..n {
+                allowed += l.acquire_with(black_box(key), 1, Some("pro")).unwrap().allowed as u64;
             }
         }
         "quotalease-100k" => {

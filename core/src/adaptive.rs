@@ -121,6 +121,11 @@ pub struct Ask {
     pub returned: u64,
     /// The key's overshoot budget `O` in tokens (at least 1).
     pub budget: u64,
+    /// The key is decided one request at a time: its budget is a share of
+    /// its limit under one token (2 % of a limit below 50), so a token held
+    /// ahead would be more than the budget, stranded at one instance while
+    /// the others' requests are denied. Grant `need` only, never a rate.
+    pub single: bool,
 }
 
 /// The authority's answer beyond the chunk grant.
@@ -335,7 +340,11 @@ impl KeyState {
             .checked_div(total_demand)
             .map_or(ask.budget, |s| s as u64)
             .max(1);
-        let target = ask.want.saturating_sub(need).min(share.saturating_sub(ask.held));
+        let target = if ask.single {
+            0
+        } else {
+            ask.want.saturating_sub(need).min(share.saturating_sub(ask.held))
+        };
         let others: u64 = self
             .holders
             .iter()
@@ -398,7 +407,7 @@ impl KeyState {
         // A dry bucket (not a whole token) starts rates too; one that holds
         // tokens but fewer than a large request needs answers as a plain
         // bucket does: nothing now, and when to come back.
-        let chunk = !saturated && (avail >= need || avail > 0);
+        let chunk = ask.single || (!saturated && (avail >= need || avail > 0));
         let me = self.holders.get_mut(&ask.holder).expect("present");
         me.held = ask.held + granted.saturating_sub(need);
         if chunk {
@@ -532,6 +541,7 @@ mod tests {
             need,
             budget: 20,
             returned: 0,
+            single: false,
         }
     }
 

@@ -34,6 +34,16 @@ pub(crate) struct Target {
     pub spec: BackendSpec,
     /// Bound on every round trip (and on connecting).
     pub timeout_ms: u64,
+    /// Which traffic: leases, or the policy store's (its own batch loop and
+    /// connection, so a slow store call never holds a lease call up).
+    pub lane: Lane,
+}
+
+/// The two kinds of traffic to one backend, each on its own connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Lane {
+    Leases,
+    Policies,
 }
 
 /// Something the ticker calls every [`TICK`] while it lives.

@@ -13,6 +13,8 @@ pub struct Builder {
     /// Options that carry rules between them (`rate` with `limit`/`window_ms`).
     named: Options,
     limit_or_window: bool,
+    /// Tiers as given to [`Builder::tier`], parsed by `build`.
+    tiers: Vec<(String, String)>,
 }
 
 macro_rules! setters {
@@ -45,6 +47,19 @@ impl Builder {
         mode: Mode => |c, v| c.mode = v,
         /// Clock (default system; manual for deterministic tests).
         clock: ClockKind => |c, v| c.clock = v,
+        /// The tier of keys whose callers name none (must be one of the tiers).
+        default_tier: impl Into<String> => |c, v| c.default_tier = Some(v.into()),
+        /// A TOML file of tiers and per-key policies (docs/policies.md).
+        policy_file: impl Into<String> => |c, v| c.policy_file = Some(v.into()),
+        /// How often the policy store and file are checked (default 1 000 ms; 0: no store).
+        policy_refresh_ms: u64 => |c, v| c.policy_refresh_ms = v,
+    }
+
+    /// Define plan tier `name` with `rules` (`"6000/min, 1000000/day"`);
+    /// errors are reported by [`build`](Self::build).
+    pub fn tier(mut self, name: &str, rules: &str) -> Self {
+        self.tiers.push((name.to_string(), rules.to_string()));
+        self
     }
 
     /// Tokens per window (required, unless [`rate`](Self::rate) is given).
@@ -78,6 +93,13 @@ impl Builder {
         }
         let from_rate = named.into_config()?;
         let mut cfg = self.cfg;
+        for (name, rules) in &self.tiers {
+            let t = crate::policy::parse_tiers(&format!("{name}={rules}"))?;
+            if cfg.tiers.iter().any(|have| have.name == t[0].name) {
+                return Err(crate::Error::config("tiers", format!("names tier {name:?} twice")));
+            }
+            cfg.tiers.extend(t);
+        }
         if !self.limit_or_window && from_rate.limit != 0 {
             cfg.limit = from_rate.limit;
             cfg.window_ms = from_rate.window_ms;

@@ -169,6 +169,22 @@ pub struct Config {
     pub mode: Mode,
     /// Time source (default the system clock).
     pub clock: ClockKind,
+    /// Named plan tiers (`free = 100/min`, `pro = 6000/min + 1000000/day`);
+    /// `acquire_with(key, cost, Some("pro"))` holds a key to its tier. The
+    /// policy file and store may define more tiers or redefine these.
+    pub tiers: Vec<crate::policy::Tier>,
+    /// The tier of a key whose caller names none and that the store does
+    /// not assign (default: none, the key gets `limit`/`window_ms`). Must
+    /// name a tier of `tiers` or of the policy file. With a default tier,
+    /// `limit` may be left out: it is the tier's first rule.
+    pub default_tier: Option<String>,
+    /// A TOML file of tiers and per-key policies (docs/policies.md),
+    /// re-read when it changes (checked every `policy_refresh_ms`).
+    pub policy_file: Option<String>,
+    /// How often the shared policy store (Redis, or the `memory://NAME`
+    /// authority) and the policy file are checked for changes (default
+    /// 1 000 ms; 0: no shared store, the file is read once).
+    pub policy_refresh_ms: u64,
 }
 
 impl Default for Config {
@@ -188,6 +204,10 @@ impl Default for Config {
             max_keys: 100_000,
             mode: Mode::Lease,
             clock: ClockKind::System,
+            tiers: Vec::new(),
+            default_tier: None,
+            policy_file: None,
+            policy_refresh_ms: 1_000,
         }
     }
 }
@@ -209,6 +229,10 @@ impl std::fmt::Debug for Config {
             .field("max_keys", &self.max_keys)
             .field("mode", &self.mode)
             .field("clock", &self.clock)
+            .field("tiers", &self.tiers)
+            .field("default_tier", &self.default_tier)
+            .field("policy_file", &self.policy_file)
+            .field("policy_refresh_ms", &self.policy_refresh_ms)
             .finish()
     }
 }
@@ -343,6 +367,8 @@ pub(crate) struct Resolved {
     pub refill_threshold: u64,
     /// Adaptive leasing is on (mode lease, no fixed `lease_size`).
     pub adaptive: bool,
+    /// The policy file as read when the limiter was built.
+    pub file: Option<crate::policy::file::PolicyFile>,
 }
 
 impl Resolved {
@@ -379,9 +405,24 @@ pub fn validate_policy(limit: u64, window_ms: u64) -> Result<Policy> {
     Ok(Policy { limit, window_ms })
 }
 
-/// Check a key: non-empty, at most [`MAX_KEY_LEN`] bytes.
-#[inline]
+/// Check a key: non-empty, at most [`MAX_KEY_LEN`] bytes, and free of
+/// [`crate::policy::RULE_SEPARATOR`] (U+001F), which names the buckets of a
+/// key's further rules (`key`, U+001F, window in ms).
 pub fn validate_key(key: &str) -> Result<()> {
+    validate_key_len(key)?;
+    if key.as_bytes().contains(&0x1f) {
+        return Err(Error::InvalidKey(
+            "the key contains U+001F (unit separator), which names the buckets of a key's further rules".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The admit path's check: non-empty, at most [`MAX_KEY_LEN`] bytes. (A key
+/// with U+001F finds no entry it may use there and is refused on the cold
+/// path, by [`validate_key`].)
+#[inline]
+pub fn validate_key_len(key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(Error::InvalidKey("the key is empty".into()));
     }
@@ -395,14 +436,14 @@ pub fn validate_key(key: &str) -> Result<()> {
 }
 
 /// The limiter key an HTTP middleware uses for a raw key (a header, an
-/// address, a user id): the raw key when it fits in [`MAX_KEY_LEN`] bytes,
-/// else `"sha256:"` and the 64 hex digits of its SHA-256. A long header then
+/// address, a user id): the raw key when it fits in [`MAX_KEY_LEN`] bytes and
+/// holds no U+001F, else `"sha256:"` and the 64 hex digits of its SHA-256. A long header then
 /// never turns a request into an error, and equal raw keys share one bucket
 /// in every process and language. Every middleware uses this rule.
 pub fn http_key(raw: &str) -> std::borrow::Cow<'_, str> {
     use sha2::{Digest, Sha256};
     use std::fmt::Write as _;
-    if raw.len() <= MAX_KEY_LEN {
+    if raw.len() <= MAX_KEY_LEN && !raw.as_bytes().contains(&0x1f) {
         return raw.into();
     }
     let mut out = String::with_capacity(7 + 64);
@@ -433,9 +474,9 @@ pub fn parse_rate(rate: &str) -> Result<(u64, u64)> {
     };
     let unit_ms: u64 = match per[digits..].trim() {
         "ms" => 1,
-        "s" | "sec" | "second" | "seconds" => 1_000,
-        "m" | "min" | "minute" | "minutes" => 60_000,
-        "h" | "hour" | "hours" => 3_600_000,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
+        "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000,
         "d" | "day" | "days" => 86_400_000,
         _ => return Err(bad()),
     };
@@ -651,6 +692,40 @@ fn parse_sentinel(url: &str, rest: &str) -> std::result::Result<SentinelSpec, St
 impl Config {
     /// Validate every option and resolve the derived defaults.
     pub(crate) fn resolve(&self) -> Result<Resolved> {
+        let file = match &self.policy_file {
+            Some(path) => Some(crate::policy::file::read(path)?),
+            None => None,
+        };
+        let mut this = self.clone();
+        let default_tier = self
+            .default_tier
+            .clone()
+            .or_else(|| file.as_ref().and_then(|f| f.default_tier.clone()));
+        if let Some(name) = &default_tier {
+            crate::policy::validate_tier_name(name).map_err(|e| match e {
+                Error::Config { reason, .. } => Error::config("default_tier", reason),
+                e => e,
+            })?;
+            let tier = file
+                .as_ref()
+                .and_then(|f| f.tiers.iter().find(|t| &t.name == name))
+                .or_else(|| self.tiers.iter().find(|t| &t.name == name))
+                .ok_or_else(|| {
+                    Error::config(
+                        "default_tier",
+                        format!("names tier {name:?}, which neither `tiers` nor the policy file defines"),
+                    )
+                })?;
+            if self.limit == 0 {
+                (this.limit, this.window_ms) = (tier.rules.first().limit, tier.rules.first().window_ms);
+            }
+        }
+        let mut r = this.resolve_one()?;
+        r.file = file;
+        Ok(r)
+    }
+
+    fn resolve_one(&self) -> Result<Resolved> {
         let policy = validate_policy(self.limit, self.window_ms).map_err(|e| match e {
             Error::Config { field: "limit", reason } if self.limit == 0 => Error::config(
                 "limit",
@@ -717,6 +792,7 @@ impl Config {
             lease_size,
             refill_threshold,
             adaptive,
+            file: None,
         })
     }
 }
@@ -988,6 +1064,13 @@ mod tests {
         assert!(validate_key("a").is_ok());
         assert_eq!(validate_key("").unwrap_err().kind(), crate::ErrorKind::InvalidKey);
         assert!(validate_key(&"x".repeat(MAX_KEY_LEN + 1)).is_err());
+        let sep = validate_key("k\u{1f}60000").unwrap_err();
+        assert_eq!(sep.kind(), crate::ErrorKind::InvalidKey);
+        assert!(sep.to_string().contains("U+001F"), "{sep}");
+        assert!(
+            validate_key_len("k\u{1f}60000").is_ok(),
+            "the admit path's check is the length's"
+        );
     }
 
     #[test]
@@ -1006,6 +1089,9 @@ mod tests {
             http_key(&abc),
             "sha256:1318642cb851c27771f76b674b229a3e49b577f6ed728e2beef0c27c38602d35"
         );
+        // A raw value holding the rule separator is hashed (a valid key).
+        let sep = http_key("user\u{1f}86400000");
+        assert!(sep.starts_with("sha256:") && validate_key(&sep).is_ok(), "{sep}");
     }
 
     #[test]
@@ -1014,6 +1100,10 @@ mod tests {
         assert_eq!(parse_rate("10/s").unwrap(), (10, 1_000));
         assert_eq!(parse_rate("100/30s").unwrap(), (100, 30_000));
         assert_eq!(parse_rate(" 5000 / hour ").unwrap(), (5000, 3_600_000));
+        assert_eq!(parse_rate("10/hr").unwrap(), (10, 3_600_000));
+        assert_eq!(parse_rate("10/2hrs").unwrap(), (10, 7_200_000));
+        assert_eq!(parse_rate("5/mins").unwrap(), (5, 60_000));
+        assert_eq!(parse_rate("5/30secs").unwrap(), (5, 30_000));
         for bad in ["", "10", "x/min", "10/fortnight", "0/min", "10/0s"] {
             assert!(parse_rate(bad).is_err(), "{bad}");
         }

@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+use crate::bucket::Policy;
+use crate::policy::{rule_name, RuleSet, Rules};
+
 /// Why a decision came out the way it did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -72,27 +75,100 @@ pub struct Decision {
     pub window_ms: u64,
     /// Why.
     pub reason: Reason,
+    /// Index of the binding rule in [`rules()`](Self::rules) (0 for a key
+    /// with one rule): the rule that denied, or, when admitted, the one
+    /// with the fewest tokens left. `limit`, `remaining`, `window_ms` and
+    /// the times above are the binding rule's.
+    pub rule: u8,
+    /// Every rule the key is held to, as an id ([`Decision::rules`] reads it).
+    pub rule_set: RuleSet,
 }
 
 impl Decision {
+    /// A decision with one rule (`limit` per `window_ms`), as the C ABI and
+    /// bindings rebuild one from its fields.
+    pub fn single(
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        retry_after_ms: u64,
+        reset_after_ms: u64,
+        window_ms: u64,
+        reason: Reason,
+    ) -> Decision {
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            retry_after_ms,
+            reset_after_ms,
+            window_ms,
+            reason,
+            rule: 0,
+            rule_set: RuleSet(0),
+        }
+    }
+
+    /// Every rule the key is held to, first to last (one unless its tier or
+    /// policy has several).
+    pub fn rules(&self) -> Rules {
+        match self.rule_set.get() {
+            Some(r) => *r,
+            None => Rules::one(Policy {
+                limit: self.limit,
+                window_ms: self.window_ms,
+            }),
+        }
+    }
+
+    /// A decision that reports every rule of `rules`, the binding one at
+    /// index `rule` (the C ABI and bindings rebuild decisions with it).
+    pub fn with_rules(self, rules: &Rules, rule: u8) -> Decision {
+        Decision {
+            rule,
+            rule_set: RuleSet::of(rules),
+            ..self
+        }
+    }
+
+    /// The binding rule's name in the headers: `"default"` for a key with
+    /// one rule, else its window (`"1s"`, `"1day"`).
+    pub fn rule_name(&self) -> String {
+        rule_name(
+            &self.rules(),
+            &Policy {
+                limit: self.limit,
+                window_ms: self.window_ms,
+            },
+        )
+    }
+
     /// HTTP response headers for this decision: the IETF `RateLimit-Policy`
     /// and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers, structured
-    /// field syntax, policy name `"default"`), plus `Retry-After` in whole
-    /// seconds when denied.
+    /// field syntax), plus `Retry-After` in whole seconds when denied.
+    /// `RateLimit-Policy` lists every rule (one item each; a key with one
+    /// rule has the policy `"default"`); `RateLimit` reports the binding rule.
     pub fn headers(&self) -> Vec<(&'static str, String)> {
         let mut h = Vec::with_capacity(3);
-        h.push((
-            "RateLimit-Policy",
-            format!(
-                "\"default\";q={};w={}",
-                self.limit,
-                self.window_ms.div_ceil(1000).max(1)
-            ),
-        ));
+        let mut policy = String::new();
+        let rules = self.rules();
+        for p in rules.as_slice() {
+            if !policy.is_empty() {
+                policy.push_str(", ");
+            }
+            policy.push_str(&format!(
+                "\"{}\";q={};w={}",
+                rule_name(&rules, p),
+                p.limit,
+                p.window_ms.div_ceil(1000).max(1)
+            ));
+        }
+        h.push(("RateLimit-Policy", policy));
         h.push((
             "RateLimit",
             format!(
-                "\"default\";r={};t={}",
+                "\"{}\";r={};t={}",
+                self.rule_name(),
                 self.remaining,
                 self.reset_after_ms.div_ceil(1000)
             ),
@@ -110,15 +186,7 @@ mod tests {
 
     #[test]
     fn headers_follow_the_draft() {
-        let d = Decision {
-            allowed: false,
-            limit: 100,
-            remaining: 0,
-            retry_after_ms: 1_200,
-            reset_after_ms: 30_500,
-            window_ms: 60_000,
-            reason: Reason::Exhausted,
-        };
+        let d = Decision::single(false, 100, 0, 1_200, 30_500, 60_000, Reason::Exhausted);
         assert_eq!(
             d.headers(),
             vec![
@@ -133,6 +201,29 @@ mod tests {
             ..d
         };
         assert_eq!(ok.headers().len(), 2);
+    }
+
+    #[test]
+    fn several_rules_list_every_policy_and_report_the_binding_one() {
+        let rules = Rules::parse("10/s, 10000/day", "x").unwrap();
+        let d =
+            Decision::single(false, 10_000, 0, 8_640, 86_400_000, 86_400_000, Reason::Exhausted).with_rules(&rules, 1);
+        assert_eq!(d.rules(), rules);
+        assert!(
+            std::mem::size_of::<Decision>() <= 48,
+            "a decision stays small (the admit path returns it)"
+        );
+        assert_eq!(
+            d.headers(),
+            vec![
+                (
+                    "RateLimit-Policy",
+                    "\"1s\";q=10;w=1, \"1day\";q=10000;w=86400".to_string()
+                ),
+                ("RateLimit", "\"1day\";r=0;t=86400".to_string()),
+                ("Retry-After", "9".to_string()),
+            ]
+        );
     }
 }
 

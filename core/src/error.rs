@@ -32,6 +32,15 @@ pub enum Error {
         /// The key's limit.
         limit: u64,
     },
+    /// A call named a tier that neither the configuration, the policy file
+    /// nor the store defines; kind [`ErrorKind::Config`].
+    #[error("invalid configuration: unknown tier {name:?} (known tiers: {known}); define it in `tiers`, the policy file or the store")]
+    UnknownTier {
+        /// The tier as named.
+        name: Box<str>,
+        /// The tiers known, comma-separated.
+        known: Box<str>,
+    },
     /// The limiter was closed; build a new one.
     #[error("the limiter is closed; create a new Limiter")]
     Closed,
@@ -84,7 +93,7 @@ impl Error {
     /// The error's category.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Config { .. } | Error::UnknownOption { .. } => ErrorKind::Config,
+            Error::Config { .. } | Error::UnknownOption { .. } | Error::UnknownTier { .. } => ErrorKind::Config,
             Error::InvalidKey(_) => ErrorKind::InvalidKey,
             Error::InvalidCost { .. } => ErrorKind::InvalidCost,
             Error::Closed => ErrorKind::Closed,
@@ -92,10 +101,13 @@ impl Error {
         }
     }
 
+    /// A configuration error. Any `scheme://...` in the reason is shown as
+    /// [`crate::redact_url`] shows it: a value echoed back (`got "..."`) may
+    /// be a Redis URL with its password, given to the wrong field.
     pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
         Error::Config {
             field,
-            reason: reason.into(),
+            reason: crate::redact::redact_urls_in(&reason.into()),
         }
     }
 }

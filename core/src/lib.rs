@@ -38,9 +38,12 @@ pub mod guard;
 mod limiter;
 mod metrics;
 pub mod options;
+pub mod policy;
 mod redact;
 
-pub use authority::redis_key;
+#[cfg(feature = "redis")]
+pub use authority::redis::parse_stored;
+pub use authority::{policy_base, redis_key};
 pub use broker::connections_open;
 pub use builder::Builder;
 pub use config::{
@@ -50,9 +53,10 @@ pub use config::{
 pub use decision::{Decision, Reason};
 pub use error::{Error, ErrorKind, Result};
 pub use events::{Event, EventKind, Listener};
-pub use limiter::{Inspection, Limiter};
+pub use limiter::{Inspection, Limiter, PolicyListing};
 pub use metrics::Metrics;
 pub use options::{OptionValue, Options, MANUAL_CLOCK_START_MS, OPTION_NAMES};
+pub use policy::{Assignment, Origin, PolicySource, RuleSet, Rules, Tier};
 pub use redact::{redact_secrets, redact_url, RedactedUrl};
 
 /// Tools for testing code that uses a limiter.

@@ -9,6 +9,18 @@ use crate::engine::{Engine, Waiting};
 use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::metrics::Metrics;
+use crate::policy::{Assignment, Origin, PolicySource, Rules};
+
+/// What the policy store holds ([`Limiter::policy_list`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicyListing {
+    /// The store's version (each change adds one).
+    pub version: u64,
+    /// Every stored tier: name and rules (`"6000/min, 1000000/day"`).
+    pub tiers: Vec<(String, String)>,
+    /// Every stored key entry: key and `"tier:NAME"` or rules.
+    pub keys: Vec<(String, String)>,
+}
 
 /// A distributed rate limiter. Cheap to share (`Arc<Limiter>`): every method
 /// takes `&self` and is safe to call from many threads at once.
@@ -51,6 +63,14 @@ pub struct Inspection {
     /// Adaptive leasing: the key's offered load here (admitted + denied per
     /// second, moving average).
     pub demand_per_s: u64,
+    /// Every rule the key is held to (`"10/s, 10000/day"`); `limit` and
+    /// `window_ms` above are the first rule's.
+    pub rules: String,
+    /// The key's tier, if its rules are a tier's.
+    pub tier: Option<String>,
+    /// Why the key has these rules (`"tier pro (assigned by store, defined
+    /// in config)"`, `"own rules (from set_limit)"`).
+    pub policy_source: String,
 }
 
 impl Limiter {
@@ -61,7 +81,8 @@ impl Limiter {
 
     /// Validate `cfg` and build a limiter. Nothing starts until first use:
     /// no thread, no connection. Every limiter of a process shares one
-    /// broker thread and one connection per Redis backend.
+    /// broker thread and, per Redis backend, one connection for leases and
+    /// one for the policy store.
     pub fn new(cfg: Config) -> Result<Limiter> {
         Ok(Limiter {
             engine: Engine::new(cfg)?,
@@ -73,20 +94,44 @@ impl Limiter {
     /// `backend_timeout_ms`) or applies the failure policy.
     #[inline]
     pub fn acquire(&self, key: &str, cost: u64) -> Result<Decision> {
-        if let Some(d) = self.engine.admit_local(key, cost)? {
+        // Not `acquire_with(.., None)`: this body is compiled with the tier
+        // known to be none, which the admit path's tier check folds away.
+        if let Some(d) = self.engine.admit_local(key, cost, None)? {
             return Ok(d);
         }
-        self.engine.acquire_slow(key, cost, Waiting::Yes)
+        self.engine.acquire_slow(key, cost, Waiting::Yes, None)
+    }
+
+    /// [`acquire`](Self::acquire) for a key in plan tier `tier` (`None`: the
+    /// default tier, or `limit`/`window_ms`). A key with its own entry in
+    /// the policy store or file keeps that entry whatever tier is named.
+    /// A key with several rules is admitted only when every rule admits;
+    /// tokens the others took are given back when one denies.
+    #[inline]
+    pub fn acquire_with(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
+        if let Some(d) = self.engine.admit_local(key, cost, tier)? {
+            return Ok(d);
+        }
+        self.engine.acquire_slow(key, cost, Waiting::Yes, tier)
     }
 
     /// Like [`acquire`](Self::acquire) but never waits: with no local tokens
     /// and a lease request needed, it starts one and denies with reason `pending`.
     #[inline]
     pub fn try_acquire(&self, key: &str, cost: u64) -> Result<Decision> {
-        if let Some(d) = self.engine.admit_local(key, cost)? {
+        if let Some(d) = self.engine.admit_local(key, cost, None)? {
             return Ok(d);
         }
-        self.engine.acquire_slow(key, cost, Waiting::No)
+        self.engine.acquire_slow(key, cost, Waiting::No, None)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) in plan tier `tier`.
+    #[inline]
+    pub fn try_acquire_with(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
+        if let Some(d) = self.engine.admit_local(key, cost, tier)? {
+            return Ok(d);
+        }
+        self.engine.acquire_slow(key, cost, Waiting::No, tier)
     }
 
     /// The hot path alone, for bindings that hold an interpreter lock
@@ -95,24 +140,36 @@ impl Limiter {
     /// binding then releases its lock and calls [`acquire`](Self::acquire).
     #[inline]
     pub fn acquire_local(&self, key: &str, cost: u64) -> Result<Option<Decision>> {
-        self.engine.admit_local(key, cost)
+        self.engine.admit_local(key, cost, None)
+    }
+
+    /// [`acquire_local`](Self::acquire_local) in plan tier `tier`.
+    #[inline]
+    pub fn acquire_local_with(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Option<Decision>> {
+        self.engine.admit_local(key, cost, tier)
     }
 
     /// Like [`acquire`](Self::acquire), awaiting the lease request instead of
     /// blocking. Works from any executor: the wait runs on the broker's runtime.
     pub async fn acquire_async(&self, key: &str, cost: u64) -> Result<Decision> {
-        if let Some(d) = self.engine.admit_local(key, cost)? {
+        self.acquire_async_with(key, cost, None).await
+    }
+
+    /// [`acquire_async`](Self::acquire_async) in plan tier `tier`.
+    pub async fn acquire_async_with(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
+        if let Some(d) = self.engine.admit_local(key, cost, tier)? {
             return Ok(d);
         }
         if self.engine.is_inline() {
-            return self.engine.acquire_slow(key, cost, Waiting::Yes);
+            return self.engine.acquire_slow(key, cost, Waiting::Yes, tier);
         }
         let broker = self.engine.broker()?;
         let engine = self.engine.clone();
         let key = key.to_owned();
+        let tier = tier.map(str::to_owned);
         broker
             .runtime()
-            .spawn(async move { engine.acquire_slow_async(&key, cost).await })
+            .spawn(async move { engine.acquire_slow_async(&key, cost, tier.as_deref()).await })
             .await
             .map_err(|_| Error::Closed)?
     }
@@ -128,19 +185,110 @@ impl Limiter {
         cost: u64,
         done: impl FnOnce(Result<Decision>) + Send + 'static,
     ) -> Result<Option<Decision>> {
-        if let Some(d) = self.engine.admit_local(key, cost)? {
+        self.acquire_or_notify_with(key, cost, None, done)
+    }
+
+    /// [`acquire_or_notify`](Self::acquire_or_notify) in plan tier `tier`.
+    pub fn acquire_or_notify_with(
+        &self,
+        key: &str,
+        cost: u64,
+        tier: Option<&str>,
+        done: impl FnOnce(Result<Decision>) + Send + 'static,
+    ) -> Result<Option<Decision>> {
+        if let Some(d) = self.engine.admit_local(key, cost, tier)? {
             return Ok(Some(d));
         }
         if self.engine.is_inline() {
-            return self.engine.acquire_slow(key, cost, Waiting::Yes).map(Some);
+            return self.engine.acquire_slow(key, cost, Waiting::Yes, tier).map(Some);
         }
         let broker = self.engine.broker()?;
         let engine = self.engine.clone();
         let key = key.to_owned();
+        let tier = tier.map(str::to_owned);
         broker
             .runtime()
-            .spawn(async move { done(engine.acquire_slow_async(&key, cost).await) });
+            .spawn(async move { done(engine.acquire_slow_async(&key, cost, tier.as_deref()).await) });
         Ok(None)
+    }
+
+    /// The rules `key` is held to on a call naming `tier`, and why. Like a
+    /// key's first `acquire`, it waits (at most `backend_timeout_ms`) for the
+    /// store's entry of a key this limiter has not seen.
+    pub fn policy(&self, key: &str, tier: Option<&str>) -> Result<(Rules, PolicySource)> {
+        self.engine.check_open()?;
+        validate_key(key)?;
+        self.engine.await_policy(key);
+        let r = self.engine.resolve(key, tier)?;
+        Ok((r.rules, r.source))
+    }
+
+    /// Every tier this limiter knows now (name, rules, where defined), by name.
+    pub fn tiers(&self) -> Vec<(String, Rules, Origin)> {
+        self.engine.policies.tier_list()
+    }
+
+    /// Define (or redefine) tier `name` in the shared policy store: every
+    /// limiter on the store applies it within `policy_refresh_ms` (this one
+    /// before returning). Keys in the tier keep their buckets' state:
+    /// lowering clamps, raising refills at the new rate. Returns the
+    /// store's version after the change.
+    pub fn policy_set_tier(&self, name: &str, rules: &str) -> Result<u64> {
+        crate::policy::validate_tier_name(name)?;
+        let rules = Rules::parse(rules, "rules")?;
+        self.engine.store_write(true, name, Some(rules.to_string()))
+    }
+
+    /// Remove tier `name` from the store (keys in it fall back to the
+    /// configuration's or file's definition of the tier, if any).
+    pub fn policy_delete_tier(&self, name: &str) -> Result<u64> {
+        crate::policy::validate_tier_name(name)?;
+        self.engine.store_write(true, name, None)
+    }
+
+    /// Give `key` its own entry in the store: `"tier:pro"` or rules
+    /// (`"10/s, 1000/day"`). It wins over the tier callers name.
+    pub fn policy_assign(&self, key: &str, assignment: &str) -> Result<u64> {
+        validate_key(key)?;
+        let a = Assignment::parse(assignment)?;
+        self.engine.store_write(false, key, Some(a.to_string()))
+    }
+
+    /// Remove `key`'s entry from the store.
+    pub fn policy_unassign(&self, key: &str) -> Result<u64> {
+        validate_key(key)?;
+        self.engine.store_write(false, key, None)
+    }
+
+    /// What the store holds: its version, every tier and every key entry
+    /// (as stored text), sorted by name. Reads the whole store: an operator
+    /// call, not one for the request path.
+    pub fn policy_list(&self) -> Result<PolicyListing> {
+        match self.engine.store_request(crate::authority::PolicyOp::List)? {
+            crate::authority::PolicyReply::List { version, tiers, keys } => Ok(PolicyListing { version, tiers, keys }),
+            other => Err(Error::Backend(format!(
+                "unexpected answer from the policy store: {other:?}"
+            ))),
+        }
+    }
+
+    /// The store's entry for `key` as stored (`None`: it has none).
+    pub fn policy_get(&self, key: &str) -> Result<Option<String>> {
+        validate_key(key)?;
+        match self.engine.store_request(crate::authority::PolicyOp::Get {
+            keys: vec![key.to_string()],
+        })? {
+            crate::authority::PolicyReply::Values(mut v) if v.len() == 1 => Ok(v.pop().flatten()),
+            other => Err(Error::Backend(format!(
+                "unexpected answer from the policy store: {other:?}"
+            ))),
+        }
+    }
+
+    /// Check the policy store (and file) now and apply what changed before
+    /// returning (the ticker does it every `policy_refresh_ms`).
+    pub fn refresh_policies(&self) -> Result<()> {
+        self.engine.refresh_now()
     }
 
     /// Override the policy of one key. Takes effect at the next lease; the

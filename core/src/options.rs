@@ -38,6 +38,10 @@ pub const OPTION_NAMES: &[&str] = &[
     "mode",
     "clock",
     "clock_start_ms",
+    "tiers",
+    "default_tier",
+    "policy_file",
+    "policy_refresh_ms",
 ];
 
 /// An option's value as a binding received it.
@@ -238,6 +242,10 @@ impl Options {
                 }
             }
             "clock_start_ms" => self.clock_start_ms = Some(int(field, value)?),
+            "tiers" => c.tiers = crate::policy::parse_tiers(string(field, value)?)?,
+            "default_tier" => c.default_tier = Some(string(field, value)?.to_string()),
+            "policy_file" => c.policy_file = Some(string(field, value)?.to_string()),
+            "policy_refresh_ms" => c.policy_refresh_ms = int(field, value)?,
             _ => unreachable!("every name in OPTION_NAMES is handled"),
         }
         Ok(self)
@@ -302,9 +310,18 @@ mod tests {
             ("maxKeys", Int(7)),
             ("mode", Str("exact")),
             ("clock", Str("manual")),
+            ("tiers", Str("free=10/s; pro=100/s, 1000/day")),
+            ("defaultTier", Str("free")),
+            ("policy_file", Str("/etc/quotalease.toml")),
+            ("policyRefreshMs", Int(250)),
         ])
         .unwrap();
         assert_eq!(c.url, "memory://x");
+        assert_eq!(c.tiers.len(), 2);
+        assert_eq!(c.tiers[1].rules.to_string(), "100/s, 1000/day");
+        assert_eq!(c.default_tier.as_deref(), Some("free"));
+        assert_eq!(c.policy_file.as_deref(), Some("/etc/quotalease.toml"));
+        assert_eq!(c.policy_refresh_ms, 250);
         assert_eq!((c.limit, c.window_ms), (10, 2000));
         assert_eq!((c.lease_size, c.refill_threshold), (Some(3), Some(1)));
         assert_eq!(c.lease_ttl_ms, 500);
@@ -317,7 +334,7 @@ mod tests {
                 start_ms: MANUAL_CLOCK_START_MS
             }
         );
-        assert_eq!(OPTION_NAMES.len(), 16);
+        assert_eq!(OPTION_NAMES.len(), 20);
     }
 
     #[test]

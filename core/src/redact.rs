@@ -194,7 +194,7 @@ impl Secrets {
 
 /// Every `scheme://...` token of `text` (up to whitespace or a quote)
 /// passed through [`redact_url`].
-fn redact_urls_in(text: &str) -> String {
+pub(crate) fn redact_urls_in(text: &str) -> String {
     if !text.contains("://") {
         return text.to_string();
     }

@@ -16,9 +16,10 @@ use quotalease::{Error, ErrorKind, Limiter, Reason};
 
 /// The commands of README's rule, in its order: every script call
 /// (EVALSHA, EVAL when a server does not have the script yet), what the
-/// scripts run, and `inspect`'s PTTL.
-const COMMANDS: [&str; 10] = [
-    "evalsha", "eval", "time", "get", "set", "pttl", "hgetall", "hset", "hdel", "pexpire",
+/// scripts run, `inspect`'s PTTL, and the policy store's commands.
+const COMMANDS: [&str; 15] = [
+    "evalsha", "eval", "time", "get", "set", "pttl", "hgetall", "hset", "hdel", "pexpire", "hlen", "hmget", "lrange",
+    "lpush", "ltrim",
 ];
 /// Redis Cluster adds these (the redis crate's topology discovery and redirections).
 const CLUSTER_COMMANDS: [&str; 3] = ["ping", "cluster|slots", "asking"];

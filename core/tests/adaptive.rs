@@ -191,8 +191,12 @@ fn saturated_fleet_of_50_costs_few_calls_and_holds_the_bound() {
     let on_rates = f.iter().filter(|l| l.inspect("k").unwrap().rate_per_window > 0).count();
     assert!(on_rates >= 45, "{on_rates} of 50 instances on a rate");
     let fallback: u64 = f.iter().map(|l| l.inspect("k").unwrap().fallback_per_window).sum();
+    // Each instance's figure is from its own last answer (the answers are
+    // milliseconds apart, and their round-trip estimate is measured in real
+    // time, so a loaded machine shifts them): the sum is the key's rate to
+    // within a percent.
     assert!(
-        (LIMIT * 9 / 10..=LIMIT).contains(&fallback),
+        (LIMIT * 9 / 10..=LIMIT + LIMIT / 100).contains(&fallback),
         "fallback rates sum to the key's: {fallback}"
     );
     // every instance's books: what came from the authority (chunks and
@@ -425,4 +429,58 @@ fn the_redis_scripts_run_the_same_algorithm() {
     // The holders' records live beside the bucket, in the same hash slot.
     let holders = server.cli(&["HLEN", "adaptive:{k}:h"]);
     assert_eq!(holders.trim(), "20", "{holders}");
+}
+
+/// A key whose budget (2 % of its limit) is under one token is decided one
+/// request at a time (`Ask::single`): several instances admit exactly what
+/// one exact bucket admits, whichever instance each request reaches, and a
+/// denial names when the bucket has its next token. Before, an instance
+/// leased a token ahead for its next request while the others were denied:
+/// four instances at 3/min on Redis admitted the 1st, 2nd and 5th of eight
+/// round-robin requests and told the 3rd to come back in 60 s.
+#[test]
+fn a_small_limit_on_several_instances_is_one_exact_bucket() {
+    const LIMIT: u64 = 3;
+    const WINDOW: u64 = 60_000;
+    let server = common::RedisServer::start();
+    for url in ["memory://small-exact".to_string(), server.url()] {
+        let f = fleet_at(&url, "small", 4, LIMIT, WINDOW);
+        // The exact bucket in credit units (tokens x window), as the scripts keep it.
+        let mut credit = LIMIT * WINDOW;
+        let mut rng = Rng(7);
+        let (mut admitted, mut denied) = (0, 0);
+        for step in 0..600 {
+            // Every 500 simulated ms, 0 to 2 requests, each to any instance.
+            for _ in 0..rng.next() % 3 {
+                let i = (rng.next() % 4) as usize;
+                let d = f[i].acquire("k", 1).unwrap();
+                let exact = credit >= WINDOW;
+                assert_eq!(d.allowed, exact, "{url}, step {step}, instance {i}: {d:?}");
+                if exact {
+                    credit -= WINDOW;
+                    admitted += 1;
+                } else {
+                    let next = (WINDOW - credit).div_ceil(LIMIT);
+                    assert!(
+                        d.retry_after_ms.abs_diff(next) <= 1,
+                        "{url}, step {step}: retry after {} ms, the next token in {next} ms",
+                        d.retry_after_ms
+                    );
+                    denied += 1;
+                }
+            }
+            for l in &f {
+                l.advance_clock(500).unwrap();
+            }
+            credit = (credit + LIMIT * 500).min(LIMIT * WINDOW);
+        }
+        // 300 s at 3/min: the full bucket and its refills (the last may come
+        // after the last request) went out.
+        assert!(admitted >= LIMIT + 14, "{url}: {admitted} admitted");
+        assert!(denied > 100, "{url}: the key was saturated ({denied} denied)");
+        for l in &f {
+            l.settle().unwrap();
+            assert_eq!(l.metrics().overshoot_bound, 0, "{url}: nothing held ahead");
+        }
+    }
 }

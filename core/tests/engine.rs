@@ -30,6 +30,55 @@ fn a_flood_of_distinct_keys_stays_within_max_keys() {
     assert_eq!(m.admitted, 50_000);
 }
 
+/// Several threads flooding new keys at once: each may find room before the
+/// eviction pass another started has run, so the table's bound is
+/// `max_keys` plus the threads inserting at once (docs/design.md, Eviction).
+#[test]
+fn concurrent_floods_stay_within_max_keys_plus_the_inserting_threads() {
+    const THREADS: u64 = 4;
+    let l = Arc::new(
+        Limiter::builder()
+            .limit(100)
+            .window_ms(60_000)
+            .lease_size(10)
+            .max_keys(1_000)
+            .clock(ClockKind::Manual { start_ms: 0 })
+            .build()
+            .unwrap(),
+    );
+    let peak = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (l, peak) = (l.clone(), peak.clone());
+            std::thread::spawn(move || {
+                for i in 0..20_000 {
+                    let d = l.acquire(&format!("flood-{t}-{i}"), 1).unwrap();
+                    assert!(d.allowed, "flood-{t}-{i}: {d:?}");
+                    if i % 64 == 0 {
+                        peak.fetch_max(l.metrics().keys_tracked, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let m = l.metrics();
+    let peak = peak.load(Ordering::Relaxed).max(m.keys_tracked);
+    assert!(peak <= 1_000 + THREADS, "peak {peak} keys tracked, {m:?}");
+    assert!(peak > 900, "the table filled up: peak {peak}");
+    assert_eq!(m.admitted, THREADS * 20_000, "every fresh key admits its first request");
+    // No token lost: what was leased was admitted, is held, or went back
+    // (from evicted entries, and grants that landed on one after it left).
+    assert_eq!(
+        m.tokens_leased,
+        m.admitted + m.overshoot_bound + m.tokens_returned,
+        "{m:?}"
+    );
+    assert!(m.tokens_returned >= m.tokens_expired, "{m:?}");
+}
+
 #[test]
 fn many_threads_on_one_limiter_admit_exactly_the_budget() {
     // 8 threads hammer 4 keys of a shared limiter; with a manual clock no
@@ -121,4 +170,110 @@ fn closed_limiter_refuses_every_call() {
     assert_eq!(l.try_acquire("k", 1).unwrap_err(), quotalease::Error::Closed);
     assert_eq!(l.flush().unwrap_err(), quotalease::Error::Closed);
     assert_eq!(l.set_limit("k", 1, 1).unwrap_err(), quotalease::Error::Closed);
+}
+
+/// Under the failure policy a decision's `remaining` is what this instance
+/// may still admit (its static share's tokens; none under `deny`), not the
+/// authority's last estimate: for a key it never answered that was the whole
+/// limit, so a denied request's headers said `r=6` (seen from Node and Go).
+#[test]
+fn fallback_decisions_report_the_share_left() {
+    let name = "fallback-remaining";
+    for (policy, share) in [("static-share", 3u64), ("deny", 0)] {
+        let l = Limiter::builder()
+            .url(format!("memory://{name}-{policy}"))
+            .limit(6)
+            .window_ms(60_000)
+            .lease_size(1)
+            .expected_replicas(2)
+            .on_backend_failure(policy.parse().unwrap())
+            .clock(ClockKind::Manual { start_ms: 0 })
+            .build()
+            .unwrap();
+        assert!(quotalease::testing::memory_outage(&format!("{name}-{policy}"), true));
+        for left in (0..share).rev() {
+            let d = l.acquire("k", 1).unwrap();
+            assert!(d.allowed && d.reason == Reason::Fallback, "{policy}: {d:?}");
+            assert_eq!(d.remaining, left, "{policy}: {d:?}");
+        }
+        let d = l.acquire("k", 1).unwrap();
+        assert!(!d.allowed && d.reason == Reason::Fallback, "{policy}: {d:?}");
+        assert_eq!(d.remaining, 0, "{policy}: {d:?}");
+        assert!(d.headers()[1].1.contains(";r=0;"), "{policy}: {:?}", d.headers());
+    }
+}
+
+/// An outage's failure policy starts from what the key's bucket held at the
+/// authority's last answer (each instance its share of it), not from one
+/// more whole limit: a fleet that had drained a key and lost Redis admitted
+/// about a full limit at once (every instance's share started full; seen
+/// from Node under node:cluster).
+#[test]
+fn an_outage_on_a_drained_key_starts_from_what_the_bucket_held() {
+    let name = "outage-drained";
+    let f: Vec<Limiter> = (0..4)
+        .map(|_| {
+            Limiter::builder()
+                .url(format!("memory://{name}"))
+                .limit(600)
+                .window_ms(60_000)
+                .clock(ClockKind::Manual { start_ms: 1_000_000 })
+                .build()
+                .unwrap()
+        })
+        .collect();
+    // Drain the key: round robin until every instance is denied.
+    let mut drained = 0;
+    loop {
+        let before = drained;
+        for l in &f {
+            drained += l.acquire("k", 1).unwrap().allowed as u64;
+        }
+        if drained == before {
+            break;
+        }
+    }
+    assert!(drained >= 600, "{drained}");
+    assert!(quotalease::testing::memory_outage(name, true));
+    // Ten seconds on (the instances' rate grants and "empty until" answers
+    // have run out, so their requests call the authority and find it down;
+    // the key refilled 100 tokens), every instance asks until it is denied.
+    let drain = |f: &[Limiter]| {
+        let (mut from_leases, mut under_policy) = (0u64, 0u64);
+        for l in f {
+            loop {
+                let d = l.acquire("k", 1).unwrap();
+                if !d.allowed {
+                    break;
+                }
+                match d.reason {
+                    Reason::Fallback => under_policy += 1,
+                    _ => from_leases += 1,
+                }
+            }
+        }
+        (from_leases, under_policy)
+    };
+    for l in &f {
+        l.advance_clock(10_000).unwrap();
+    }
+    let (from_leases, under_policy) = drain(&f);
+    // The bucket held less than a token, then 100 came (what rates accrued
+    // of them went out as leases): each share holds its part, rounded up
+    // (one more each at most). Before, every share started full: 600.
+    assert!(under_policy > 0, "the failure policy applied");
+    assert!(
+        from_leases + under_policy <= 100 + 4 + 12,
+        "{from_leases} from leases, {under_policy} under the failure policy"
+    );
+    // The shares refill at the key's rate: a minute later, about a limit more.
+    for l in &f {
+        l.advance_clock(60_000).unwrap();
+    }
+    let (_, later) = drain(&f);
+    assert!(
+        (590..=604).contains(&later),
+        "{later} admitted after a minute of outage"
+    );
+    assert!(quotalease::testing::memory_outage(name, false));
 }

@@ -276,6 +276,17 @@ fn a_promoted_replica_that_missed_writes_gives_no_second_allowance() {
     let old_replid = replication(&group, old, "master_replid");
     let killed_at = Instant::now();
     group.kill(old);
+    // The failure policy applies while no primary answers, whatever the hot
+    // key's rate grants do (a limiter whose grant runs through the outage
+    // never needs it): a key no limiter holds yet has to ask the authority.
+    // The sentinels cannot have promoted yet (that takes their
+    // down-after-milliseconds), which group.primary below awaits.
+    let probe = limiters[0].acquire("probe", 1).unwrap();
+    assert_eq!(
+        probe.reason,
+        Reason::Fallback,
+        "a fresh key while the primary is down: {probe:?}"
+    );
     let promoted = group.primary(Some(old));
     assert_eq!(promoted, replica, "the sentinels promoted another server");
 
@@ -380,7 +391,7 @@ fn a_promoted_replica_that_missed_writes_gives_no_second_allowance() {
         peak.over,
         peak.at_ms
     );
-    assert!(by_fallback > 0, "the fleet never applied the failure policy");
+    // (The hot key's own admissions under it may be none: see the probe.)
     assert!(
         by_fallback <= fallback_bound,
         "{by_fallback} fallback admissions > {fallback_bound}"

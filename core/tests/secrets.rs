@@ -233,3 +233,40 @@ fn a_wrong_password_on_a_real_server() {
     });
     assert!(!format!("{ok:?}").contains("another-password"));
 }
+
+/// A Redis URL given to another string option (`rate`, `mode`, `tiers`,
+/// `default_tier`, `overshoot_budget`, `policy_file`, a tier's rules) is
+/// echoed back redacted in the config error: the error says what it got.
+#[test]
+fn a_url_given_to_another_option_is_shown_redacted() {
+    use quotalease::{OptionValue, Options};
+    let url = format!("redis://{USER}:{PW}@db.example:6379/0");
+    for name in [
+        "rate",
+        "mode",
+        "tiers",
+        "default_tier",
+        "overshoot_budget",
+        "on_backend_failure",
+        "clock",
+    ] {
+        let mut o = Options::new();
+        let set = o.set(name, OptionValue::Str(&url)).map(|_| ());
+        let built = set
+            .and_then(|()| o.into_config())
+            .and_then(|c| Limiter::new(c).map(|_| ()));
+        let e = match built {
+            Err(e) => e,
+            Ok(()) => panic!("{name}: a URL was accepted"),
+        };
+        let text = format!("{e} {e:?}");
+        assert_clean(name, &text);
+        assert_eq!(e.kind(), ErrorKind::Config, "{name}: {e}");
+    }
+    let e = Limiter::builder().rate(&url).build().unwrap_err();
+    assert_clean("builder rate", &format!("{e} {e:?}"));
+    let l = Limiter::builder().url("memory://").rate("10/s").build().unwrap();
+    let e = l.policy_assign("k", &url).unwrap_err();
+    assert_clean("policy_assign", &format!("{e} {e:?}"));
+    assert!(e.to_string().contains("db.example"), "the host is still shown: {e}");
+}

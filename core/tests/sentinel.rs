@@ -319,6 +319,8 @@ fn a_server_turned_replica_is_left_at_once() {
         .window_ms(60_000)
         .lease_size(1)
         .backend_timeout_ms(1_000)
+        // only the lease connection (the policy store has one of its own)
+        .policy_refresh_ms(0)
         .build()
         .unwrap();
     let messages = Arc::new(Mutex::new(Vec::new()));

@@ -1,6 +1,8 @@
-//! Every limiter of a process shares one broker thread and one connection
-//! per Redis backend (URL + backend_timeout_ms), however many limiters there
-//! are: counted with Redis `CLIENT LIST` and the process' thread names.
+//! Every limiter of a process shares one broker thread and, per Redis
+//! backend (URL + backend_timeout_ms), one connection for leases and one for
+//! the policy store (so a slow store call never holds a lease up), however
+//! many limiters there are: counted with Redis `CLIENT LIST` and the
+//! process' thread names.
 //! One test function, so no other test of this binary starts limiters meanwhile.
 
 mod common;
@@ -28,7 +30,7 @@ fn broker_threads() -> usize {
 }
 
 #[test]
-fn one_thread_and_one_connection_per_backend_for_any_number_of_limiters() {
+fn one_thread_and_two_connections_per_backend_for_any_number_of_limiters() {
     let server = RedisServer::start();
     assert_eq!(clients(&server), 0);
     let mut limiters = Vec::new();
@@ -48,9 +50,9 @@ fn one_thread_and_one_connection_per_backend_for_any_number_of_limiters() {
         for l in &limiters {
             assert!(l.inspect("k").unwrap().authority_tokens.is_some());
         }
-        assert_eq!(clients(&server), 1, "{n} limiters: {}", server.cli(&["CLIENT", "LIST"]));
+        assert_eq!(clients(&server), 2, "{n} limiters: {}", server.cli(&["CLIENT", "LIST"]));
         assert_eq!(broker_threads(), 1, "{n} limiters");
-        assert_eq!(quotalease::connections_open(), 1, "{n} limiters");
+        assert_eq!(quotalease::connections_open(), 2, "{n} limiters");
     }
     // A different round-trip bound is a different backend: its own connection.
     let other = Limiter::builder()
@@ -60,12 +62,22 @@ fn one_thread_and_one_connection_per_backend_for_any_number_of_limiters() {
         .build()
         .unwrap();
     assert!(other.acquire("k", 1).unwrap().allowed);
-    assert_eq!(clients(&server), 2);
+    assert_eq!(clients(&server), 4);
     assert_eq!(broker_threads(), 1);
     // Closing limiters gives their tokens back over the shared connection.
     for l in &limiters {
         l.close().unwrap();
     }
     assert!(limiters.iter().all(|l| l.acquire("k", 1).is_err()));
-    assert_eq!(clients(&server), 2);
+    assert_eq!(clients(&server), 4);
+    // A limiter that follows no policy store opens no connection for it.
+    let plain = Limiter::builder()
+        .url(server.url())
+        .backend_timeout_ms(777)
+        .policy_refresh_ms(0)
+        .limit(10)
+        .build()
+        .unwrap();
+    assert!(plain.acquire("k", 1).unwrap().allowed);
+    assert_eq!(clients(&server), 5);
 }

@@ -56,6 +56,8 @@ fn check_decision(ctx: &str, d: &Decision, expect: &Value) {
             "remaining" => Value::from(d.remaining),
             "retry_after_ms" => Value::from(d.retry_after_ms),
             "reset_after_ms" => Value::from(d.reset_after_ms),
+            "window_ms" => Value::from(d.window_ms),
+            "rule" => Value::from(d.rule),
             other => panic!("{ctx}: unknown decision field {other}"),
         };
         assert_eq!(&got, v, "{ctx}: field {k} of {d:?}");
@@ -107,13 +109,28 @@ fn run_vector(path: &PathBuf, backend: &str, redis_url: Option<&str>) -> usize {
         let cost = step["cost"].as_u64().unwrap_or(1);
         let op = step["op"].as_str().unwrap();
         let expect_error = step["expect_error"].as_str();
+        let tier = step["tier"].as_str();
+        let store = |r: Result<u64, Error>| {
+            match (r, expect_error) {
+                (Ok(_), None) => {}
+                (Err(e), Some(k)) => assert_eq!(kind_name(&e), k, "{ctx}: {e}"),
+                (Ok(v), Some(k)) => panic!("{ctx}: expected error {k}, got version {v}"),
+                (Err(e), None) => panic!("{ctx}: unexpected error {e}"),
+            }
+            None
+        };
+        let text = |f: &str| step[f].as_str().unwrap_or_else(|| panic!("{ctx}: {f} is a string"));
         let outcome: Option<Result<Decision, Error>> = match op {
-            "acquire" => Some(l.acquire(&key_of(step), cost)),
-            "try_acquire" => Some(l.try_acquire(&key_of(step), cost)),
+            "acquire" => Some(l.acquire_with(&key_of(step), cost, tier)),
+            "try_acquire" => Some(l.try_acquire_with(&key_of(step), cost, tier)),
+            "policy_set_tier" => store(l.policy_set_tier(text("name"), text("rules"))),
+            "policy_delete_tier" => store(l.policy_delete_tier(text("name"))),
+            "policy_assign" => store(l.policy_assign(&key_of(step), text("assignment"))),
+            "policy_unassign" => store(l.policy_unassign(&key_of(step))),
             "acquire_n" => {
                 let (mut a, mut d) = (0u64, 0u64);
                 for _ in 0..step["count"].as_u64().unwrap() {
-                    if l.acquire(&key_of(step), cost).unwrap().allowed {
+                    if l.acquire_with(&key_of(step), cost, tier).unwrap().allowed {
                         a += 1
                     } else {
                         d += 1
@@ -239,7 +256,8 @@ fn vectors_redis_as_a_restricted_user() {
     // the scripts), for the prefixes this runner uses (`v…`).
     let server = common::RedisServer::start();
     let rule = "ACL SETUSER ql-vectors on >vec-pw resetkeys ~v* resetchannels -@all \
-                +evalsha +eval +time +get +set +pttl +hgetall +hset +hdel +pexpire";
+                +evalsha +eval +time +get +set +pttl +hgetall +hset +hdel +pexpire \
+                +hlen +hmget +lrange +lpush +ltrim";
     assert_eq!(server.cli(&rule.split(' ').collect::<Vec<_>>()), "OK");
     let url = format!("redis://ql-vectors:vec-pw@127.0.0.1:{}", server.port);
     let mut steps = 0;

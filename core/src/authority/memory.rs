@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use super::{Call, Reply, Stored};
+use super::{Call, PolicyOp, PolicyReply, Reply, Stored};
 use crate::adaptive::{Ask, KeyState};
 use crate::bucket::{Grant, Policy};
 use crate::guard::Seen;
@@ -15,6 +15,9 @@ const SWEEP_EVERY: usize = 4096;
 #[derive(Default)]
 pub(crate) struct MemoryAuthority {
     buckets: Mutex<Buckets>,
+    /// The policy store of this authority (`memory://NAME`: shared by the
+    /// process's limiters with that NAME), the same as Redis' `{prefix:policy}`.
+    policies: Mutex<PolicyStore>,
     /// A simulated outage ([`crate::testing::memory_outage`]): every call fails.
     down: std::sync::atomic::AtomicBool,
 }
@@ -28,6 +31,65 @@ pub struct Snapshot(HashMap<String, (KeyState, Policy)>);
 struct Buckets {
     map: HashMap<String, (KeyState, Policy)>,
     sweep_at: usize,
+}
+
+/// The in-process policy store: what the Redis store's four keys hold.
+#[derive(Default)]
+struct PolicyStore {
+    tiers: std::collections::BTreeMap<String, String>,
+    keys: std::collections::BTreeMap<String, String>,
+    version: u64,
+    /// The newest [`super::POLICY_LOG_LEN`] changes, newest first.
+    log: std::collections::VecDeque<String>,
+}
+
+impl PolicyStore {
+    fn answer(&mut self, op: PolicyOp) -> PolicyReply {
+        let all = |m: &std::collections::BTreeMap<String, String>| -> Vec<(String, String)> {
+            m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        match op {
+            PolicyOp::Poll { since } => {
+                let keys = self.keys.len() as u64;
+                if since == self.version {
+                    return PolicyReply::Poll {
+                        version: self.version,
+                        keys,
+                        tiers: None,
+                        changed: Some(Vec::new()),
+                    };
+                }
+                let d = self.version.wrapping_sub(since);
+                let changed = (since != 0 && since < self.version && d <= self.log.len() as u64).then(|| {
+                    let log: Vec<String> = self.log.iter().take(d as usize).cloned().collect();
+                    PolicyReply::changed_keys(&log)
+                });
+                PolicyReply::Poll {
+                    version: self.version,
+                    keys,
+                    tiers: Some(all(&self.tiers)),
+                    changed,
+                }
+            }
+            PolicyOp::Get { keys } => PolicyReply::Values(keys.iter().map(|k| self.keys.get(k).cloned()).collect()),
+            PolicyOp::Set { tier, name, value } => {
+                let map = if tier { &mut self.tiers } else { &mut self.keys };
+                match value {
+                    Some(v) => map.insert(name.clone(), v),
+                    None => map.remove(&name),
+                };
+                self.version += 1;
+                self.log.push_front(format!("{} {name}", if tier { 't' } else { 'k' }));
+                self.log.truncate(super::POLICY_LOG_LEN as usize);
+                PolicyReply::Version(self.version)
+            }
+            PolicyOp::List => PolicyReply::List {
+                version: self.version,
+                tiers: all(&self.tiers),
+                keys: all(&self.keys),
+            },
+        }
+    }
 }
 
 fn registry() -> &'static Mutex<HashMap<String, Weak<MemoryAuthority>>> {
@@ -67,6 +129,7 @@ impl MemoryAuthority {
 
     fn answer_up(&self, call: Call) -> Reply {
         match call {
+            Call::Policy { op, .. } => Reply::Policy(lock(&self.policies).answer(op)),
             Call::Lease {
                 key,
                 policy,
@@ -200,6 +263,22 @@ impl MemoryAuthority {
             st.refill(policy, now);
             st.bucket.take(policy, want, need, now)
         })
+    }
+
+    /// Hold `key`'s bucket (made full if missing) to at most `tokens`, after
+    /// its refill up to `now`: the failure policy's bucket never holds more
+    /// than the instance's part of what the authority last said the key
+    /// held. Only ever lowers it, so a circuit that opens again and again
+    /// (a Redis Cluster with one master down) never refills it.
+    pub fn cap(&self, key: &str, policy: Policy, tokens: u64, now: u64) {
+        let mut b = lock(&self.buckets);
+        b.with_key(key, policy, now, |st| {
+            st.refill(policy, now);
+            let most = tokens.min(policy.limit) * policy.window_ms;
+            if st.bucket.credit > most {
+                st.bucket.credit = most;
+            }
+        });
     }
 }
 

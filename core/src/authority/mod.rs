@@ -51,6 +51,62 @@ pub(crate) enum Call {
     },
     /// Read the stored bucket without changing it.
     Inspect { key: String, policy: Policy, now: Now },
+    /// A request to the policy store (never about one bucket). `base` is
+    /// the store's Redis key prefix, set when the call is sent.
+    Policy { base: String, op: PolicyOp },
+}
+
+/// What the policy store is asked: see `docs/policies.md`.
+#[derive(Clone, Debug)]
+pub(crate) enum PolicyOp {
+    /// What changed since version `since` (0: know nothing yet).
+    Poll { since: u64 },
+    /// The stored entries of these keys.
+    Get { keys: Vec<String> },
+    /// Set (`Some`) or delete (`None`) a tier's rules (`tier`) or a key's entry.
+    Set {
+        tier: bool,
+        name: String,
+        value: Option<String>,
+    },
+    /// Every stored tier and key entry.
+    List,
+}
+
+/// Changes kept in the store's log, so a poll can name the keys that changed.
+pub(crate) const POLICY_LOG_LEN: u64 = 1024;
+
+/// The policy store's answers.
+#[derive(Clone, Debug)]
+pub(crate) enum PolicyReply {
+    /// `tiers`: every stored tier (`None`: nothing changed since); `changed`:
+    /// the keys whose entries changed (`None`: any may have, read again).
+    Poll {
+        version: u64,
+        keys: u64,
+        tiers: Option<Vec<(String, String)>>,
+        changed: Option<Vec<String>>,
+    },
+    Values(Vec<Option<String>>),
+    Version(u64),
+    List {
+        version: u64,
+        tiers: Vec<(String, String)>,
+        keys: Vec<(String, String)>,
+    },
+}
+
+impl PolicyReply {
+    /// Read a poll's log (newest first, `"t NAME"` / `"k KEY"`) into the keys that changed.
+    pub fn changed_keys(log: &[String]) -> Vec<String> {
+        let mut keys: Vec<String> = log
+            .iter()
+            .filter_map(|l| l.strip_prefix("k ").map(str::to_string))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
 }
 
 /// The caller's clock reading; `explicit` when the authority must use it
@@ -90,6 +146,7 @@ pub(crate) enum Reply {
     /// A give-back was taken.
     Returned,
     Stored(Stored),
+    Policy(PolicyReply),
 }
 
 /// Receives the answer to one call exactly once.
@@ -101,6 +158,8 @@ pub(crate) struct Remote {
     prefix: String,
     /// The broker link (cached; replaced after a fork).
     link: ArcSwapOption<broker::Link>,
+    /// The policy store's link: its own batch loop and connection.
+    policy_link: ArcSwapOption<broker::Link>,
 }
 
 /// Where a limiter's keys have their authoritative buckets.
@@ -117,6 +176,7 @@ impl Authority {
             target,
             prefix: prefix.to_string(),
             link: ArcSwapOption::empty(),
+            policy_link: ArcSwapOption::empty(),
         })
     }
 
@@ -149,20 +209,38 @@ impl Authority {
 
 impl Remote {
     fn link(&self) -> Result<Arc<broker::Link>> {
-        if let Some(l) = self.link.load_full() {
+        Self::cached(&self.link, &self.target)
+    }
+
+    fn cached(slot: &ArcSwapOption<broker::Link>, target: &Target) -> Result<Arc<broker::Link>> {
+        if let Some(l) = slot.load_full() {
             if l.is_current() {
                 return Ok(l);
             }
         }
-        let l = Arc::new(broker::link(&self.target)?);
-        self.link.store(Some(l.clone()));
+        let l = Arc::new(broker::link(target)?);
+        slot.store(Some(l.clone()));
         Ok(l)
     }
 
     fn send(&self, mut call: Call, done: Done) -> Result<()> {
+        let store = matches!(call, Call::Policy { .. });
         let key = call.key_mut();
-        *key = redis_key(&self.prefix, key);
-        self.link()?.send(call, done).map_err(|_| Error::Closed)
+        *key = if store {
+            policy_base(&self.prefix)
+        } else {
+            redis_key(&self.prefix, key)
+        };
+        let link = if store {
+            let target = Target {
+                lane: broker::Lane::Policies,
+                ..self.target.clone()
+            };
+            Self::cached(&self.policy_link, &target)?
+        } else {
+            self.link()?
+        };
+        link.send(call, done).map_err(|_| Error::Closed)
     }
 }
 
@@ -171,8 +249,17 @@ impl Call {
     fn key_mut(&mut self) -> &mut String {
         match self {
             Call::Lease { key, .. } | Call::GiveBack { key, .. } | Call::Inspect { key, .. } => key,
+            Call::Policy { base, .. } => base,
         }
     }
+}
+
+/// The prefix of the policy store's Redis keys, apart from every bucket's
+/// (`{prefix}:{<key>}`) and under the same `{prefix}:*` ACL pattern; one hash
+/// tag, so Redis Cluster keeps the whole store in one slot
+/// (`ql:policy:{~}:tiers`, `:keys`, `:version`, `:log`).
+pub fn policy_base(prefix: &str) -> String {
+    format!("{prefix}:policy:{{~}}")
 }
 
 /// The Redis key of a limiter key: hash-tagged, so Redis Cluster keeps every

@@ -22,7 +22,7 @@ use redis::{
     AsyncConnectionConfig, Cmd, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError, Script, Value,
 };
 
-use super::{Call, Reply, Stored};
+use super::{Call, PolicyOp, PolicyReply, Reply, Stored};
 use crate::adaptive::Answer;
 use crate::bucket::Grant;
 use crate::config::{tls_files, BackendSpec, SentinelSpec};
@@ -32,6 +32,8 @@ const PRELUDE: &str = include_str!("lua/prelude.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
 const GIVE_BACK: &str = include_str!("lua/give_back.lua");
 const ADAPTIVE_LEASE: &str = include_str!("lua/adaptive_lease.lua");
+const POLICY_POLL: &str = include_str!("lua/policy_poll.lua");
+const POLICY_WRITE: &str = include_str!("lua/policy_write.lua");
 
 /// A script's text and its SHA1 (for EVALSHA).
 #[derive(Clone)]
@@ -52,6 +54,8 @@ struct Scripts {
     lease: Lua,
     give_back: Lua,
     adaptive_lease: Lua,
+    policy_poll: Lua,
+    policy_write: Lua,
 }
 
 impl Scripts {
@@ -60,6 +64,8 @@ impl Scripts {
             lease: Lua::new(&[PRELUDE, LEASE]),
             give_back: Lua::new(&[PRELUDE, GIVE_BACK]),
             adaptive_lease: Lua::new(&[PRELUDE, ADAPTIVE_LEASE]),
+            policy_poll: Lua::new(&[POLICY_POLL]),
+            policy_write: Lua::new(&[POLICY_WRITE]),
         }
     }
 }
@@ -345,6 +351,7 @@ impl Connection {
         let mut backs: Vec<(usize, ScriptCall)> = Vec::new();
         let mut leases: Vec<(usize, ScriptCall, bool)> = Vec::new();
         let mut inspects = Vec::new();
+        let mut store = Vec::new();
         let scripts = &self.scripts;
         for (i, c) in calls.iter().enumerate() {
             match c {
@@ -372,7 +379,9 @@ impl Connection {
                     adaptive,
                     guard,
                 } => {
-                    let args = [policy.limit, policy.window_ms, *want, *need];
+                    // want 0 tells the adaptive script `Ask::single`.
+                    let want = if adaptive.is_some_and(|a| a.single) { 0 } else { *want };
+                    let args = [policy.limit, policy.window_ms, want, *need];
                     let call = match adaptive {
                         None => ScriptCall::new(&scripts.lease, vec![key.clone()], args, now.for_script()),
                         Some(a) => {
@@ -410,6 +419,7 @@ impl Connection {
                     leases.push((i, call, adaptive.is_some()));
                 }
                 Call::Inspect { key, .. } => inspects.push((i, key.clone())),
+                Call::Policy { base, op } => store.push((i, base.clone(), op.clone())),
             }
         }
         let mut transport: Option<String> = None;
@@ -457,9 +467,103 @@ impl Connection {
         for (i, key) in inspects {
             out[i] = Some(self.inspect(&key).await.map(Reply::Stored));
         }
+        for (i, base, op) in store {
+            out[i] = Some(self.policy(&base, op).await.map(Reply::Policy));
+        }
         out.into_iter()
             .map(|o| o.unwrap_or_else(|| Err("no reply".into())))
             .collect()
+    }
+
+    /// One request to the policy store (its keys: `base` + `:tiers`, `:keys`,
+    /// `:version`, `:log`; one hash tag, one slot).
+    async fn policy(&mut self, base: &str, op: PolicyOp) -> Result<PolicyReply, String> {
+        let keys: Vec<String> = ["tiers", "keys", "version", "log"]
+            .iter()
+            .map(|k| format!("{base}:{k}"))
+            .collect();
+        let bad = |e: redis::ParsingError| format!("unexpected reply from the policy store: {e}");
+        let one = |r: Result<Vec<Result<Value, String>>, String>| -> Result<Value, String> {
+            r?.into_iter().next().unwrap_or_else(|| Err("no reply".into()))
+        };
+        match op {
+            PolicyOp::Poll { since } => {
+                let call = ScriptCall {
+                    script: self.scripts.policy_poll.clone(),
+                    keys,
+                    args: vec![since.to_string()],
+                };
+                let v = one(self.script_batch(std::slice::from_ref(&call)).await)?;
+                let parts: Vec<Value> = redis::from_redis_value(v).map_err(bad)?;
+                let mut it = parts.into_iter();
+                let mut num = || -> Result<u64, String> {
+                    redis::from_redis_value(it.next().ok_or("short reply from the policy store")?).map_err(bad)
+                };
+                let version = num()?;
+                let keys = num()?;
+                let tiers: Option<Vec<(String, String)>> = match it.next() {
+                    Some(v) => Some(pairs(redis::from_redis_value(v).map_err(bad)?)),
+                    None => None,
+                };
+                let changed = match it.next() {
+                    Some(v) => Some(PolicyReply::changed_keys(
+                        &redis::from_redis_value::<Vec<String>>(v).map_err(bad)?,
+                    )),
+                    None => None,
+                };
+                let changed = if tiers.is_some() { changed } else { Some(Vec::new()) };
+                Ok(PolicyReply::Poll {
+                    version,
+                    keys,
+                    tiers,
+                    changed,
+                })
+            }
+            PolicyOp::Set { tier, name, value } => {
+                let call = ScriptCall {
+                    script: self.scripts.policy_write.clone(),
+                    keys,
+                    args: vec![
+                        if tier { "t" } else { "k" }.to_string(),
+                        name,
+                        value.unwrap_or_default(),
+                        super::POLICY_LOG_LEN.to_string(),
+                    ],
+                };
+                let v = one(self.script_batch(std::slice::from_ref(&call)).await)?;
+                Ok(PolicyReply::Version(redis::from_redis_value(v).map_err(bad)?))
+            }
+            PolicyOp::Get { keys: names } => {
+                let mut cmd = redis::cmd("HMGET");
+                cmd.arg(&keys[1]);
+                for n in &names {
+                    cmd.arg(n);
+                }
+                let v = one(self.run(1, |_, _| vec![cmd.clone()]).await)?;
+                Ok(PolicyReply::Values(redis::from_redis_value(v).map_err(bad)?))
+            }
+            PolicyOp::List => {
+                let mut cmds = Vec::new();
+                for (c, k) in [("HGETALL", &keys[0]), ("HGETALL", &keys[1]), ("GET", &keys[2])] {
+                    let mut cmd = redis::cmd(c);
+                    cmd.arg(k);
+                    cmds.push(cmd);
+                }
+                let r = self
+                    .run(3, |_, idx| idx.iter().map(|&i| cmds[i].clone()).collect())
+                    .await?;
+                let mut it = r.into_iter();
+                let mut next = || it.next().unwrap_or_else(|| Err("no reply".into()));
+                let tiers = pairs(redis::from_redis_value(next()?).map_err(bad)?);
+                let keys = pairs(redis::from_redis_value(next()?).map_err(bad)?);
+                let version: Option<u64> = redis::from_redis_value(next()?).map_err(bad)?;
+                Ok(PolicyReply::List {
+                    version: version.unwrap_or(0),
+                    tiers,
+                    keys,
+                })
+            }
+        }
     }
 
     /// The stored bucket of a Redis key and its PTTL, for `inspect`.
@@ -504,6 +608,13 @@ impl Connection {
             ttl_ms: (ttl >= 0).then_some(ttl as u64),
         })
     }
+}
+
+/// `HGETALL`'s flat `[name, value, ...]` as pairs, sorted by name.
+fn pairs(flat: Vec<String>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = flat.chunks_exact(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+    out.sort();
+    out
 }
 
 /// A single server's connection settings: connecting and every reply bounded.
@@ -677,7 +788,8 @@ fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
 
 /// The first fields of a stored bucket value `"c t w e v"` (credit, refilled
 /// at, window; None for any that does not parse; epoch and version follow).
-pub(crate) fn parse_stored(value: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
+/// Public for tools that read Redis themselves (`quotalease inspect`, `top`).
+pub fn parse_stored(value: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
     let mut it = value.split(' ').map(|f| f.parse::<u64>().ok());
     let mut next = || it.next().flatten();
     (next(), next(), next())

@@ -2,16 +2,18 @@
 //! update (no lock, no allocation, no syscall). Also how every decision is
 //! built and counted.
 
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Arc;
 
 use super::entry::Entry;
 use super::Engine;
 use crate::bucket::Policy;
-use crate::config::{validate_key, Mode};
+use crate::config::{validate_key_len, Mode};
 use crate::decision::{Decision, Reason};
 use crate::error::{Error, Result};
 use crate::fork;
+use crate::metrics::Counters;
+use crate::policy::{RuleSet, MAX_RULES};
 
 impl Engine {
     /// Tokens to ask for when `need` more are needed now and `local` are held:
@@ -20,6 +22,9 @@ impl Engine {
     pub(super) fn want(&self, e: &Entry, p: Policy, need: u64, local: u64) -> u64 {
         if self.r.adaptive {
             let d = self.sample_demand(e, self.clock.precise()) as u128;
+            if self.single(p) {
+                return need;
+            }
             let span = (crate::adaptive::PERIOD_MS + self.rtt_ms.load(Relaxed)) as u128;
             need + (d * span).div_ceil(1_000_000) as u64
         } else {
@@ -35,20 +40,61 @@ impl Engine {
         (lease, self.r.refill_threshold.min(lease))
     }
 
-    /// The admit path: `Ok(Some)` when local tokens decided, `Ok(None)` for the cold path.
+    /// Count a request on `e` (`counter`: its `admitted` or `denied`). An
+    /// entry retired meanwhile has had its counts moved to the retired
+    /// totals (`retire`: `retired` set, then each counter swapped to 0).
+    /// The increment and retire's swap are read-modify-writes of the same
+    /// counter, so one comes first: an increment before the swap is moved
+    /// by it; one after it reads the swap's value (acquire), so it sees
+    /// `retired` set before the swap and moves its count itself. Never
+    /// lost, never counted twice. (On x86 the increment is the same locked
+    /// add as a relaxed one; the check is one load and a branch.)
     #[inline(always)]
-    pub fn admit_local(&self, key: &str, cost: u64) -> Result<Option<Decision>> {
+    pub(super) fn count(&self, e: &Entry, counter: &AtomicU64) {
+        counter.fetch_add(1, AcqRel);
+        if e.retired.load(Relaxed) {
+            self.count_retired(e);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn count_retired(&self, e: &Entry) {
+        if !e.sub {
+            Counters::add(&self.counters.admitted_retired, e.admitted.swap(0, SeqCst));
+            Counters::add(&self.counters.denied_retired, e.denied.swap(0, SeqCst));
+        }
+    }
+
+    /// The admit path: `Ok(Some)` when local tokens decided, `Ok(None)` for
+    /// the cold path (no local tokens, a key not seen yet, or rules chosen
+    /// for another tier than `tier`).
+    #[inline(always)]
+    pub fn admit_local(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Option<Decision>> {
         if fork::current() != self.gen.load(Relaxed) {
             self.check_open()?;
         }
-        validate_key(key)?;
+        validate_key_len(key)?;
         if self.r.cfg.mode == Mode::Exact {
+            if let Some(t) = tier {
+                self.tier_id(t)?;
+            }
             return Ok(None);
         }
         let guard = self.table.map.pin();
         let Some(e) = guard.get(key) else {
+            if let Some(t) = tier {
+                self.tier_id(t)?;
+            }
             return Ok(None);
         };
+        if !self.rules_fit(e, tier)? {
+            return Ok(None);
+        }
+        let more = e.more.load(Acquire);
+        if more != 0 {
+            return self.admit_local_rules(e, cost, more as usize);
+        }
         let p = e.policy();
         if cost == 0 || cost > p.limit {
             return Err(Error::InvalidCost { cost, limit: p.limit });
@@ -57,7 +103,7 @@ impl Engine {
             return Ok(None);
         };
         e.touch(self.clock.coarse());
-        e.admitted.fetch_add(1, Relaxed);
+        self.count(e, &e.admitted);
         let threshold = e.threshold.load(Relaxed);
         let mut left = left;
         if left < threshold && !e.in_flight.load(Relaxed) {
@@ -65,6 +111,63 @@ impl Engine {
             left = e.tokens.load(Relaxed);
         }
         Ok(Some(self.decision(e, p, true, left, 0, self.admit_reason())))
+    }
+
+    /// The admit path of a key with several rules: every rule's bucket
+    /// spends `cost` local tokens, or none does (what was taken goes back)
+    /// and the cold path decides. The further rules' entries are reached
+    /// through the key's own entry (`Entry::subs`): no lookup, no allocation.
+    #[inline(never)]
+    fn admit_local_rules(&self, e: &Arc<Entry>, cost: u64, more: usize) -> Result<Option<Decision>> {
+        let more = more.min(MAX_RULES - 1);
+        let mut subs: [Option<arc_swap::Guard<Option<Arc<Entry>>>>; MAX_RULES - 1] = [None, None, None];
+        for (j, g) in subs.iter_mut().enumerate().take(more) {
+            *g = Some(e.subs[j].load());
+        }
+        let mut all: [Option<&Arc<Entry>>; MAX_RULES] = [None; MAX_RULES];
+        all[0] = Some(e);
+        for j in 0..more {
+            match subs[j].as_ref().and_then(|g| g.as_ref()) {
+                Some(s) if !s.retired.load(Acquire) => all[j + 1] = Some(s),
+                _ => return Ok(None),
+            }
+        }
+        let entries = &all[..=more];
+        for s in entries.iter().flatten() {
+            let limit = s.limit.load(Relaxed);
+            if cost == 0 || cost > limit {
+                return Err(Error::InvalidCost { cost, limit });
+            }
+        }
+        let mut left = [0u64; MAX_RULES];
+        for (i, s) in entries.iter().flatten().enumerate() {
+            match s.try_take(cost) {
+                Some(l) => left[i] = l,
+                None => {
+                    for t in entries[..i].iter().flatten() {
+                        t.tokens.fetch_add(cost, AcqRel);
+                    }
+                    return Ok(None);
+                }
+            }
+        }
+        let now = self.clock.coarse();
+        self.count(e, &e.admitted);
+        let mut best: Option<Decision> = None;
+        for (i, s) in entries.iter().flatten().enumerate() {
+            s.touch(now);
+            if left[i] < s.threshold.load(Relaxed) && !s.in_flight.load(Relaxed) {
+                self.prefetch(s);
+                left[i] = s.tokens.load(Relaxed);
+            }
+            let p = s.policy();
+            let d = self.decision(s, p, true, left[i], 0, self.admit_reason());
+            if best.is_none_or(|b| d.remaining < b.remaining) {
+                best = Some(Decision { rule: i as u8, ..d });
+            }
+        }
+        let rule_set = RuleSet(e.rule_set.load(Relaxed));
+        Ok(best.map(|d| Decision { rule_set, ..d }))
     }
 
     #[inline(always)]
@@ -95,18 +198,20 @@ impl Engine {
             reset_after_ms: p.ms_for_tokens(p.limit - remaining),
             window_ms: p.window_ms,
             reason,
+            rule: 0,
+            rule_set: RuleSet(0),
         }
     }
 
     pub(super) fn deny(&self, e: &Entry, p: Policy, local: u64, reason: Reason, retry_after_ms: u64) -> Decision {
-        e.denied.fetch_add(1, Relaxed);
+        self.count(e, &e.denied);
         self.decision(e, p, false, local, retry_after_ms.max(1), reason)
     }
 
     /// Count an admission; a leased admit that left few tokens prefetches.
     pub(super) fn admit(&self, e: &Arc<Entry>, p: Policy, left: u64, reason: Reason, now: u64) -> Decision {
         e.touch(now);
-        e.admitted.fetch_add(1, Relaxed);
+        self.count(e, &e.admitted);
         let threshold = e.threshold.load(Relaxed);
         let mut left = left;
         if (reason == Reason::Lease || reason == Reason::Local) && left < threshold && !e.in_flight.load(Relaxed) {

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use super::entry::Entry;
 use super::{lock, Engine};
 use crate::authority::Reply;
-use crate::config::Mode;
+use crate::config::{validate_key, Mode};
 use crate::decision::{Decision, Reason};
 use crate::error::{Error, Result};
+use crate::policy::RuleSet;
 
 /// Where an exact-mode answer lands.
 pub(super) type Slot = Arc<Mutex<Option<std::result::Result<Reply, String>>>>;
@@ -27,7 +28,15 @@ pub(super) enum Step {
     Again,
     /// Exact mode: wait for this answer, then decide with it.
     Exact(Slot),
+    /// The entry was evicted (or swept) while this request was on it; what
+    /// it was granted went back: decide again on the key's entry in the table.
+    Retired,
 }
+
+/// How often a request starts again on a fresh entry when its entry is
+/// evicted under it, before it is decided as a timed-out lease call would be
+/// (only a table far smaller than the threads filling it gets there).
+const RETIRED_RETRIES: usize = 8;
 
 /// How a cold-path caller may wait.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -38,45 +47,164 @@ pub(crate) enum Waiting {
     No,
 }
 
+/// The cold path of a key, over its rules, with `$drive` (blocking or
+/// awaiting) deciding one bucket `$b`: one rule is driven alone; several
+/// are driven in turn and the first denial gives the earlier rules' tokens
+/// back. An entry evicted under the request (`None` from the driver) starts
+/// it again on the key's entry in the table, at most [`RETIRED_RETRIES`]
+/// times (what earlier rules took goes back first).
+macro_rules! cold_path {
+    ($me:ident, $key:ident, $cost:ident, $tier:ident, |$b:ident| $drive:expr) => {{
+        let mut attempt = 0;
+        loop {
+            let e = $me.entry_for($key, $tier)?;
+            let last = attempt == RETIRED_RETRIES;
+            attempt += 1;
+            if e.more.load(Acquire) == 0 {
+                $me.validate_cost(&e, $cost)?;
+                let $b = &e;
+                match $drive? {
+                    Some(d) => return Ok(d),
+                    None if last => return Ok($me.after_timeout(&$me.entry_for($key, $tier)?, $cost)),
+                    None => continue,
+                }
+            }
+            let entries = $me.rule_entries(&e);
+            for s in &entries {
+                $me.validate_cost(s, $cost)?;
+            }
+            let mut got = Vec::with_capacity(entries.len());
+            for $b in &entries {
+                match $drive? {
+                    Some(d) if !d.allowed => return Ok($me.rules_denied(&entries, &got, d, $cost)),
+                    Some(d) => got.push(d),
+                    None => break,
+                }
+            }
+            if got.len() == entries.len() {
+                return Ok($me.rules_admitted(&entries, got));
+            }
+            // A rule's entry was evicted: what the rules before it took goes back.
+            $me.undo_rules(&entries, &got, $cost);
+            if last {
+                return Ok($me.after_timeout(&$me.entry_for($key, $tier)?, $cost));
+            }
+        }
+    }};
+}
+
 impl Engine {
     /// Blocking driver of the cold path.
-    pub fn acquire_slow(&self, key: &str, cost: u64, waiting: Waiting) -> Result<Decision> {
-        let e = self.entry(key);
-        self.validate_cost(&e, cost)?;
-        let deadline = Instant::now() + self.wait_bound();
-        loop {
-            let in_time = match self.step(&e, cost, waiting)? {
-                Step::Done(d) => return Ok(d),
-                Step::Again => Instant::now() < deadline,
-                Step::Wait => self.wait_blocking(|| self.lease_landed(&e), deadline),
-                Step::Exact(slot) => {
-                    self.wait_blocking(|| lock(&slot).is_some(), deadline);
-                    return Ok(self.exact_decision(&e, cost, lock(&slot).take()));
-                }
-            };
-            if !in_time {
-                return Ok(self.after_timeout(&e, cost));
+    pub fn acquire_slow(&self, key: &str, cost: u64, waiting: Waiting, tier: Option<&str>) -> Result<Decision> {
+        // The admit path checks a key's length only; the separator that
+        // names rule buckets is refused here, before the key is looked up.
+        validate_key(key)?;
+        if waiting == Waiting::Yes {
+            self.await_policy(key);
+        } else {
+            let _ = self.policy_wait(key);
+        }
+        cold_path!(self, key, cost, tier, |b| self.drive(b, cost, waiting))
+    }
+
+    /// Async driver of the cold path (runs on the broker's runtime).
+    pub async fn acquire_slow_async(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
+        validate_key(key)?;
+        self.await_policy_async(key).await;
+        cold_path!(self, key, cost, tier, |b| self.drive_async(b, cost).await)
+    }
+
+    /// Every rule admitted: the decision of the rule with the fewest tokens left.
+    fn rules_admitted(&self, entries: &[Arc<Entry>], got: Vec<Decision>) -> Decision {
+        let (i, d) = got
+            .into_iter()
+            .enumerate()
+            .min_by_key(|(_, d)| d.remaining)
+            .expect("a key has at least one rule");
+        Decision {
+            rule: i as u8,
+            rule_set: RuleSet(entries[0].rule_set.load(Relaxed)),
+            ..d
+        }
+    }
+
+    /// Rule `got.len()` denied: the rules before it give their tokens back,
+    /// and the request counts as denied (on the key's own entry).
+    fn rules_denied(&self, entries: &[Arc<Entry>], got: &[Decision], d: Decision, cost: u64) -> Decision {
+        self.undo_rules(entries, got, cost);
+        if !got.is_empty() {
+            self.count(&entries[0], &entries[0].denied);
+        }
+        Decision {
+            rule: got.len() as u8,
+            rule_set: RuleSet(entries[0].rule_set.load(Relaxed)),
+            ..d
+        }
+    }
+
+    /// The rules in `got` admitted a request that is not admitted after all:
+    /// their tokens go back, and the key's own entry no longer counts it.
+    fn undo_rules(&self, entries: &[Arc<Entry>], got: &[Decision], cost: u64) {
+        for (s, admitted) in entries.iter().zip(got) {
+            self.refund(s, admitted, cost);
+        }
+        if !got.is_empty() {
+            let _ = entries[0]
+                .admitted
+                .fetch_update(Relaxed, Relaxed, |a| Some(a.saturating_sub(1)));
+        }
+    }
+
+    /// Give back the `cost` tokens an admitting rule took for a request a
+    /// later rule denied: into the local lease they came from, to the
+    /// authority (mode exact), or to the failure policy's share.
+    pub(super) fn refund(&self, e: &Arc<Entry>, d: &Decision, cost: u64) {
+        match d.reason {
+            Reason::Exact => self.give_back(&e.key, e.policy(), cost),
+            Reason::Fallback => self.refund_fallback(e, cost),
+            _ => {
+                e.tokens.fetch_add(cost, AcqRel);
             }
         }
     }
 
-    /// Async driver of the cold path (runs on the broker's runtime).
-    pub async fn acquire_slow_async(&self, key: &str, cost: u64) -> Result<Decision> {
-        let e = self.entry(key);
-        self.validate_cost(&e, cost)?;
-        let deadline = tokio::time::Instant::now() + self.wait_bound();
+    /// The blocking cold path of one bucket.
+    /// `None`: the entry was evicted under the request (decide again).
+    fn drive(&self, e: &Arc<Entry>, cost: u64, waiting: Waiting) -> Result<Option<Decision>> {
+        let deadline = Instant::now() + self.wait_bound();
         loop {
-            let in_time = match self.step(&e, cost, Waiting::Yes)? {
-                Step::Done(d) => return Ok(d),
-                Step::Again => tokio::time::Instant::now() < deadline,
-                Step::Wait => self.wait_async(|| self.lease_landed(&e), deadline).await,
+            let in_time = match self.step(e, cost, waiting)? {
+                Step::Done(d) => return Ok(Some(d)),
+                Step::Retired => return Ok(None),
+                Step::Again => Instant::now() < deadline,
+                Step::Wait => self.wait_blocking(|| self.lease_landed(e), deadline),
                 Step::Exact(slot) => {
-                    self.wait_async(|| lock(&slot).is_some(), deadline).await;
-                    return Ok(self.exact_decision(&e, cost, lock(&slot).take()));
+                    self.wait_blocking(|| lock(&slot).is_some(), deadline);
+                    return Ok(Some(self.exact_decision(e, cost, lock(&slot).take())));
                 }
             };
             if !in_time {
-                return Ok(self.after_timeout(&e, cost));
+                return Ok(Some(self.after_timeout(e, cost)));
+            }
+        }
+    }
+
+    /// The awaiting cold path of one bucket.
+    async fn drive_async(&self, e: &Arc<Entry>, cost: u64) -> Result<Option<Decision>> {
+        let deadline = tokio::time::Instant::now() + self.wait_bound();
+        loop {
+            let in_time = match self.step(e, cost, Waiting::Yes)? {
+                Step::Done(d) => return Ok(Some(d)),
+                Step::Retired => return Ok(None),
+                Step::Again => tokio::time::Instant::now() < deadline,
+                Step::Wait => self.wait_async(|| self.lease_landed(e), deadline).await,
+                Step::Exact(slot) => {
+                    self.wait_async(|| lock(&slot).is_some(), deadline).await;
+                    return Ok(Some(self.exact_decision(e, cost, lock(&slot).take())));
+                }
+            };
+            if !in_time {
+                return Ok(Some(self.after_timeout(e, cost)));
             }
         }
     }
@@ -87,6 +215,9 @@ impl Engine {
 
     /// One step of the cold path.
     pub(super) fn step(&self, e: &Arc<Entry>, cost: u64, waiting: Waiting) -> Result<Step> {
+        if e.retired.load(Acquire) {
+            return Ok(Step::Retired);
+        }
         let now = self.clock.precise();
         let p = e.policy();
         self.expire_if_idle(e, p, now);

@@ -1,10 +1,20 @@
 //! One key's local lease: the atomics the admit path touches.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 use std::sync::Mutex;
 
 use crate::bucket::Policy;
 use crate::guard::Recent;
+use crate::policy::MAX_RULES;
+
+/// [`Entry::mark`]: the rules were resolved for a call naming no tier.
+pub(crate) const MARK_DEFAULT: u32 = u32::MAX;
+/// [`Entry::mark`]: the key has a policy of its own; a named tier is ignored.
+pub(crate) const MARK_PINNED: u32 = u32::MAX - 1;
+/// [`Entry::mark`]: the bucket of a further rule, never a caller's key: no
+/// call's tier matches it, so a caller's key that names such a bucket
+/// (`key`, U+001F, window) goes to the cold path, which refuses it.
+pub(crate) const MARK_SUB: u32 = u32::MAX - 2;
 
 /// Per-key state. `repr(C)` keeps the declared order, so everything the
 /// admit path reads or writes (the first eight fields, 57 bytes) sits in the
@@ -26,9 +36,23 @@ pub(crate) struct Entry {
     pub threshold: AtomicU64,
     /// A lease request for this key is in flight.
     pub in_flight: AtomicBool,
-    // --- the cold path's fields ---
+    /// Further rules of the key (0: one rule); their windows are in `extra`.
+    pub more: AtomicU8,
     /// The entry left the table; tokens granted to it go straight back.
     pub retired: AtomicBool,
+    /// How the key's rules were chosen: [`MARK_DEFAULT`] (no tier named),
+    /// [`MARK_PINNED`] (its own policy: `set_limit`, store or file), or the
+    /// id of the tier the caller named. A call naming another resolves again.
+    pub mark: AtomicU32,
+    // --- the cold path's fields ---
+    /// The id of the key's rules for its decisions ([`crate::policy::RuleSet`]).
+    pub rule_set: AtomicU32,
+    /// The entries of the further rules' buckets (the admit path reaches
+    /// them here, with no lookup; the table holds them too).
+    pub subs: [arc_swap::ArcSwapOption<Entry>; MAX_RULES - 1],
+    /// This is a further rule's bucket of some key (its requests are
+    /// counted on the key's own entry).
+    pub sub: bool,
     /// Requests denied on this key.
     pub denied: AtomicU64,
     /// Clock reading when the in-flight request started (stale-request guard).
@@ -67,11 +91,20 @@ pub(crate) struct Entry {
     pub auth_version: AtomicU64,
     pub auth_alive_until: AtomicU64,
     pub recent: Mutex<Recent>,
+    /// Clock reading of the authority's last answer on the key (when
+    /// `auth_remaining` was true; 0: none yet).
+    pub auth_at: AtomicU64,
     pub key: Box<str>,
 }
 
 impl Entry {
+    #[cfg(test)]
     pub fn new(key: &str, policy: Policy, threshold: u64, now: u64) -> Self {
+        Self::with(key, policy, threshold, now, false)
+    }
+
+    /// A new entry; `sub`: the bucket of a further rule.
+    pub fn with(key: &str, policy: Policy, threshold: u64, now: u64, sub: bool) -> Self {
         Entry {
             tokens: AtomicU64::new(0),
             last_used: AtomicU64::new(now),
@@ -81,7 +114,12 @@ impl Entry {
             auth_remaining: AtomicU64::new(policy.limit),
             threshold: AtomicU64::new(threshold),
             in_flight: AtomicBool::new(false),
+            more: AtomicU8::new(0),
             retired: AtomicBool::new(false),
+            mark: AtomicU32::new(if sub { MARK_SUB } else { MARK_DEFAULT }),
+            rule_set: AtomicU32::new(0),
+            subs: Default::default(),
+            sub,
             denied: AtomicU64::new(0),
             in_flight_since: AtomicU64::new(0),
             exhausted_until: AtomicU64::new(0),
@@ -101,6 +139,7 @@ impl Entry {
             auth_version: AtomicU64::new(0),
             auth_alive_until: AtomicU64::new(0),
             recent: Mutex::new(Recent::default()),
+            auth_at: AtomicU64::new(0),
             key: key.into(),
         }
     }
@@ -214,6 +253,8 @@ mod tests {
         assert_eq!(align_of::<Entry>(), 64);
         assert!(offset_of!(Entry, in_flight) + size_of::<AtomicBool>() <= 64);
         assert!(offset_of!(Entry, threshold) + 8 <= 64);
+        assert!(offset_of!(Entry, more) < 64);
+        assert!(offset_of!(Entry, mark) + 4 <= 64);
         for off in [
             offset_of!(Entry, tokens),
             offset_of!(Entry, last_used),

@@ -62,6 +62,7 @@ impl Engine {
                 e.granted(g.granted, now);
                 Counters::add(&self.counters.tokens_leased, g.granted);
                 e.auth_remaining.store(g.remaining, Relaxed);
+                e.auth_at.store(now.max(1), Relaxed);
                 if g.granted >= cost {
                     self.admit(e, p, 0, Reason::Exact, self.clock.precise())
                 } else {

@@ -22,18 +22,66 @@ impl Engine {
             FailurePolicy::Allow => self.admit(e, p, 0, Reason::Fallback, now),
             FailurePolicy::Deny => {
                 let retry = self.circuit.ms_to_probe(now);
-                self.deny(e, p, 0, Reason::Fallback, retry)
+                Self::left(self.deny(e, p, 0, Reason::Fallback, retry), 0, p)
             }
             FailurePolicy::StaticShare => {
-                let g = self
-                    .fallback
-                    .lease(&e.key, self.fallback_share(e, p, now), cost, cost, now);
-                if g.granted >= cost {
+                let share = self.fallback_share(e, p, now);
+                self.fallback.cap(&e.key, share, self.share_left(e, p, share, now), now);
+                let g = self.fallback.lease(&e.key, share, cost, cost, now);
+                let d = if g.granted >= cost {
                     self.admit(e, p, 0, Reason::Fallback, now)
                 } else {
                     self.deny(e, p, 0, Reason::Fallback, g.wait_ms)
-                }
+                };
+                Self::left(d, g.remaining, p)
             }
+        }
+    }
+
+    /// The most this instance's share of a key may hold: its part (`share`
+    /// of the limit) of what the bucket held at the authority's last answer
+    /// plus the refill since, rounded up. A fleet whose shares sum to the
+    /// key's rate so starts an outage with about what the bucket held, not
+    /// with one more whole limit; a key never answered may hold a full share.
+    /// (The cap grows at the share's own refill rate, so it holds back only
+    /// a bucket fuller than the authority's last word: new, or refilled
+    /// since an earlier outage.)
+    fn share_left(&self, e: &Entry, p: Policy, share: Policy, now: u64) -> u64 {
+        let at = e.auth_at.load(Relaxed);
+        if at == 0 || p.limit == 0 {
+            return share.limit;
+        }
+        let since = now.saturating_sub(at) as u128;
+        let held = (e.auth_remaining.load(Relaxed) as u128 + since * p.limit as u128 / p.window_ms.max(1) as u128)
+            .min(p.limit as u128);
+        (held * share.limit as u128).div_ceil(p.limit as u128) as u64
+    }
+
+    /// A failure-policy decision says what this instance may still admit
+    /// (its share's tokens; none under `deny`), not the authority's last
+    /// estimate, which for a key it never answered is the whole limit.
+    fn left(d: Decision, remaining: u64, p: Policy) -> Decision {
+        let remaining = remaining.min(p.limit);
+        Decision {
+            remaining,
+            reset_after_ms: p.ms_for_tokens(p.limit - remaining),
+            ..d
+        }
+    }
+
+    /// A request the failure policy admitted was denied by a later rule:
+    /// its tokens go back to the static share they came from.
+    pub(super) fn refund_fallback(&self, e: &Arc<Entry>, cost: u64) {
+        if self.r.cfg.on_backend_failure == FailurePolicy::StaticShare {
+            let now = self.clock.precise();
+            let share = self.fallback_share(e, e.policy(), now);
+            let _ = self.fallback.answer(crate::authority::Call::GiveBack {
+                key: e.key.to_string(),
+                policy: share,
+                tokens: cost,
+                now: self.now(),
+                holder: 0,
+            });
         }
     }
 

@@ -16,6 +16,17 @@ use crate::error::Result;
 use crate::metrics::Counters;
 
 impl Engine {
+    /// Whether adaptive leasing decides a key of policy `p` one request at a
+    /// time ([`Ask::single`]): its overshoot budget is a share of the limit
+    /// under one whole token (the default 2 % of a limit below 50). Such a
+    /// key is leased exactly what each request needs, with no prefetch and
+    /// no rate, so the fleet admits what one exact bucket would.
+    pub(super) fn single(&self, p: Policy) -> bool {
+        self.r.adaptive
+            && matches!(self.r.cfg.overshoot_budget,
+                crate::config::Budget::PerMillion(ppm) if (p.limit as u128) * (ppm as u128) < 1_000_000)
+    }
+
     /// The time an authority call is made at.
     pub(super) fn now(&self) -> Now {
         Now {
@@ -90,6 +101,7 @@ impl Engine {
                 need,
                 budget: self.r.cfg.overshoot_budget.tokens(policy.limit),
                 returned: e.rate_dropped.swap(0, AcqRel) + unused,
+                single: self.single(policy),
             }
         });
         let call = Call::Lease {
@@ -212,8 +224,11 @@ impl Engine {
             e.rate.store(0, Release);
         }
         // Prefetch a round trip's worth (twice) ahead of running dry; an
-        // inline authority needs no prefetch.
-        if !self.is_inline() {
+        // inline authority needs no prefetch, nor a key decided one request
+        // at a time.
+        if self.single(p) {
+            e.threshold.store(0, Relaxed);
+        } else if !self.is_inline() {
             let d = e.demand.load(Relaxed) as u128;
             let rtt = self.rtt_ms.load(Relaxed) as u128;
             e.threshold.store(1 + (2 * d * rtt).div_ceil(1_000_000) as u64, Relaxed);
@@ -239,12 +254,19 @@ impl Engine {
         // arrivals at about the rate need that much slack not to waste it.
         let by_budget = budget * rate / p.limit.max(1) as u128;
         let by_time = rate * 250 / p.window_ms.max(1) as u128;
+        // The key's only holder: its rate is the whole refill, so what it
+        // accrues is what one exact bucket would hold, up to the limit (a
+        // burst after a pause is served as that bucket would serve it).
+        if e.holders.load(Relaxed) <= 1 {
+            return p.limit.max(1);
+        }
         (by_budget.max(by_time) as u64).max(1)
     }
 
     fn apply_grant(&self, e: &Entry, g: Grant, need: u64, now: u64) {
         Counters::add(&self.counters.tokens_leased, g.granted);
         e.auth_remaining.store(g.remaining, Relaxed);
+        e.auth_at.store(now.max(1), Relaxed);
         if g.granted == 0 {
             // Come back when half a lease has refilled, not at the first token:
             // at saturation, instances then lease chunks instead of racing

@@ -26,6 +26,7 @@ use crate::events::Listener;
 use crate::fork;
 use crate::limiter::Inspection;
 use crate::metrics::{Counters, Metrics};
+use entry::Entry;
 
 mod admit;
 mod cold;
@@ -33,6 +34,7 @@ pub(crate) mod entry;
 mod exact;
 mod fallback;
 mod grants;
+pub(crate) mod policies;
 mod table;
 
 pub(crate) use cold::Waiting;
@@ -55,6 +57,8 @@ pub(crate) struct Engine {
     closed: AtomicBool,
     table: Table,
     overrides: Mutex<HashMap<String, crate::bucket::Policy>>,
+    /// Tiers, the policy store's and file's entries (`policies.rs`).
+    pub(crate) policies: policies::Policies,
     authority: Authority,
     /// Static-share buckets while the backend is down.
     fallback: MemoryAuthority,
@@ -105,6 +109,7 @@ impl Engine {
                 Target {
                     spec: spec.clone(),
                     timeout_ms: r.cfg.backend_timeout_ms,
+                    lane: crate::broker::Lane::Leases,
                 },
                 &r.cfg.key_prefix,
             ),
@@ -116,6 +121,7 @@ impl Engine {
             closed: AtomicBool::new(false),
             table: Table::new(r.cfg.max_keys),
             overrides: Mutex::new(HashMap::new()),
+            policies: policies::Policies::new(&r.cfg, r.file.clone()),
             authority,
             fallback: MemoryAuthority::default(),
             circuit: Circuit::default(),
@@ -203,26 +209,30 @@ impl Engine {
     pub fn set_policy(&self, key: &str, p: crate::bucket::Policy) {
         lock(&self.overrides).insert(key.to_owned(), p);
         if let Some(e) = self.table.get(key) {
-            e.limit.store(p.limit, Relaxed);
-            e.window_ms.store(p.window_ms, Relaxed);
-            // The authority's last "empty" was under the old policy.
-            e.exhausted_until.store(0, Relaxed);
-            if !self.r.adaptive {
-                e.threshold.store(self.lease_params(p).1, Relaxed);
-            }
-            // Local tokens above the new limit go back.
-            if e.tokens.load(Relaxed) > p.limit {
-                let extra = e.tokens.swap(p.limit, AcqRel).saturating_sub(p.limit);
-                self.give_back(&e.key, p, extra);
+            if let Ok(r) = self.resolve(key, None) {
+                self.apply_rules(&e, key, &r);
             }
         }
     }
 
-    fn policy_of(&self, key: &str) -> crate::bucket::Policy {
-        lock(&self.overrides)
-            .get(key)
-            .copied()
-            .unwrap_or_else(|| self.r.policy())
+    /// Hold one bucket's entry to `p` (a no-op when it already is): stored
+    /// tokens above a lowered limit go back; the authority clamps its own.
+    pub(crate) fn set_entry_policy(&self, e: &Entry, p: crate::bucket::Policy) {
+        if e.policy() == p {
+            return;
+        }
+        e.limit.store(p.limit, Relaxed);
+        e.window_ms.store(p.window_ms, Relaxed);
+        // The authority's last "empty" was under the old policy.
+        e.exhausted_until.store(0, Relaxed);
+        if !self.r.adaptive {
+            e.threshold.store(self.lease_params(p).1, Relaxed);
+        }
+        // Local tokens above the new limit go back.
+        if e.tokens.load(Relaxed) > p.limit {
+            let extra = e.tokens.swap(p.limit, AcqRel).saturating_sub(p.limit);
+            self.give_back(&e.key, p, extra);
+        }
     }
 
     fn wake_all(&self) {
@@ -281,7 +291,9 @@ impl Engine {
     /// For deterministic tests: maintenance now, then wait for quiet.
     pub fn settle(&self) -> Result<()> {
         self.check_open()?;
-        self.maintain_at(self.clock.precise());
+        let now = self.clock.precise();
+        self.maintain_at(now);
+        self.refresh_policies(now, true);
         self.wait_idle(Duration::from_secs(10))
     }
 
@@ -289,11 +301,22 @@ impl Engine {
     pub fn inspect(&self, key: &str) -> Result<Inspection> {
         self.check_open()?;
         validate_key(key)?;
-        let policy = self.policy_of(key);
         let now = self.clock.precise();
+        let entry = self.table.get(key);
+        // The rules in force: the entry's, chosen for the tier its calls name.
+        let tier = entry.as_ref().and_then(|e| {
+            let mark = e.mark.load(Relaxed);
+            let map = self.policies.tiers.load();
+            map.get_by_id(mark).map(str::to_string)
+        });
+        let res = self.resolve(key, tier.as_deref())?;
+        let policy = res.rules.first();
         let mut out = Inspection {
             limit: policy.limit,
             window_ms: policy.window_ms,
+            rules: res.rules.to_string(),
+            tier: res.source.tier.clone(),
+            policy_source: res.source.to_string(),
             ..Inspection::default()
         };
         if let Some(e) = self.table.get(key) {
@@ -367,6 +390,7 @@ impl Tick for Engine {
             self.last_sweep.store(now, Relaxed);
             self.maintain_at(now);
         }
+        self.refresh_policies(now, false);
     }
 }
 
@@ -389,9 +413,9 @@ mod tests {
     }
 
     fn acquire(e: &Engine, key: &str) -> crate::Decision {
-        match e.admit_local(key, 1).unwrap() {
+        match e.admit_local(key, 1, None).unwrap() {
             Some(d) => d,
-            None => e.acquire_slow(key, 1, Waiting::Yes).unwrap(),
+            None => e.acquire_slow(key, 1, Waiting::Yes, None).unwrap(),
         }
     }
 
@@ -447,12 +471,12 @@ mod tests {
     fn the_cold_path_on_memory_never_leaves_a_request_pending() {
         let e = engine(3, 3, 100);
         // try_acquire on an inline authority decides at once: lease or exhausted.
-        let d = e.acquire_slow("k", 1, Waiting::No).unwrap();
+        let d = e.acquire_slow("k", 1, Waiting::No, None).unwrap();
         assert_eq!((d.allowed, d.reason), (true, Reason::Lease));
         assert!(!e.table.get("k").unwrap().in_flight.load(Relaxed));
         assert_eq!(e.pending.load(Relaxed), 0, "every inline call was finished");
         // A cost above what is left locally and in the authority: exhausted.
-        let d = e.acquire_slow("k", 3, Waiting::No).unwrap();
+        let d = e.acquire_slow("k", 3, Waiting::No, None).unwrap();
         assert_eq!((d.allowed, d.reason), (false, Reason::Exhausted));
         assert_eq!(e.table.get("k").unwrap().tokens.load(Relaxed), 2, "local tokens kept");
     }

@@ -2,12 +2,12 @@
 //! when more than `max_keys` are tracked, the idle sweep, lease-TTL expiry
 //! (tokens unused for `lease_ttl_ms` go back to the authority) and flush.
 
-use std::sync::atomic::{AtomicBool, Ordering::*};
-use std::sync::Arc;
+use std::sync::atomic::Ordering::*;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::entry::Entry;
-use super::Engine;
+use super::{lock, Engine};
 use crate::bucket::Policy;
 use crate::error::Result;
 use crate::metrics::{Counters, Metrics};
@@ -24,8 +24,11 @@ type Map = papaya::HashMap<Box<str>, Arc<Entry>, foldhash::fast::RandomState>;
 pub(super) struct Table {
     pub(super) map: Map,
     max_keys: usize,
-    /// One eviction pass at a time; others insert meanwhile.
-    evicting: AtomicBool,
+    /// One eviction pass at a time; a thread inserting into a full table
+    /// waits for the pass under way (so the table grows past `max_keys` by
+    /// at most the threads inserting at once, not by what they insert while
+    /// a pass runs).
+    evicting: Mutex<()>,
 }
 
 impl Table {
@@ -38,7 +41,7 @@ impl Table {
                 .resize_mode(papaya::ResizeMode::Blocking)
                 .build(),
             max_keys,
-            evicting: AtomicBool::new(false),
+            evicting: Mutex::new(()),
         }
     }
 
@@ -70,8 +73,11 @@ impl Table {
         let guard = self.map.pin();
         m.keys_tracked = guard.len() as u64;
         for (_, e) in guard.iter() {
-            m.admitted += e.admitted.load(Relaxed);
-            m.denied += e.denied.load(Relaxed);
+            // A further rule's bucket: its requests are counted on the key's own entry.
+            if !e.sub {
+                m.admitted += e.admitted.load(Relaxed);
+                m.denied += e.denied.load(Relaxed);
+            }
             m.overshoot_bound += e.tokens.load(Relaxed);
         }
     }
@@ -91,8 +97,9 @@ impl Table {
 }
 
 impl Engine {
-    /// The key's entry, created (after eviction when full) if new.
-    pub(super) fn entry(&self, key: &str) -> Arc<Entry> {
+    /// The entry of one bucket (a key's own, or with `sub` a further
+    /// rule's), created (after eviction when full) with `policy` if new.
+    pub(super) fn entry_with(&self, key: &str, policy: Policy, sub: bool) -> Arc<Entry> {
         if let Some(e) = self.table.get(key) {
             return e;
         }
@@ -104,27 +111,27 @@ impl Engine {
         if self.table.map.len() >= self.table.max_keys {
             self.evict();
         }
-        let policy = self.policy_of(key);
         let now = self.clock.precise();
         let (_, threshold) = self.lease_params(policy);
         // Adaptive: keep a token on hand for a remote authority (a round
         // trip away); an inline one answers at once, so no prefetch.
         let threshold = if self.r.adaptive {
-            u64::from(!self.is_inline())
+            u64::from(!self.is_inline() && !self.single(policy))
         } else {
             threshold
         };
         self.table
             .map
             .pin()
-            .get_or_insert_with(key.into(), || Arc::new(Entry::new(key, policy, threshold, now)))
+            .get_or_insert_with(key.into(), || Arc::new(Entry::with(key, policy, threshold, now, sub)))
             .clone()
     }
 
     /// Evict the least recently used sixteenth of `max_keys`.
     fn evict(&self) {
-        if self.table.evicting.swap(true, AcqRel) {
-            return; // another thread is making room
+        let _pass = lock(&self.table.evicting);
+        if self.table.map.len() < self.table.max_keys {
+            return; // the pass this thread waited for made room
         }
         let victims = self.table.eviction_victims();
         let guard = self.table.map.pin();
@@ -133,16 +140,19 @@ impl Engine {
                 self.retire(e);
             }
         }
-        self.table.evicting.store(false, Release);
     }
 
     fn retire(&self, e: &Entry) {
-        e.retired.store(true, Release);
+        e.retired.store(true, SeqCst);
         let t = e.tokens.swap(0, AcqRel);
         Counters::add(&self.counters.tokens_expired, t);
         self.give_back(&e.key, e.policy(), t);
-        Counters::add(&self.counters.admitted_retired, e.admitted.load(Relaxed));
-        Counters::add(&self.counters.denied_retired, e.denied.load(Relaxed));
+        if !e.sub {
+            // Swapped, so a request counted on it from here on is moved by
+            // `Engine::count` instead (counted once either way).
+            Counters::add(&self.counters.admitted_retired, e.admitted.swap(0, SeqCst));
+            Counters::add(&self.counters.denied_retired, e.denied.swap(0, SeqCst));
+        }
     }
 
     /// Lease TTL, applied lazily on the cold path as well as by the sweeper.

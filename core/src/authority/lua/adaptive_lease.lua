@@ -1,7 +1,8 @@
 -- Adaptive lease: the algorithm of core/src/adaptive.rs (the memory
 -- authority runs that code; this script is its Redis twin).
 -- KEYS[2] the key's holders: a hash, holder id -> "demand held expires rate
--- rate_from rate_until version" (the bucket's version after its last call). ARGV[3] want, [4] need, [6] holder id, [7] demand
+-- rate_from rate_until version" (the bucket's version after its last call). ARGV[3] want (0: the key
+-- is decided one request at a time, `Ask::single`: need only, never a rate), [4] need, [6] holder id, [7] demand
 -- (milli-tokens/s), [8] held, [9] budget, [10] returned, [11] period ms,
 -- [12] grant tokens, [13] longest period ms, [14] holder ttl ms, [15] grace ms,
 -- [16..20] the failover guard (holders seen, then the prelude's four).
@@ -10,6 +11,7 @@
 -- (rate_ms a duration: the caller's clock need not be Redis'.)
 local want = tonumber(ARGV[3])
 local need = tonumber(ARGV[4])
+local single = want == 0
 local me = ARGV[6]
 local demand = tonumber(ARGV[7])
 local held = tonumber(ARGV[8])
@@ -167,7 +169,7 @@ mine[2] = held + math.max(0, granted - need)
 local rate, bonus, period, delay = 0, 0, PERIOD, 0
 -- a dry bucket starts rates too; one short of a large request answers
 -- as a plain bucket: nothing now, and when to come back
-if not saturated and (avail >= need or avail > 0) then
+if single or (not saturated and (avail >= need or avail > 0)) then
   mine[4] = 0
   if mine[6] > now then mine[6] = now end
 else

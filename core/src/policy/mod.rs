@@ -1,0 +1,419 @@
+//! Policies: the rules a key is held to, plan tiers, and where a key's
+//! policy comes from.
+//!
+//! A **rule** is one token bucket (`limit` tokens per `window_ms`); a key's
+//! **rules** are one to [`MAX_RULES`] of them, and a request is admitted
+//! only when every rule admits it. A **tier** is a named set of rules
+//! (`free = "100/min"`, `pro = "6000/min, 1000000/day"`). A key's rules come
+//! from, first to last: `set_limit` in this process, the key's entry in the
+//! policy store (a tier or its own rules), the tier the caller names, the
+//! default tier, the limiter's `limit`/`window_ms`.
+//!
+//! Each rule has its own bucket. The first rule's bucket is the key's own
+//! (so a key's state survives any change of its first rule, as with
+//! `set_limit`); a further rule's bucket is named by the key and the rule's
+//! window ([`rule_key`]), so its state survives every change that keeps its
+//! window. Rules of one key must have distinct windows.
+
+use std::fmt;
+
+use crate::bucket::Policy;
+use crate::config::{parse_rate, validate_policy};
+use crate::error::{Error, Result};
+
+pub mod file;
+
+/// Most rules one key can be held to.
+pub const MAX_RULES: usize = 4;
+
+/// Separates a key from a further rule's window in that rule's bucket key.
+pub const RULE_SEPARATOR: char = '\u{1f}';
+
+/// The rules of one key: one to [`MAX_RULES`] buckets, all of which must
+/// admit a request. Plain data (`Copy`), so a [`crate::Decision`] carries it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rules {
+    len: u8,
+    rules: [Policy; MAX_RULES],
+}
+
+const NO_RULE: Policy = Policy { limit: 0, window_ms: 0 };
+
+impl Rules {
+    /// One rule.
+    pub const fn one(p: Policy) -> Rules {
+        Rules {
+            len: 1,
+            rules: [p, NO_RULE, NO_RULE, NO_RULE],
+        }
+    }
+
+    /// Rules from a list: one to [`MAX_RULES`] valid policies with distinct
+    /// windows. `field` names the option or argument in errors.
+    pub fn new(list: &[Policy], field: &'static str) -> Result<Rules> {
+        if list.is_empty() {
+            return Err(Error::config(field, "needs at least one rule, like \"100/min\""));
+        }
+        if list.len() > MAX_RULES {
+            return Err(Error::config(
+                field,
+                format!("has {} rules; at most {MAX_RULES} are allowed", list.len()),
+            ));
+        }
+        let mut out = Rules::one(NO_RULE);
+        for (i, p) in list.iter().enumerate() {
+            let p = validate_policy(p.limit, p.window_ms).map_err(|e| match e {
+                Error::Config { reason, .. } => Error::config(field, reason),
+                e => e,
+            })?;
+            if list[..i].iter().any(|q| q.window_ms == p.window_ms) {
+                return Err(Error::config(
+                    field,
+                    format!(
+                        "has two rules with a window of {} ms; keep one rule per window (the stricter one)",
+                        p.window_ms
+                    ),
+                ));
+            }
+            out.rules[i] = p;
+        }
+        out.len = list.len() as u8;
+        Ok(out)
+    }
+
+    /// Parse `"10/s, 10000/day"`: rates separated by commas (see
+    /// [`parse_rate`]). `field` names the option in errors.
+    pub fn parse(text: &str, field: &'static str) -> Result<Rules> {
+        let mut list = Vec::new();
+        for part in text.split(',') {
+            let (limit, window_ms) = parse_rate(part).map_err(|e| match e {
+                Error::Config { reason, .. } => Error::config(field, reason),
+                e => e,
+            })?;
+            list.push(Policy { limit, window_ms });
+        }
+        Rules::new(&list, field)
+    }
+
+    /// The rules, first to last.
+    #[inline]
+    pub fn as_slice(&self) -> &[Policy] {
+        &self.rules[..self.len as usize]
+    }
+
+    /// How many rules.
+    #[inline]
+    #[allow(clippy::len_without_is_empty)] // never empty
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// The first rule (the key's own bucket).
+    #[inline]
+    pub fn first(&self) -> Policy {
+        self.rules[0]
+    }
+}
+
+impl fmt::Debug for Rules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Rules({self})")
+    }
+}
+
+/// `"10/s, 10000/day"`: the form [`Rules::parse`] reads.
+impl fmt::Display for Rules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.as_slice().iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}/{}", p.limit, window_text(p.window_ms))?;
+        }
+        Ok(())
+    }
+}
+
+/// A window as a rate's denominator: `s`, `30s`, `min`, `hour`, `day`, `250ms`.
+pub fn window_text(ms: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(86_400_000, "day"), (3_600_000, "hour"), (60_000, "min"), (1_000, "s")];
+    for (unit, name) in UNITS {
+        if ms % unit == 0 {
+            let n = ms / unit;
+            return if n == 1 { name.to_string() } else { format!("{n}{name}") };
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// The name of a rule in the RateLimit headers: `"default"` when a key has
+/// one rule, else its window (`"1s"`, `"1day"`, `"30s"`).
+pub fn rule_name(rules: &Rules, p: &Policy) -> String {
+    if rules.len() == 1 {
+        "default".to_string()
+    } else {
+        let w = window_text(p.window_ms);
+        if w.starts_with(|c: char| c.is_ascii_digit()) {
+            w
+        } else {
+            format!("1{w}")
+        }
+    }
+}
+
+/// The bucket key of a further rule: the key, [`RULE_SEPARATOR`] and the
+/// rule's window in milliseconds.
+pub fn rule_key(key: &str, window_ms: u64) -> String {
+    format!("{key}{RULE_SEPARATOR}{window_ms}")
+}
+
+/// A key's rules as a [`crate::Decision`] carries them: 0 for one rule (the
+/// decision's own `limit` and `window_ms`), else the index of a set of
+/// several rules in this process's table of such sets. Sets enter the table
+/// when a key is first held to them (the cold path), so the admit path only
+/// copies the index. Read it with [`crate::Decision::rules`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RuleSet(pub(crate) u32);
+
+/// Distinct sets of several rules a process keeps ids for; beyond it a
+/// decision names only its binding rule (`RuleSet(0)`).
+pub const MAX_RULE_SETS: usize = 1 << 16;
+
+type SetIds = std::sync::Mutex<std::collections::HashMap<Rules, u32>>;
+type Sets = papaya::HashMap<u32, &'static Rules>;
+
+fn rule_sets() -> &'static (SetIds, Sets) {
+    static SETS: std::sync::OnceLock<(SetIds, Sets)> = std::sync::OnceLock::new();
+    SETS.get_or_init(Default::default)
+}
+
+impl RuleSet {
+    /// The id of `rules` (0 for one rule), entering it in the table if new.
+    pub(crate) fn of(rules: &Rules) -> RuleSet {
+        if rules.len() <= 1 {
+            return RuleSet(0);
+        }
+        let (ids, sets) = rule_sets();
+        let mut ids = ids.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(id) = ids.get(rules) {
+            return RuleSet(*id);
+        }
+        if ids.len() >= MAX_RULE_SETS {
+            return RuleSet(0);
+        }
+        let id = ids.len() as u32 + 1;
+        // Bounded by MAX_RULE_SETS sets of 72 bytes: kept for the process's life.
+        let leaked: &'static Rules = Box::leak(Box::new(*rules));
+        sets.pin().insert(id, leaked);
+        ids.insert(*rules, id);
+        RuleSet(id)
+    }
+
+    /// The set with this id (`None` for 0: one rule).
+    pub fn get(self) -> Option<&'static Rules> {
+        if self.0 == 0 {
+            return None;
+        }
+        rule_sets().1.pin().get(&self.0).copied()
+    }
+}
+
+/// One plan tier: a name and its rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tier {
+    /// The tier's name (`free`, `pro`).
+    pub name: String,
+    /// What a key in this tier is held to.
+    pub rules: Rules,
+}
+
+/// Check a tier's name: 1 to 64 bytes of letters, digits, `_`, `-`, `.`.
+pub fn validate_tier_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::config(
+            "tier",
+            format!("names are 1 to 64 letters, digits, '_', '-' or '.' (got {name:?})"),
+        ))
+    }
+}
+
+/// Parse the `tiers` option: `"free=100/min; pro=6000/min, 1000000/day"`
+/// (tiers separated by `;`, each `name=rules`).
+pub fn parse_tiers(text: &str) -> Result<Vec<Tier>> {
+    let mut out: Vec<Tier> = Vec::new();
+    for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, rules) = part.split_once('=').ok_or_else(|| {
+            Error::config(
+                "tiers",
+                format!("each tier is name=rules, like \"pro=6000/min, 1000000/day\" (got {part:?})"),
+            )
+        })?;
+        let name = name.trim();
+        validate_tier_name(name).map_err(|e| match e {
+            Error::Config { reason, .. } => Error::config("tiers", reason),
+            e => e,
+        })?;
+        if out.iter().any(|t| t.name == name) {
+            return Err(Error::config("tiers", format!("names tier {name:?} twice")));
+        }
+        out.push(Tier {
+            name: name.to_string(),
+            rules: Rules::parse(rules, "tiers")?,
+        });
+    }
+    Ok(out)
+}
+
+/// What the policy store (or a policy file) says of one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Assignment {
+    /// The key is in this tier.
+    Tier(String),
+    /// The key has rules of its own.
+    Rules(Rules),
+}
+
+impl Assignment {
+    /// Parse the stored form: `tier:NAME` or rules (`"10/s, 1000/day"`).
+    pub fn parse(text: &str) -> Result<Assignment> {
+        let text = text.trim();
+        if let Some(name) = text.strip_prefix("tier:") {
+            let name = name.trim();
+            validate_tier_name(name)?;
+            return Ok(Assignment::Tier(name.to_string()));
+        }
+        Rules::parse(text, "policy").map(Assignment::Rules)
+    }
+}
+
+/// The stored form [`Assignment::parse`] reads.
+impl fmt::Display for Assignment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Assignment::Tier(t) => write!(f, "tier:{t}"),
+            Assignment::Rules(r) => write!(f, "{r}"),
+        }
+    }
+}
+
+/// Where a definition came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// The limiter's configuration (`limit`/`window_ms`, `tiers`).
+    Config,
+    /// The policy file (`policy_file`).
+    File,
+    /// The shared policy store (Redis, or the `memory://` authority).
+    Store,
+    /// `set_limit` in this process.
+    SetLimit,
+    /// The caller named the tier (`acquire_with(key, cost, Some(tier))`).
+    Caller,
+    /// The limiter's `default_tier` (or the policy file's).
+    Default,
+}
+
+impl Origin {
+    /// `config`, `file`, `store`, `set_limit`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Origin::Config => "config",
+            Origin::File => "file",
+            Origin::Store => "store",
+            Origin::SetLimit => "set_limit",
+            Origin::Caller => "caller",
+            Origin::Default => "default_tier",
+        }
+    }
+}
+
+/// Why a key is held to its rules, for `inspect` and the CLI: the tier (if
+/// any) and where the deciding definition came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicySource {
+    /// The key's tier, if its rules are a tier's.
+    pub tier: Option<String>,
+    /// Where the key's assignment came from: `set_limit`, the store or file
+    /// entry of the key, or `Config` for a tier the caller named / the default.
+    pub assigned_by: Origin,
+    /// Where the rules themselves are defined (the tier's definition, or the
+    /// assignment's own rules).
+    pub defined_by: Origin,
+}
+
+impl fmt::Display for PolicySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.tier {
+            Some(t) => write!(
+                f,
+                "tier {t} (assigned by {}, defined in {})",
+                self.assigned_by.as_str(),
+                self.defined_by.as_str()
+            ),
+            None => write!(f, "own rules (from {})", self.defined_by.as_str()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_parse_print_and_validate() {
+        let r = Rules::parse("10/s, 10000/day", "tiers").unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.to_string(), "10/s, 10000/day");
+        assert_eq!(Rules::parse(&r.to_string(), "x").unwrap(), r);
+        assert_eq!(Rules::parse("100/30s", "x").unwrap().to_string(), "100/30s");
+        let e = Rules::parse("10/s, 20/s", "tiers").unwrap_err().to_string();
+        assert!(
+            e.contains("`tiers`") && e.contains("two rules with a window of 1000 ms"),
+            "{e}"
+        );
+        let e = Rules::parse("1/s,1/2s,1/3s,1/4s,1/5s", "tiers")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 4"), "{e}");
+        let e = Rules::parse("ten/s", "policy").unwrap_err().to_string();
+        assert!(e.contains("`policy`"), "{e}");
+        assert!(Rules::parse("", "x").is_err());
+    }
+
+    #[test]
+    fn tiers_parse() {
+        let t = parse_tiers("free=100/min; pro = 6000/min, 1000000/day ;").unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[1].name, "pro");
+        assert_eq!(t[1].rules.to_string(), "6000/min, 1000000/day");
+        for bad in ["free", "free=100/min; free=5/s", "b@d=1/s", "x=1/s,1/s"] {
+            let e = parse_tiers(bad).unwrap_err();
+            assert!(e.to_string().contains("`tiers`"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn assignments_round_trip() {
+        for text in ["tier:pro", "10/s, 1000/day"] {
+            assert_eq!(Assignment::parse(text).unwrap().to_string(), text);
+        }
+        assert!(Assignment::parse("tier:").is_err());
+        assert!(Assignment::parse("garbage").is_err());
+    }
+
+    #[test]
+    fn names_in_headers() {
+        let two = Rules::parse("10/s, 1000/day", "x").unwrap();
+        let names: Vec<String> = two.as_slice().iter().map(|p| rule_name(&two, p)).collect();
+        assert_eq!(names, ["1s", "1day"]);
+        let one = Rules::parse("100/30s", "x").unwrap();
+        assert_eq!(rule_name(&one, &one.first()), "default");
+    }
+}

@@ -1,0 +1,499 @@
+//! quotalease as a [`tower::Layer`](tower_layer::Layer), for axum, tonic and any
+//! tower-based HTTP server.
+//!
+//! One `Limiter::acquire_async(key, cost)` per request. Every response gets the
+//! `RateLimit-Policy` and `RateLimit` headers of the decision; a denied request
+//! never reaches the inner service:
+//!
+//! - HTTP ([`Http`], the default): status 429, `Retry-After` (whole seconds),
+//!   body `Too Many Requests`, or your own response with
+//!   [`RateLimitLayer::on_denied`];
+//! - gRPC ([`Grpc`], [`RateLimitLayer::grpc`]): a trailers-only response with
+//!   status `RESOURCE_EXHAUSTED` (8), the retry delay as a `google.rpc.RetryInfo`
+//!   detail in `grpc-status-details-bin` (what `tonic_types::StatusExt` and
+//!   other gRPC libraries read), and as metadata `retry-after` (seconds) and
+//!   `grpc-retry-pushback-ms` (milliseconds, gRPC's retry pushback).
+//!
+//! The key function sees the request's [`Parts`] (method, URI, headers,
+//! extensions such as axum's `ConnectInfo`). A key longer than the engine's 512
+//! bytes is limited under [`quotalease::http_key`] (its SHA-256), as in every
+//! quotalease middleware. A limiter error (an empty key, a closed limiter) is
+//! answered by the responder's [`Respond::failed`]: 500, or gRPC `INTERNAL`.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use quotalease::Limiter;
+//! use quotalease_tower::RateLimitLayer;
+//!
+//! let limiter = Arc::new(Limiter::builder().rate("100/min").build().unwrap());
+//! let layer = RateLimitLayer::new(limiter, |parts: &http::request::Parts| {
+//!     parts
+//!         .headers
+//!         .get("x-api-key")
+//!         .and_then(|v| v.to_str().ok())
+//!         .unwrap_or("anonymous")
+//!         .to_owned()
+//! })
+//! .skip(|parts| parts.uri.path() == "/healthz");
+//! // axum: Router::new().route(...).layer(layer)
+//! // tonic: Server::builder().layer(layer.grpc()).add_service(...)
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::request::Parts;
+use http::{Request, Response, StatusCode};
+use quotalease::{http_key, Decision, Limiter};
+use tower_layer::Layer;
+use tower_service::Service;
+
+type KeyFn = dyn Fn(&Parts) -> String + Send + Sync;
+type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
+type SkipFn = dyn Fn(&Parts) -> bool + Send + Sync;
+type TierFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+
+/// How a denied request and a limiter error are answered.
+///
+/// [`Http`] and [`Grpc`] are the built-in ones; implement it for your own.
+/// The `RateLimit-Policy`, `RateLimit` and (when denied) `Retry-After` headers
+/// are added to whatever `denied` returns.
+pub trait Respond<B>: Send + Sync + 'static {
+    /// The response to a denied request.
+    fn denied(&self, parts: &Parts, decision: &Decision) -> Response<B>;
+    /// The response when the limiter returned an error (the request is not
+    /// passed on).
+    fn failed(&self, parts: &Parts, error: &quotalease::Error) -> Response<B>;
+}
+
+/// HTTP answers: 429 `Too Many Requests` (text/plain), 500 on a limiter error.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Http;
+
+impl<B: From<String>> Respond<B> for Http {
+    fn denied(&self, _parts: &Parts, _decision: &Decision) -> Response<B> {
+        text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n")
+    }
+
+    fn failed(&self, _parts: &Parts, _error: &quotalease::Error) -> Response<B> {
+        // The error's text stays out of the response: it is the server's business.
+        text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error\n")
+    }
+}
+
+fn text<B: From<String>>(status: StatusCode, body: &str) -> Response<B> {
+    let mut res = Response::new(B::from(body.to_owned()));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    res
+}
+
+/// gRPC answers: `RESOURCE_EXHAUSTED` with retry info when denied, `INTERNAL`
+/// on a limiter error, both as trailers-only responses (HTTP 200, status in
+/// the headers), as gRPC servers answer a call they refuse before it starts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Grpc;
+
+/// gRPC status code `RESOURCE_EXHAUSTED`.
+pub const GRPC_RESOURCE_EXHAUSTED: i32 = 8;
+/// gRPC status code `INTERNAL`.
+pub const GRPC_INTERNAL: i32 = 13;
+
+impl<B: Default> Respond<B> for Grpc {
+    fn denied(&self, _parts: &Parts, decision: &Decision) -> Response<B> {
+        let ms = decision.retry_after_ms.max(1);
+        let message = format!("rate limit exceeded; retry after {ms} ms");
+        let mut res = grpc_status(GRPC_RESOURCE_EXHAUSTED, &message);
+        let details = status_details(GRPC_RESOURCE_EXHAUSTED, &message, ms);
+        let h = res.headers_mut();
+        h.insert(
+            HeaderName::from_static("grpc-status-details-bin"),
+            header_value(&base64(&details)),
+        );
+        h.insert(
+            HeaderName::from_static("grpc-retry-pushback-ms"),
+            header_value(&ms.to_string()),
+        );
+        res
+    }
+
+    fn failed(&self, _parts: &Parts, _error: &quotalease::Error) -> Response<B> {
+        grpc_status(GRPC_INTERNAL, "rate limiter error")
+    }
+}
+
+fn grpc_status<B: Default>(code: i32, message: &str) -> Response<B> {
+    let mut res = Response::new(B::default());
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert(HeaderName::from_static("grpc-status"), header_value(&code.to_string()));
+    // Printable ASCII without '%' needs no percent-encoding in grpc-message.
+    h.insert(HeaderName::from_static("grpc-message"), header_value(message));
+    res
+}
+
+fn header_value(s: &str) -> HeaderValue {
+    // Only ever called with ASCII built here.
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// A `google.rpc.Status { code, message, details: [Any(google.rpc.RetryInfo {
+/// retry_delay })] }` in protobuf wire format.
+fn status_details(code: i32, message: &str, retry_ms: u64) -> Vec<u8> {
+    let mut duration = Vec::new();
+    let (secs, nanos) = (retry_ms / 1000, (retry_ms % 1000) * 1_000_000);
+    if secs > 0 {
+        varint_field(&mut duration, 1, secs);
+    }
+    if nanos > 0 {
+        varint_field(&mut duration, 2, nanos);
+    }
+    let mut retry_info = Vec::new();
+    bytes_field(&mut retry_info, 1, &duration);
+    let mut any = Vec::new();
+    bytes_field(&mut any, 1, b"type.googleapis.com/google.rpc.RetryInfo");
+    bytes_field(&mut any, 2, &retry_info);
+    let mut status = Vec::new();
+    varint_field(&mut status, 1, code as u64);
+    bytes_field(&mut status, 2, message.as_bytes());
+    bytes_field(&mut status, 3, &any);
+    status
+}
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn varint_field(out: &mut Vec<u8>, field: u64, v: u64) {
+    varint(out, field << 3);
+    varint(out, v);
+}
+
+fn bytes_field(out: &mut Vec<u8>, field: u64, b: &[u8]) {
+    varint(out, (field << 3) | 2);
+    varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+/// Standard base64 without padding, as gRPC sends `-bin` metadata.
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let n = chunk.len();
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=n {
+            out.push(A[((v >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// An HTTP responder whose denial response you build; limiter errors are
+/// answered as [`Http`] does. Made by [`RateLimitLayer::on_denied`].
+#[derive(Clone)]
+pub struct OnDenied<F>(F);
+
+impl<F> fmt::Debug for OnDenied<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OnDenied(..)")
+    }
+}
+
+impl<B, F> Respond<B> for OnDenied<F>
+where
+    B: From<String>,
+    F: Fn(&Parts, &Decision) -> Response<B> + Send + Sync + 'static,
+{
+    fn denied(&self, parts: &Parts, decision: &Decision) -> Response<B> {
+        (self.0)(parts, decision)
+    }
+
+    fn failed(&self, parts: &Parts, error: &quotalease::Error) -> Response<B> {
+        Respond::<B>::failed(&Http, parts, error)
+    }
+}
+
+struct Shared<R> {
+    limiter: Arc<Limiter>,
+    key: Arc<KeyFn>,
+    cost: Arc<CostFn>,
+    skip: Option<Arc<SkipFn>>,
+    tier: Option<Arc<TierFn>>,
+    respond: R,
+}
+
+/// The layer: `RateLimitLayer::new(limiter, key)`, then optionally `.cost(..)`,
+/// `.skip(..)`, `.on_denied(..)` or `.grpc()`.
+pub struct RateLimitLayer<R = Http> {
+    shared: Arc<Shared<R>>,
+}
+
+impl<R> Clone for RateLimitLayer<R> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<R> fmt::Debug for RateLimitLayer<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("limiter", &self.shared.limiter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimitLayer<Http> {
+    /// Limit every request under `key(parts)`, cost 1, HTTP answers.
+    pub fn new(limiter: Arc<Limiter>, key: impl Fn(&Parts) -> String + Send + Sync + 'static) -> Self {
+        RateLimitLayer {
+            shared: Arc::new(Shared {
+                limiter,
+                key: Arc::new(key),
+                cost: Arc::new(|_| 1),
+                skip: None,
+                tier: None,
+                respond: Http,
+            }),
+        }
+    }
+}
+
+impl<R> RateLimitLayer<R> {
+    fn map<R2>(
+        self,
+        f: impl FnOnce(&Shared<R>) -> (Option<Arc<CostFn>>, Option<Arc<SkipFn>>, R2),
+    ) -> RateLimitLayer<R2> {
+        let s = &self.shared;
+        let (cost, skip, respond) = f(s);
+        RateLimitLayer {
+            shared: Arc::new(Shared {
+                limiter: s.limiter.clone(),
+                key: s.key.clone(),
+                cost: cost.unwrap_or_else(|| s.cost.clone()),
+                skip: skip.or_else(|| s.skip.clone()),
+                tier: s.tier.clone(),
+                respond,
+            }),
+        }
+    }
+
+    /// Every request costs `tokens` (default 1; 0 or above the key's limit is
+    /// a limiter error).
+    pub fn cost(self, tokens: u64) -> Self
+    where
+        R: Clone,
+    {
+        self.cost_fn(move |_| tokens)
+    }
+
+    /// The cost of each request, from the request.
+    pub fn cost_fn(self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self
+    where
+        R: Clone,
+    {
+        let cost: Arc<CostFn> = Arc::new(cost);
+        self.map(|s| (Some(cost), None, s.respond.clone()))
+    }
+
+    /// Requests for which `skip` returns true pass unlimited (and get no
+    /// headers).
+    pub fn skip(self, skip: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self
+    where
+        R: Clone,
+    {
+        let skip: Arc<SkipFn> = Arc::new(skip);
+        self.map(|s| (None, Some(skip), s.respond.clone()))
+    }
+
+    /// The plan tier of each request (`None`: the limiter's default tier),
+    /// e.g. from an authenticated customer's plan. A key with its own entry
+    /// in the policy store keeps it whatever tier is named; an unknown tier
+    /// is a limiter error (answered as one: 500 / `INTERNAL`).
+    pub fn tier_fn(self, tier: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> Self
+    where
+        R: Clone,
+    {
+        let s = &self.shared;
+        RateLimitLayer {
+            shared: Arc::new(Shared {
+                limiter: s.limiter.clone(),
+                key: s.key.clone(),
+                cost: s.cost.clone(),
+                skip: s.skip.clone(),
+                tier: Some(Arc::new(tier)),
+                respond: s.respond.clone(),
+            }),
+        }
+    }
+
+    /// Every request in plan tier `tier`.
+    pub fn tier(self, tier: &str) -> Self
+    where
+        R: Clone,
+    {
+        let tier = tier.to_string();
+        self.tier_fn(move |_| Some(tier.clone()))
+    }
+
+    /// Answer denied requests with `f(parts, decision)` (HTTP). The RateLimit
+    /// and Retry-After headers are added to its response.
+    pub fn on_denied<B, F>(self, f: F) -> RateLimitLayer<OnDenied<F>>
+    where
+        F: Fn(&Parts, &Decision) -> Response<B> + Send + Sync + 'static,
+    {
+        self.map(|_| (None, None, OnDenied(f)))
+    }
+
+    /// gRPC answers (`RESOURCE_EXHAUSTED` with retry info), for tonic.
+    pub fn grpc(self) -> RateLimitLayer<Grpc> {
+        self.map(|_| (None, None, Grpc))
+    }
+
+    /// Your own [`Respond`] implementation.
+    pub fn respond_with<R2>(self, respond: R2) -> RateLimitLayer<R2> {
+        self.map(|_| (None, None, respond))
+    }
+}
+
+impl<S, R> Layer<S> for RateLimitLayer<R> {
+    type Service = RateLimit<S, R>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] wraps around another. The decision of an
+/// admitted request is in its extensions (`req.extensions().get::<Decision>()`,
+/// in axum `Extension<Decision>`).
+pub struct RateLimit<S, R = Http> {
+    inner: S,
+    shared: Arc<Shared<R>>,
+}
+
+impl<S: Clone, R> Clone for RateLimit<S, R> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, R> fmt::Debug for RateLimit<S, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The response future of [`RateLimit`].
+pub type ResponseFuture<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
+
+impl<S, R, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, R>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqB: Send + 'static,
+    ResB: 'static,
+    R: Respond<ResB>,
+{
+    type Response = Response<ResB>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResB, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        // The clone that was polled ready serves this request.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            if shared.skip.as_ref().is_some_and(|skip| skip(&parts)) {
+                return inner.call(Request::from_parts(parts, body)).await;
+            }
+            let key = (shared.key)(&parts);
+            let cost = (shared.cost)(&parts);
+            let tier = shared.tier.as_ref().and_then(|t| t(&parts));
+            let decision = match shared
+                .limiter
+                .acquire_async_with(&http_key(&key), cost, tier.as_deref())
+                .await
+            {
+                Ok(d) => d,
+                Err(err) => return Ok(shared.respond.failed(&parts, &err)),
+            };
+            let mut res = if decision.allowed {
+                let mut req = Request::from_parts(parts, body);
+                req.extensions_mut().insert(decision);
+                inner.call(req).await?
+            } else {
+                shared.respond.denied(&parts, &decision)
+            };
+            set_headers(res.headers_mut(), &decision);
+            Ok(res)
+        })
+    }
+}
+
+/// The decision's `RateLimit-Policy`, `RateLimit` and (when denied)
+/// `Retry-After` headers, from [`Decision::headers`].
+pub fn set_headers(headers: &mut http::HeaderMap, decision: &Decision) {
+    for (name, value) in decision.headers() {
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&value)) {
+            headers.insert(name, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_rfc_vectors() {
+        // RFC 4648 section 10, without padding.
+        for (plain, coded) in [
+            ("", ""),
+            ("f", "Zg"),
+            ("fo", "Zm8"),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg"),
+            ("fooba", "Zm9vYmE"),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(plain.as_bytes()), coded, "{plain:?}");
+        }
+    }
+
+    #[test]
+    fn varints_follow_protobuf() {
+        let mut v = Vec::new();
+        varint(&mut v, 300);
+        assert_eq!(v, [0xac, 0x02]);
+        v.clear();
+        varint(&mut v, 1);
+        assert_eq!(v, [1]);
+    }
+}
