@@ -55,6 +55,12 @@ typedef struct lease_inspection lease_inspection;
 #define LEASE_AUTO UINT64_MAX
 
 /**
+ * Most rules one key can be held to (a tier such as "10/s, 10000/day" has
+ * two): the length of `lease_decision`'s rule arrays.
+ */
+#define LEASE_MAX_RULES 4
+
+/**
  * Longest key accepted by `lease_acquire` and friends, in bytes.
  */
 #define LEASE_MAX_KEY_LEN 512
@@ -161,8 +167,9 @@ struct lease_limiter;
  * snake_case ("lease_size") or camelCase ("leaseSize"): `url`, `limit`,
  * `window_ms`, `rate`, `lease_size`, `refill_threshold`, `lease_ttl_ms`,
  * `on_backend_failure`, `expected_replicas`, `backend_timeout_ms`,
- * `key_prefix`, `max_keys`, `mode`, `clock`, `clock_start_ms`. An option
- * not set keeps its default.
+ * `key_prefix`, `max_keys`, `mode`, `clock`, `clock_start_ms`, and for
+ * plan tiers and the shared policy store `tiers`, `default_tier`,
+ * `policy_file`, `policy_refresh_ms`. An option not set keeps its default.
  *
  * Thread safety: a `lease_options` is not synchronised. Calls that change it
  * (`lease_options_set_*`, `lease_options_free`) must not run at the same
@@ -309,6 +316,27 @@ struct lease_decision {
    * The key's window in milliseconds.
    */
   uint64_t window_ms;
+  /**
+   * Index of the binding rule in `rule_limits` / `rule_window_ms`: the
+   * rule that denied or, when admitted, the one with the fewest tokens
+   * left. `limit`, `remaining`, `window_ms` and the two times above are
+   * that rule's. 0 for a key with one rule.
+   */
+  uint32_t rule;
+  /**
+   * How many rules the key is held to (1 to `LEASE_MAX_RULES`); a request
+   * is admitted only when every rule admits it.
+   */
+  uint32_t rule_count;
+  /**
+   * Each rule's limit (tokens per window), first `rule_count` entries
+   * valid, the rest 0.
+   */
+  uint64_t rule_limits[LEASE_MAX_RULES];
+  /**
+   * Each rule's window in milliseconds, as `rule_limits`.
+   */
+  uint64_t rule_window_ms[LEASE_MAX_RULES];
 };
 
 /**
@@ -623,8 +651,17 @@ const char *lease_reason_name(lease_reason reason);
  * Write the HTTP response headers for `decision` into `buf` as
  * "Name: value\r\n" lines: the IETF `RateLimit-Policy` and `RateLimit`
  * fields (draft-ietf-httpapi-ratelimit-headers), plus `Retry-After` in whole
- * seconds when denied. Buffer rules as for `lease_metrics_prometheus`
- * (256 bytes always suffice).
+ * seconds when denied. `RateLimit-Policy` has one item per rule
+ * (`rule_count` of them; named "default" for a key with one rule, else by
+ * window: "1s", "1day"), `RateLimit` reports the binding rule (`rule`). A
+ * decision with `rule_count` 0 is read as one rule, `limit` per
+ * `window_ms`. Buffer rules as for `lease_metrics_prometheus` (512 bytes
+ * always suffice).
+ *
+ * Errors: `LEASE_ERR_NULL`, `LEASE_ERR_BUFFER_TOO_SMALL`, `LEASE_ERR_CONFIG`
+ * (`rule_count` above `LEASE_MAX_RULES`, `rule` not below `rule_count`, or
+ * rules a key could not have: a zero limit or window, two rules with one
+ * window).
  *
  * # Safety
  * `decision` is NULL or readable; `buf` is NULL or has `cap` writable
@@ -776,6 +813,51 @@ enum lease_status lease_try_acquire(const struct lease_limiter *limiter,
                                     size_t key_len,
                                     uint64_t cost,
                                     struct lease_decision *out);
+
+/**
+ * `lease_acquire` for a key in plan tier `tier` (`tier_len` bytes of
+ * UTF-8, no NUL needed; NULL with `tier_len` 0 names no tier, exactly as
+ * `lease_acquire`): the key is held to the tier's rules, unless it has its
+ * own entry in the policy store or file, or a `lease_set_limit` override,
+ * which win whatever tier is named. With no tier named, the `default_tier`
+ * option applies (else `limit` / `window_ms`). Tiers come from the options
+ * `tiers` ("free=100/min; pro=6000/min, 1000000/day"), the policy file and
+ * the shared store (`lease_policy_set_tier`).
+ *
+ * A key with several rules is admitted only when every rule admits; tokens
+ * the others took are given back when one denies. `out->rule` is the
+ * binding rule, `out->rule_count` and the rule arrays list every rule.
+ *
+ * Errors: as `lease_acquire`, and `LEASE_ERR_CONFIG` for a tier that no
+ * option, file or store defines (the message names it and the known ones),
+ * or one that is not UTF-8; `LEASE_ERR_NULL` for a NULL `tier` with
+ * `tier_len > 0`.
+ *
+ * # Safety
+ * As for `lease_acquire`; `tier` is NULL or has `tier_len` readable bytes.
+ */
+enum lease_status lease_acquire_tier(const struct lease_limiter *limiter,
+                                     const uint8_t *key,
+                                     size_t key_len,
+                                     uint64_t cost,
+                                     const uint8_t *tier,
+                                     size_t tier_len,
+                                     struct lease_decision *out);
+
+/**
+ * `lease_try_acquire` for a key in plan tier `tier`: never waits (see
+ * `lease_acquire_tier` for the tier).
+ *
+ * # Safety
+ * As for `lease_acquire_tier`.
+ */
+enum lease_status lease_try_acquire_tier(const struct lease_limiter *limiter,
+                                         const uint8_t *key,
+                                         size_t key_len,
+                                         uint64_t cost,
+                                         const uint8_t *tier,
+                                         size_t tier_len,
+                                         struct lease_decision *out);
 
 /**
  * Override the policy of one key: `limit` tokens per `window_ms`. Takes
@@ -934,7 +1016,10 @@ void lease_options_free(struct lease_options *options);
 /**
  * Set a string option by name: `url`, `rate` ("600/min"), `key_prefix`,
  * `mode` ("lease", "exact", "local"), `on_backend_failure`
- * ("static-share", "allow", "deny") or `clock` ("system", "manual"). The
+ * ("static-share", "allow", "deny"), `clock` ("system", "manual"),
+ * `tiers` ("free=100/min; pro=6000/min, 1000000/day": tiers separated by
+ * ';', each name=rules), `default_tier` (a tier's name) or `policy_file`
+ * (a TOML file of tiers and key entries). The
  * string is copied: it may be freed after the call.
  *
  * Errors: `LEASE_ERR_NULL` (options, name or value), `LEASE_ERR_UTF8`,
@@ -956,7 +1041,9 @@ enum lease_status lease_options_set_str(struct lease_options *options,
 /**
  * Set an integer option by name: `limit`, `window_ms`, `lease_size`,
  * `refill_threshold`, `lease_ttl_ms`, `expected_replicas`,
- * `backend_timeout_ms`, `max_keys` or `clock_start_ms`.
+ * `backend_timeout_ms`, `max_keys`, `clock_start_ms` or
+ * `policy_refresh_ms` (how often the shared policy store is polled; 0: no
+ * store).
  *
  * The value is signed so that a negative number (a C `int` gone wrong) is
  * a clear `LEASE_ERR_CONFIG` naming the option instead of a huge unsigned
@@ -973,6 +1060,178 @@ enum lease_status lease_options_set_str(struct lease_options *options,
 enum lease_status lease_options_set_int(struct lease_options *options,
                                         const char *name,
                                         int64_t value);
+
+/**
+ * Define (or redefine) plan tier `name` in the shared policy store as
+ * `rules` ("6000/min, 1000000/day": one to `LEASE_MAX_RULES` rates with
+ * distinct windows). Every limiter on the same store (the same Redis and
+ * `key_prefix`, or the same `memory://NAME`) applies it within its
+ * `policy_refresh_ms` (or at its `lease_refresh_policies`); this one before
+ * returning. Keys in the tier keep their buckets' state: lowering clamps,
+ * raising refills at the new rate. Waits for the store (a Redis round
+ * trip). `*version` (when `version` is not NULL) receives the store's
+ * version after the change.
+ *
+ * Errors: `LEASE_ERR_NULL` (limiter, name, rules), `LEASE_ERR_UTF8`,
+ * `LEASE_ERR_CONFIG` (a name that is not 1 to 64 letters, digits, '_', '-'
+ * or '.', malformed rules; the message says what is accepted, or a limiter
+ * with `policy_refresh_ms` 0, which has no store), `LEASE_ERR_CLOSED`,
+ * `LEASE_ERR_BACKEND`.
+ *
+ * # Safety
+ * `limiter` is NULL or live; `name` and `rules` are NULL or NUL-terminated;
+ * `version` is NULL or writable.
+ */
+enum lease_status lease_policy_set_tier(const struct lease_limiter *limiter,
+                                        const char *name,
+                                        const char *rules,
+                                        uint64_t *version);
+
+/**
+ * Remove tier `name` from the shared store: keys in it fall back to the
+ * options' or the policy file's definition of the tier, if any. Removing a
+ * tier the store does not hold is `LEASE_OK`. `*version` as for
+ * `lease_policy_set_tier`.
+ *
+ * Errors: as `lease_policy_set_tier`.
+ *
+ * # Safety
+ * `limiter` is NULL or live; `name` is NULL or NUL-terminated; `version`
+ * is NULL or writable.
+ */
+enum lease_status lease_policy_delete_tier(const struct lease_limiter *limiter,
+                                           const char *name,
+                                           uint64_t *version);
+
+/**
+ * Give `key` (`key_len` bytes of UTF-8, as for `lease_acquire`) its own
+ * entry in the shared store: `assignment` is "tier:NAME" or rules of its
+ * own ("10/s, 1000/day"). The entry wins over the tier callers name.
+ * `*version` as for `lease_policy_set_tier`.
+ *
+ * Errors: `LEASE_ERR_NULL`, `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`,
+ * `LEASE_ERR_CONFIG` (a malformed assignment, or no store),
+ * `LEASE_ERR_CLOSED`, `LEASE_ERR_BACKEND`.
+ *
+ * # Safety
+ * `limiter` is NULL or live; `key` is NULL or has `key_len` readable
+ * bytes; `assignment` is NULL or NUL-terminated; `version` is NULL or
+ * writable.
+ */
+enum lease_status lease_policy_assign(const struct lease_limiter *limiter,
+                                      const uint8_t *key,
+                                      size_t key_len,
+                                      const char *assignment,
+                                      uint64_t *version);
+
+/**
+ * Remove `key`'s entry from the shared store (`LEASE_OK` when it has
+ * none). `*version` as for `lease_policy_set_tier`.
+ *
+ * Errors: `LEASE_ERR_NULL`, `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`,
+ * `LEASE_ERR_CONFIG` (no store), `LEASE_ERR_CLOSED`, `LEASE_ERR_BACKEND`.
+ *
+ * # Safety
+ * `limiter` is NULL or live; `key` is NULL or has `key_len` readable
+ * bytes; `version` is NULL or writable.
+ */
+enum lease_status lease_policy_unassign(const struct lease_limiter *limiter,
+                                        const uint8_t *key,
+                                        size_t key_len,
+                                        uint64_t *version);
+
+/**
+ * Write `key`'s entry in the shared store, as stored ("tier:pro" or
+ * "10/s, 1000/day"), NUL-terminated into `buf`; "" when the store holds
+ * none (an entry is never empty). Reads the store (a Redis round trip).
+ * Buffer rules as for `lease_metrics_prometheus` (512 bytes always
+ * suffice).
+ *
+ * Errors: `LEASE_ERR_NULL`, `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`,
+ * `LEASE_ERR_BUFFER_TOO_SMALL`, `LEASE_ERR_CONFIG` (no store),
+ * `LEASE_ERR_CLOSED`, `LEASE_ERR_BACKEND`.
+ *
+ * # Safety
+ * `limiter` is NULL or live; `key` is NULL or has `key_len` readable
+ * bytes; `buf` is NULL or has `cap` writable bytes; `needed` is NULL or
+ * writable.
+ */
+enum lease_status lease_policy_get(const struct lease_limiter *limiter,
+                                   const uint8_t *key,
+                                   size_t key_len,
+                                   char *buf,
+                                   size_t cap,
+                                   size_t *needed);
+
+/**
+ * Check the policy store (and the policy file) now and apply what changed
+ * before returning; without it a limiter does so every
+ * `policy_refresh_ms`. `LEASE_OK` with no store.
+ *
+ * Errors: `LEASE_ERR_NULL`, `LEASE_ERR_CLOSED`, `LEASE_ERR_BACKEND`.
+ *
+ * # Safety
+ * `limiter` is NULL or live.
+ */
+enum lease_status lease_refresh_policies(const struct lease_limiter *limiter);
+
+/**
+ * The rules `key` is held to on a call naming `tier` (as for
+ * `lease_acquire_tier`: NULL with `tier_len` 0 names none), and why,
+ * written NUL-terminated into `buf` as lines "name: value\n":
+ *
+ * ```text
+ * rules: 6000/min, 1000000/day
+ * tier: pro
+ * source: tier pro (assigned by store, defined in config)
+ * ```
+ *
+ * The `tier:` line is there only when the rules are a tier's; `source`
+ * says where the assignment and the rules came from ("config", "file",
+ * "store", "set_limit", "caller", "default_tier"), e.g. "own rules (from
+ * set_limit)". Reads what this limiter knows: no call to the store.
+ * Buffer rules as for `lease_metrics_prometheus` (512 bytes always suffice).
+ *
+ * Errors: `LEASE_ERR_NULL`, `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`,
+ * `LEASE_ERR_CONFIG` (an unknown tier, or one that is not UTF-8),
+ * `LEASE_ERR_BUFFER_TOO_SMALL`, `LEASE_ERR_CLOSED`.
+ *
+ * # Safety
+ * `limiter` is NULL or live; `key` is NULL or has `key_len` readable
+ * bytes; `tier` is NULL or has `tier_len` readable bytes; `buf` is NULL or
+ * has `cap` writable bytes; `needed` is NULL or writable.
+ */
+enum lease_status lease_policy_describe(const struct lease_limiter *limiter,
+                                        const uint8_t *key,
+                                        size_t key_len,
+                                        const uint8_t *tier,
+                                        size_t tier_len,
+                                        char *buf,
+                                        size_t cap,
+                                        size_t *needed);
+
+/**
+ * `lease_inspect` with the key's policy as text: the figures go to `*out`
+ * (when `out` is not NULL) and the policy in force, for the tier the key's
+ * calls name, to `buf` in the form of `lease_policy_describe` (the
+ * inspection's rules, tier and policy source). One read of the authority,
+ * as `lease_inspect`. On `LEASE_ERR_BUFFER_TOO_SMALL` nothing is written to
+ * `*out` (512 bytes always suffice).
+ *
+ * Errors: as `lease_inspect`, and `LEASE_ERR_BUFFER_TOO_SMALL`.
+ *
+ * # Safety
+ * `limiter` is NULL or live; `key` is NULL or has `key_len` readable
+ * bytes; `out` is NULL or writable; `buf` is NULL or has `cap` writable
+ * bytes; `needed` is NULL or writable.
+ */
+enum lease_status lease_inspect_policy(const struct lease_limiter *limiter,
+                                       const uint8_t *key,
+                                       size_t key_len,
+                                       struct lease_inspection *out,
+                                       char *buf,
+                                       size_t cap,
+                                       size_t *needed);
 
 /**
  * The library's version, "MAJOR.MINOR.PATCH" (compare it with

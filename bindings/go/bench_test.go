@@ -59,3 +59,37 @@ func BenchmarkCgoNoop(b *testing.B) {
 		cgoNoop()
 	}
 }
+
+// The warm admit path naming a tier of one rule and of two rules, beside
+// BenchmarkAcquire (the same limits, so only the tier lookup and the second
+// rule differ). Run them in one go test -bench invocation to compare.
+func benchTier(b *testing.B, tiers, tier string) {
+	c := DefaultConfig()
+	c.Limit = 1 << 40
+	c.WindowMs = 1000
+	c.LeaseSize = 1 << 30
+	c.Tiers = tiers
+	l, err := New(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	if d, err := l.AcquireTier("bench:warm", tier); err != nil || !d.Allowed {
+		b.Fatalf("%+v %v", d, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := l.AcquireTier("bench:warm", tier); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAcquireTierOneRule(b *testing.B) {
+	benchTier(b, "one=1099511627776/s", "one")
+}
+
+func BenchmarkAcquireTierTwoRules(b *testing.B) {
+	benchTier(b, "two=1099511627776/s, 450000000000/10s", "two")
+}

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strings"
 	"unsafe"
 )
@@ -50,6 +51,11 @@ const (
 
 // Auto, as LeaseSize or RefillThreshold, derives the value from Limit.
 const Auto = ^uint64(0)
+
+// NoPolicyStore as Config.PolicyRefreshMs turns the shared policy store off
+// (the policy_refresh_ms option 0): tiers come from Tiers and PolicyFile
+// only, and the Policy* store calls are KindConfig errors.
+const NoPolicyStore = ^uint64(0)
 
 // Config holds every option of a Limiter. New sends the engine each field
 // that is set, by name (the engine's option names, rules and messages are
@@ -111,6 +117,22 @@ type Config struct {
 	// ClockStartMs is the manual clock's first reading (0: the default,
 	// 1000000). Setting it without ManualClock is a KindConfig error.
 	ClockStartMs uint64
+	// Tiers names plan tiers and their rules, tiers separated by ';', each
+	// name=rules: "free=100/min; pro=6000/min, 1000000/day". A call names
+	// one with AcquireTier; a key's entry in the policy store or file wins.
+	Tiers string
+	// DefaultTier is the tier of a key whose caller names none and that the
+	// store does not assign (""; the key gets Limit/WindowMs). With a
+	// default tier, Limit may be left out.
+	DefaultTier string
+	// PolicyFile is a TOML file of tiers and per-key rules, re-read when it
+	// changes (its format: docs/policies.md).
+	PolicyFile string
+	// PolicyRefreshMs is how often the shared policy store (Redis, or the
+	// memory://NAME authority) and PolicyFile are checked for changes (0:
+	// the default, 1000 ms; NoPolicyStore: no shared store, the file is
+	// read once).
+	PolicyRefreshMs uint64
 	// OnEvent, when set, is called on every backend transition (degraded /
 	// recovered), from the limiter's broker thread. It must return quickly.
 	OnEvent func(Event)
@@ -228,12 +250,73 @@ func (cfg *Config) options() []option {
 		str("clock", "manual")
 	}
 	num("clock_start_ms", cfg.ClockStartMs)
+	str("tiers", cfg.Tiers)
+	str("default_tier", cfg.DefaultTier)
+	str("policy_file", cfg.PolicyFile)
+	if cfg.PolicyRefreshMs == NoPolicyStore {
+		opts = append(opts, option{name: "policy_refresh_ms", num: 0})
+	} else {
+		num("policy_refresh_ms", cfg.PolicyRefreshMs)
+	}
 	return opts
 }
 
+// quotedText is one double-quoted part of an error message, escapes included.
+var quotedText = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+func urlish(s string) bool { return strings.Contains(s, "@") || strings.Contains(s, "://") }
+
+// scrubbed is err (a *Error about the strings in values) with what looks like
+// a URL (it holds '@' or "://": a Redis URL given to the wrong field, say)
+// shown as RedactURL shows it: each such value where the message holds it,
+// and each quoted part of the message that holds '@' or "://" (the engine
+// quotes what it could not read, such as one rule of Tiers). A password is
+// never shown.
+func scrubbed(err error, values ...string) error {
+	e, ok := err.(*Error)
+	if !ok || e == nil {
+		return err
+	}
+	var urls []string
+	for _, v := range values {
+		if urlish(v) {
+			urls = append(urls, v)
+		}
+	}
+	if len(urls) == 0 {
+		return err
+	}
+	msg := e.Message
+	for _, v := range urls {
+		msg = strings.ReplaceAll(msg, v, RedactURL(v))
+	}
+	msg = quotedText.ReplaceAllStringFunc(msg, func(q string) string {
+		if inner := q[1 : len(q)-1]; urlish(inner) {
+			return `"` + RedactURL(inner) + `"`
+		}
+		return q
+	})
+	return &Error{Kind: e.Kind, Message: msg}
+}
+
 // newFromOptions builds a limiter from options by name (lease_options): the
-// engine checks every name, value and rule between options.
+// engine checks every name, value and rule between options. Its errors show
+// no URL's credentials, whichever option holds the URL (scrubbed).
 func newFromOptions(opts []option) (*C.lease_limiter, error) {
+	p, err := newFromOptionsRaw(opts)
+	if err != nil {
+		values := make([]string, 0, len(opts))
+		for _, op := range opts {
+			if op.isStr {
+				values = append(values, op.str)
+			}
+		}
+		return nil, scrubbed(err, values...)
+	}
+	return p, nil
+}
+
+func newFromOptionsRaw(opts []option) (*C.lease_limiter, error) {
 	var o *C.lease_options
 	if r := C.ql_options_new(&o); r.status != C.LEASE_OK {
 		return nil, newError(r.status, r.err, ctxConfig)

@@ -33,6 +33,71 @@ typedef struct {
 	char *err;
 } ql_result;
 
+// A call naming a plan tier: "" (Go's "no tier") is NULL, length 0.
+static inline ql_decision_result ql_acquire_tier(const lease_limiter *l, _GoString_ key, uint64_t cost,
+                                                 _GoString_ tier, int wait) {
+	ql_decision_result r;
+	const uint8_t *p = (const uint8_t *)_GoStringPtr(key);
+	size_t n = _GoStringLen(key);
+	size_t tn = _GoStringLen(tier);
+	const uint8_t *t = tn ? (const uint8_t *)_GoStringPtr(tier) : NULL;
+	r.status = wait ? lease_acquire_tier(l, p, n, cost, t, tn, &r.d) : lease_try_acquire_tier(l, p, n, cost, t, tn, &r.d);
+	r.err = r.status == LEASE_OK ? NULL : ql_err(r.status);
+	return r;
+}
+
+// The store calls (operator calls: the Go side passes C strings it checked
+// for NUL bytes).
+typedef struct {
+	lease_status status;
+	uint64_t version;
+	char *err;
+} ql_version_result;
+
+static inline ql_version_result ql_policy_set_tier(const lease_limiter *l, const char *name, const char *rules) {
+	ql_version_result r; r.version = 0;
+	r.status = lease_policy_set_tier(l, name, rules, &r.version); r.err = ql_err(r.status); return r;
+}
+static inline ql_version_result ql_policy_delete_tier(const lease_limiter *l, const char *name) {
+	ql_version_result r; r.version = 0;
+	r.status = lease_policy_delete_tier(l, name, &r.version); r.err = ql_err(r.status); return r;
+}
+static inline ql_version_result ql_policy_assign(const lease_limiter *l, _GoString_ key, const char *assignment) {
+	ql_version_result r; r.version = 0;
+	r.status = lease_policy_assign(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), assignment, &r.version);
+	r.err = ql_err(r.status); return r;
+}
+static inline ql_version_result ql_policy_unassign(const lease_limiter *l, _GoString_ key) {
+	ql_version_result r; r.version = 0;
+	r.status = lease_policy_unassign(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), &r.version);
+	r.err = ql_err(r.status); return r;
+}
+static inline ql_result ql_refresh_policies(const lease_limiter *l) {
+	ql_result r; r.status = lease_refresh_policies(l); r.err = ql_err(r.status); return r;
+}
+
+// Text results (a store entry, a policy description) into a Go-owned buffer;
+// 512 bytes always suffice (lease.h).
+typedef struct {
+	lease_status status;
+	size_t needed;
+	char *err;
+} ql_text_result;
+
+static inline ql_text_result ql_policy_get(const lease_limiter *l, _GoString_ key, char *buf, size_t cap) {
+	ql_text_result r; r.needed = 0;
+	r.status = lease_policy_get(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), buf, cap, &r.needed);
+	r.err = ql_err(r.status); return r;
+}
+static inline ql_text_result ql_policy_describe(const lease_limiter *l, _GoString_ key, _GoString_ tier, char *buf,
+                                                size_t cap) {
+	ql_text_result r; r.needed = 0;
+	size_t tn = _GoStringLen(tier);
+	r.status = lease_policy_describe(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key),
+	                                 tn ? (const uint8_t *)_GoStringPtr(tier) : NULL, tn, buf, cap, &r.needed);
+	r.err = ql_err(r.status); return r;
+}
+
 static inline ql_result ql_set_limit(const lease_limiter *l, _GoString_ key, uint64_t limit, uint64_t window_ms) {
 	ql_result r;
 	r.status = lease_set_limit(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), limit, window_ms);
@@ -46,10 +111,12 @@ typedef struct {
 	char *err;
 } ql_inspect_result;
 
-static inline ql_inspect_result ql_inspect(const lease_limiter *l, _GoString_ key) {
+// lease_inspect_policy: the figures and the policy text in one read of the
+// authority (512 bytes of text always suffice).
+static inline ql_inspect_result ql_inspect(const lease_limiter *l, _GoString_ key, char *buf, size_t cap) {
 	ql_inspect_result r;
 	memset(&r.i, 0, sizeof r.i);
-	r.status = lease_inspect(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), &r.i);
+	r.status = lease_inspect_policy(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), &r.i, buf, cap, NULL);
 	r.err = ql_err(r.status);
 	return r;
 }

@@ -6,6 +6,7 @@ import "C"
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 )
@@ -81,9 +82,82 @@ type Decision struct {
 	WindowMs uint64
 	// Reason says why.
 	Reason Reason
+	// Rule is the index in Rules of the binding rule: the rule that denied
+	// or, when admitted, the one with the fewest tokens left. Limit,
+	// Remaining, WindowMs and the two times above are that rule's. 0 for a
+	// key with one rule.
+	Rule int
+	// Rules is every rule the key is held to (one unless its tier or policy
+	// has several, at most four); a request is admitted only when every
+	// rule admits it. Decisions with the same rules share one slice: read
+	// it, do not modify it.
+	Rules []Rule
 }
 
-func decisionOf(d *C.lease_decision) Decision {
+// Rule is one of a key's rules: Limit tokens per WindowMs.
+type Rule struct {
+	Limit    uint64
+	WindowMs uint64
+}
+
+// maxRules is the C ABI's LEASE_MAX_RULES.
+const maxRules = C.LEASE_MAX_RULES
+
+// ruleKey is a decision's rules as a comparable value.
+type ruleKey struct {
+	n     int
+	rules [maxRules]Rule
+}
+
+// ruleSlices interns the Rules slice of each set of rules seen, so a
+// decision costs no allocation: keys share a handful of rule sets (the
+// configured limit, each tier). Bounded: past maxRuleSets distinct sets, a
+// new set gets a slice of its own.
+var ruleSlices = struct {
+	sync.RWMutex
+	m map[ruleKey][]Rule
+}{m: make(map[ruleKey][]Rule)}
+
+const maxRuleSets = 4096
+
+// lastRules is the limiter's most recent rule set (checked before the map).
+type lastRules struct {
+	key   ruleKey
+	rules []Rule
+}
+
+func rulesOf(l *Limiter, d *C.lease_decision) []Rule {
+	var k ruleKey
+	k.n = int(d.rule_count)
+	if k.n < 1 || k.n > maxRules { // not from liblease 0.1+: the decision's own rule
+		k.n = 1
+		k.rules[0] = Rule{Limit: uint64(d.limit), WindowMs: uint64(d.window_ms)}
+	} else {
+		for i := 0; i < k.n; i++ {
+			k.rules[i] = Rule{Limit: uint64(d.rule_limits[i]), WindowMs: uint64(d.rule_window_ms[i])}
+		}
+	}
+	if last := l.lastRules.Load(); last != nil && last.key == k {
+		return last.rules
+	}
+	ruleSlices.RLock()
+	s, ok := ruleSlices.m[k]
+	ruleSlices.RUnlock()
+	if !ok {
+		s = append([]Rule(nil), k.rules[:k.n]...)
+		ruleSlices.Lock()
+		if old, found := ruleSlices.m[k]; found {
+			s = old
+		} else if len(ruleSlices.m) < maxRuleSets {
+			ruleSlices.m[k] = s
+		}
+		ruleSlices.Unlock()
+	}
+	l.lastRules.Store(&lastRules{key: k, rules: s})
+	return s
+}
+
+func decisionOf(l *Limiter, d *C.lease_decision) Decision {
 	return Decision{
 		Allowed:      bool(d.allowed),
 		Limit:        uint64(d.limit),
@@ -92,6 +166,8 @@ func decisionOf(d *C.lease_decision) Decision {
 		ResetAfterMs: uint64(d.reset_after_ms),
 		WindowMs:     uint64(d.window_ms),
 		Reason:       reasonOf(uint32(d.reason)),
+		Rule:         int(d.rule),
+		Rules:        rulesOf(l, d),
 	}
 }
 
@@ -103,10 +179,13 @@ func (d Decision) ResetAfter() time.Duration { return time.Duration(d.ResetAfter
 
 // Headers returns the HTTP response headers for this decision: the IETF
 // RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers)
-// plus Retry-After in whole seconds when denied. The text comes from the
+// plus Retry-After in whole seconds when denied. RateLimit-Policy lists
+// every rule of Rules ("default" for a key with one rule, else named by
+// window: "1s", "1day"); RateLimit reports the binding one. A Decision
+// with no Rules is one rule, Limit per WindowMs. The text comes from the
 // engine, identical in every language.
 func (d Decision) Headers() http.Header {
-	var buf [256]byte
+	var buf [512]byte
 	var needed C.size_t
 	c := C.lease_decision{
 		allowed:        C.bool(d.Allowed),
@@ -117,10 +196,19 @@ func (d Decision) Headers() http.Header {
 		reset_after_ms: C.uint64_t(d.ResetAfterMs),
 		window_ms:      C.uint64_t(d.WindowMs),
 	}
+	if n := len(d.Rules); n > 0 {
+		c.rule = C.uint32_t(d.Rule)
+		c.rule_count = C.uint32_t(n)
+		for i := 0; i < n && i < maxRules; i++ {
+			c.rule_limits[i] = C.uint64_t(d.Rules[i].Limit)
+			c.rule_window_ms[i] = C.uint64_t(d.Rules[i].WindowMs)
+		}
+	}
 	r := C.ql_headers(c, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &needed)
 	h := make(http.Header, 3)
 	if r.status != C.LEASE_OK {
-		// 256 bytes always suffice (lease.h); never reached.
+		// 512 bytes always suffice (lease.h): only Rules a key cannot have
+		// (a zero limit, two rules of one window, Rule out of range) get here.
 		_ = newError(r.status, r.err, ctxKey)
 		return h
 	}

@@ -3,7 +3,10 @@ package quotalease
 // #include "cshim.h"
 import "C"
 
-import "runtime"
+import (
+	"runtime"
+	"unsafe"
+)
 
 // Inspection is what Inspect reports for one key: its policy, the
 // authoritative bucket, what this limiter holds and its counts and, with
@@ -52,6 +55,14 @@ type Inspection struct {
 	// DemandPerS is the key's offered load on this limiter (admitted +
 	// denied per second, a moving average); 0 until measured.
 	DemandPerS uint64
+	// Rules is every rule the key is held to, for the tier its calls name
+	// ("10/s, 10000/day"); Limit and WindowMs are the first rule's.
+	Rules string
+	// Tier is the key's tier, if its rules are a tier's ("" if not).
+	Tier string
+	// PolicySource says why the key has these rules: "tier pro (assigned by
+	// store, defined in config)", "own rules (from set_limit)".
+	PolicySource string
 }
 
 // RateMode reports whether the key is in rate mode here (adaptive leasing
@@ -67,7 +78,8 @@ func (l *Limiter) Inspect(key string) (Inspection, error) {
 	if l == nil {
 		return Inspection{}, errNil
 	}
-	r := C.ql_inspect(l.ptr, key)
+	var buf [512]byte // always enough (lease.h)
+	r := C.ql_inspect(l.ptr, key, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
 	runtime.KeepAlive(l)
 	if r.status != C.LEASE_OK {
 		return Inspection{}, newError(r.status, r.err, ctxKey)
@@ -80,6 +92,7 @@ func (l *Limiter) Inspect(key string) (Inspection, error) {
 		x := uint64(v)
 		return &x
 	}
+	p := policyOf(C.GoString((*C.char)(unsafe.Pointer(&buf[0]))))
 	return Inspection{
 		Limit:                 uint64(c.limit),
 		WindowMs:              uint64(c.window_ms),
@@ -95,5 +108,8 @@ func (l *Limiter) Inspect(key string) (Inspection, error) {
 		Holders:               uint64(c.holders),
 		FallbackPerWindow:     uint64(c.fallback_per_window),
 		DemandPerS:            uint64(c.demand_per_s),
+		Rules:                 p.Rules,
+		Tier:                  p.Tier,
+		PolicySource:          p.Source,
 	}, nil
 }

@@ -15,9 +15,10 @@ import (
 // a finalizer (without giving its leased tokens back: the authority refills
 // them).
 type Limiter struct {
-	ptr    *C.lease_limiter
-	events cgo.Handle
-	closed atomic.Bool
+	ptr       *C.lease_limiter
+	events    cgo.Handle
+	closed    atomic.Bool
+	lastRules atomic.Pointer[lastRules]
 }
 
 var errNil = &Error{Kind: KindClosed, Message: "the *Limiter is nil; create one with quotalease.New"}
@@ -74,6 +75,32 @@ func (l *Limiter) TryAcquireN(key string, cost uint64) (Decision, error) {
 	return l.acquire(key, cost, 0)
 }
 
+// AcquireTier takes one token for key in plan tier tier ("": no tier, as
+// Acquire): the key is held to the tier's rules (Config.Tiers, the policy
+// file, the shared store), unless it has its own entry in the store or
+// file, or a SetLimit override, which win whatever tier is named. A key
+// with several rules is admitted only when every rule admits; tokens the
+// others took are given back when one denies. An unknown tier is a
+// KindConfig error naming it and the known ones.
+func (l *Limiter) AcquireTier(key, tier string) (Decision, error) {
+	return l.acquireTier(key, 1, tier, 1)
+}
+
+// AcquireTierN is AcquireTier for cost tokens.
+func (l *Limiter) AcquireTierN(key string, cost uint64, tier string) (Decision, error) {
+	return l.acquireTier(key, cost, tier, 1)
+}
+
+// TryAcquireTier is AcquireTier that never waits (see TryAcquire).
+func (l *Limiter) TryAcquireTier(key, tier string) (Decision, error) {
+	return l.acquireTier(key, 1, tier, 0)
+}
+
+// TryAcquireTierN is TryAcquireTier for cost tokens.
+func (l *Limiter) TryAcquireTierN(key string, cost uint64, tier string) (Decision, error) {
+	return l.acquireTier(key, cost, tier, 0)
+}
+
 func (l *Limiter) acquire(key string, cost uint64, wait C.int) (Decision, error) {
 	if l == nil {
 		return Decision{}, errNil
@@ -83,7 +110,21 @@ func (l *Limiter) acquire(key string, cost uint64, wait C.int) (Decision, error)
 	if r.status != C.LEASE_OK {
 		return Decision{}, newError(r.status, r.err, ctxKey)
 	}
-	return decisionOf(&r.d), nil
+	return decisionOf(l, &r.d), nil
+}
+
+func (l *Limiter) acquireTier(key string, cost uint64, tier string, wait C.int) (Decision, error) {
+	if l == nil {
+		return Decision{}, errNil
+	}
+	r := C.ql_acquire_tier(l.ptr, key, C.uint64_t(cost), tier, wait)
+	runtime.KeepAlive(l)
+	if r.status != C.LEASE_OK {
+		// LEASE_ERR_UTF8 is about the key here: a tier that is not UTF-8 is
+		// LEASE_ERR_CONFIG.
+		return Decision{}, newError(r.status, r.err, ctxKey)
+	}
+	return decisionOf(l, &r.d), nil
 }
 
 // SetLimit overrides the policy of one key: limit tokens per windowMs.

@@ -54,6 +54,7 @@ type middleware struct {
 	lim     *Limiter
 	key     KeyFunc
 	cost    func(*http.Request) uint64
+	tier    func(*http.Request) string
 	denied  http.Handler
 	onError func(http.ResponseWriter, *http.Request, error)
 }
@@ -61,6 +62,16 @@ type middleware struct {
 // WithCost sets the tokens a request takes (default 1).
 func WithCost(f func(*http.Request) uint64) MiddlewareOption {
 	return func(m *middleware) { m.cost = f }
+}
+
+// WithTier names the plan tier of a request (the limiter's Config.Tiers,
+// its policy file or the shared store define them): f returns the tier,
+// e.g. from the authenticated customer's plan, or "" for none (the
+// limiter's DefaultTier, else its Limit). A key's own entry in the store
+// or file wins over the tier named. An unknown tier goes to the error
+// handler (KindConfig).
+func WithTier(f func(*http.Request) string) MiddlewareOption {
+	return func(m *middleware) { m.tier = f }
 }
 
 // WithDeniedHandler replaces the default 429 response. The RateLimit and
@@ -116,10 +127,14 @@ func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.H
 			if m.cost != nil {
 				cost = m.cost(r)
 			}
+			tier := ""
+			if m.tier != nil {
+				tier = m.tier(r)
+			}
 			k, err := HTTPKey(raw)
 			var d Decision
 			if err == nil {
-				d, err = m.lim.AcquireN(k, cost)
+				d, err = m.lim.AcquireTierN(k, cost, tier)
 			}
 			if err != nil {
 				m.onError(w, r, err)

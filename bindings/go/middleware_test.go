@@ -145,3 +145,31 @@ func TestMiddlewareErrors(t *testing.T) {
 		t.Fatalf("fail open: %d %q %v", resp.StatusCode, body, seen)
 	}
 }
+
+func TestMiddlewareWithTier(t *testing.T) {
+	c := manual(100, 60000)
+	c.Tiers = "free=1/min; pro=2/s, 3/min"
+	l := mustNew(t, c)
+	plan := WithTier(func(r *http.Request) string { return r.Header.Get("X-Plan") })
+	srv := serve(t, Middleware(l, ByHeader("X-Api-Key"), plan)(hello))
+	resp, _ := get(t, srv.URL, map[string]string{"X-Api-Key": "p", "X-Plan": "pro"})
+	if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"1s";q=2;w=1, "1min";q=3;w=60` ||
+		!strings.HasPrefix(resp.Header.Get("RateLimit"), `"1s";r=1;`) {
+		t.Fatalf("pro: %d %v", resp.StatusCode, resp.Header)
+	}
+	if resp, _ := get(t, srv.URL, map[string]string{"X-Api-Key": "f", "X-Plan": "free"}); resp.StatusCode != 200 {
+		t.Fatalf("free, first: %d", resp.StatusCode)
+	}
+	resp, _ = get(t, srv.URL, map[string]string{"X-Api-Key": "f", "X-Plan": "free"})
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("RateLimit-Policy") != `"default";q=1;w=60` {
+		t.Fatalf("free, second: %d %v", resp.StatusCode, resp.Header)
+	}
+	// No tier: the limiter's own limit; an unknown tier: the error handler.
+	if resp, _ := get(t, srv.URL, map[string]string{"X-Api-Key": "n"}); resp.Header.Get("RateLimit-Policy") != `"default";q=100;w=60` {
+		t.Fatalf("no tier: %v", resp.Header)
+	}
+	resp, body := get(t, srv.URL, map[string]string{"X-Api-Key": "g", "X-Plan": "gold"})
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "gold") {
+		t.Fatalf("unknown tier: %d %q", resp.StatusCode, body)
+	}
+}

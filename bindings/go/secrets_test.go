@@ -1,6 +1,7 @@
 package quotalease
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -108,6 +109,50 @@ func TestConfigErrorsNeverShowThePassword(t *testing.T) {
 		t.Fatal("a string limit: no error")
 	}
 	assertClean(t, "the error", err.Error())
+}
+
+// The engine quotes a string option it cannot read; a URL given to the wrong
+// field (Rate: os.Getenv("REDIS_URL")) is shown redacted all the same.
+func TestAURLInAStringFieldIsShownRedacted(t *testing.T) {
+	url := "redis://" + secretUser + ":" + secretPW + "@h:1/0"
+	for name, c := range map[string]Config{
+		"Rate":             {Rate: url},
+		"Mode":             {Rate: "5/min", Mode: Mode(url)},
+		"OnBackendFailure": {Rate: "5/min", OnBackendFailure: FailurePolicy(url)},
+		"OvershootBudget":  {Rate: "5/min", OvershootBudget: url},
+		"Tiers":            {Rate: "5/min", Tiers: "free=" + url},
+		"PolicyFile":       {Rate: "5/min", PolicyFile: "/nonexistent/" + url},
+		"a quote in Rate":  {Rate: `"` + url},
+		"a NUL in Rate":    {Rate: url + "\x00"},
+	} {
+		_, err := New(c)
+		if !errors.Is(err, ErrConfig) {
+			t.Fatalf("%s: %v, want a KindConfig error", name, err)
+		}
+		assertClean(t, name, err.Error()+fmt.Sprintf(" %+v %#v", err, err))
+		if !strings.Contains(err.Error(), "***") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := New(Config{Rate: url}); err == nil || !strings.Contains(err.Error(), `"redis://***@h:1/0"`) {
+		t.Errorf("the value is not shown redacted with its host: %v", err)
+	}
+	c := DefaultConfig()
+	c.URL = "memory://" + uniq("secret")
+	c.Rate = "5/min"
+	l := mustNew(t, c)
+	defer l.Close()
+	for name, err := range map[string]error{
+		"PolicySetTier":       errOf(l.PolicySetTier("pro", url)),
+		"PolicySetTier NUL":   errOf(l.PolicySetTier("pro", url+"\x00")),
+		"PolicyAssign":        errOf(l.PolicyAssign("k", url)),
+		"PolicyAssign as key": errOf(l.PolicyAssign("k", "tier:"+url)),
+	} {
+		if !errors.Is(err, ErrConfig) {
+			t.Fatalf("%s: %v, want a KindConfig error", name, err)
+		}
+		assertClean(t, name, err.Error())
+	}
 }
 
 // degradedMessage builds a limiter on url, acquires until its degraded

@@ -81,8 +81,9 @@ func checkDecision(d Decision, expect map[string]any) error {
 			got, want = strconv.FormatBool(d.Allowed), strconv.FormatBool(v.(bool))
 		case "reason":
 			got, want = string(d.Reason), v.(string)
-		case "limit", "remaining", "retry_after_ms", "reset_after_ms":
-			n := map[string]uint64{"limit": d.Limit, "remaining": d.Remaining, "retry_after_ms": d.RetryAfterMs, "reset_after_ms": d.ResetAfterMs}[k]
+		case "limit", "remaining", "retry_after_ms", "reset_after_ms", "window_ms", "rule":
+			n := map[string]uint64{"limit": d.Limit, "remaining": d.Remaining, "retry_after_ms": d.RetryAfterMs,
+				"reset_after_ms": d.ResetAfterMs, "window_ms": d.WindowMs, "rule": uint64(d.Rule)}[k]
 			got, want = strconv.FormatUint(n, 10), string(v.(json.Number))
 		default:
 			return fmt.Errorf("unknown decision field %s", k)
@@ -146,6 +147,14 @@ func runVector(t *testing.T, path, backend, redis string) int {
 			cost = u64(t, c, "cost")
 		}
 		expectErr, _ := step["expect_error"].(string)
+		tier, _ := step["tier"].(string)
+		str := func(field string) string {
+			s, ok := step[field].(string)
+			if !ok {
+				t.Fatalf("%s: %s must be a string", ctx, field)
+			}
+			return s
+		}
 		expect, _ := step["expect"].(map[string]any)
 		var outcome *struct {
 			d   Decision
@@ -155,9 +164,14 @@ func runVector(t *testing.T, path, backend, redis string) int {
 		case "acquire", "try_acquire":
 			var d Decision
 			var err error
-			if op == "acquire" {
+			switch {
+			case op == "acquire" && tier != "":
+				d, err = l.AcquireTierN(vectorKey(t, step), cost, tier)
+			case op == "acquire":
 				d, err = l.AcquireN(vectorKey(t, step), cost)
-			} else {
+			case tier != "":
+				d, err = l.TryAcquireTierN(vectorKey(t, step), cost, tier)
+			default:
 				d, err = l.TryAcquireN(vectorKey(t, step), cost)
 			}
 			outcome = &struct {
@@ -167,7 +181,7 @@ func runVector(t *testing.T, path, backend, redis string) int {
 		case "acquire_n":
 			allowed, denied := uint64(0), uint64(0)
 			for k := uint64(0); k < u64(t, step["count"], "count"); k++ {
-				d, err := l.AcquireN(vectorKey(t, step), cost)
+				d, err := l.AcquireTierN(vectorKey(t, step), cost, tier)
 				if err != nil {
 					t.Fatalf("%s: %v", ctx, err)
 				}
@@ -190,6 +204,22 @@ func runVector(t *testing.T, path, backend, redis string) int {
 		case "settle":
 		case "set_limit":
 			err := l.SetLimit(vectorKey(t, step), u64(t, step["limit"], "limit"), u64(t, step["window_ms"], "window_ms"))
+			if expectErr != "" && kindOf(err) != expectErr || expectErr == "" && err != nil {
+				t.Errorf("%s: got %v, want %q", ctx, err, expectErr)
+			}
+		case "policy_set_tier", "policy_delete_tier", "policy_assign", "policy_unassign":
+			// The shared store; the settle below refreshes every instance.
+			var err error
+			switch op {
+			case "policy_set_tier":
+				_, err = l.PolicySetTier(str("name"), str("rules"))
+			case "policy_delete_tier":
+				_, err = l.PolicyDeleteTier(str("name"))
+			case "policy_assign":
+				_, err = l.PolicyAssign(vectorKey(t, step), str("assignment"))
+			default:
+				_, err = l.PolicyUnassign(vectorKey(t, step))
+			}
 			if expectErr != "" && kindOf(err) != expectErr || expectErr == "" && err != nil {
 				t.Errorf("%s: got %v, want %q", ctx, err, expectErr)
 			}

@@ -107,6 +107,7 @@ mod tests {
             holders: 11,
             fallback_per_window: 12,
             demand_per_s: 13,
+            ..Inspection::default()
         };
         let c = lease_inspection::from(i.clone());
         let numbers = [

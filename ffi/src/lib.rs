@@ -68,6 +68,7 @@ mod keys;
 mod limiter;
 mod metrics;
 mod options;
+mod policy;
 mod version;
 
 pub use config::*;
@@ -79,4 +80,5 @@ pub use keys::*;
 pub use limiter::*;
 pub use metrics::*;
 pub use options::*;
+pub use policy::*;
 pub use version::*;

@@ -6,7 +6,7 @@ use quotalease::Limiter;
 
 use crate::config::{lease_config, to_config};
 use crate::decision::lease_decision;
-use crate::error::{fail_with, key_str, lease_status, lease_status::*, null_arg, status, write_str};
+use crate::error::{fail, fail_with, key_str, lease_status, lease_status::*, null_arg, status, write_str};
 use crate::events::{self, lease_event_callback, SharedSink};
 use crate::inspection::lease_inspection;
 use crate::metrics::lease_metrics;
@@ -20,7 +20,7 @@ use crate::options::lease_options;
 /// which must be the last call on it (no call may run or start during or
 /// after it).
 pub struct lease_limiter {
-    limiter: Limiter,
+    pub(crate) limiter: Limiter,
     events: SharedSink,
 }
 
@@ -116,6 +116,7 @@ pub unsafe extern "C" fn lease_limiter_free(limiter: *mut lease_limiter) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn acquire_impl(
     fname: &str,
@@ -123,6 +124,7 @@ unsafe fn acquire_impl(
     key: *const u8,
     key_len: usize,
     cost: u64,
+    tier: Option<&str>,
     out: *mut lease_decision,
     wait: bool,
 ) -> lease_status {
@@ -137,9 +139,9 @@ unsafe fn acquire_impl(
         Err(st) => return st,
     };
     let r = if wait {
-        l.limiter.acquire(key, cost)
+        l.limiter.acquire_with(key, cost, tier)
     } else {
-        l.limiter.try_acquire(key, cost)
+        l.limiter.try_acquire_with(key, cost, tier)
     };
     match r {
         Ok(d) => {
@@ -147,6 +149,40 @@ unsafe fn acquire_impl(
             LEASE_OK
         }
         Err(e) => fail_with(fname, &e),
+    }
+}
+
+/// The tier a call names: `tier_len` bytes of UTF-8 at `tier`; NULL with
+/// length 0 names none. Text that is not UTF-8 cannot name a tier: a
+/// configuration error, as an unknown tier is.
+///
+/// # Safety
+/// `tier` is NULL or has `tier_len` readable bytes.
+pub(crate) unsafe fn tier_str<'a>(
+    fname: &str,
+    tier: *const u8,
+    tier_len: usize,
+) -> Result<Option<&'a str>, lease_status> {
+    if tier.is_null() {
+        return if tier_len == 0 {
+            Ok(None)
+        } else {
+            Err(null_arg(fname, "tier"))
+        };
+    }
+    if tier_len > isize::MAX as usize {
+        return Err(fail(
+            LEASE_ERR_CONFIG,
+            format!("{fname}: tier_len {tier_len} is not a length"),
+        ));
+    }
+    let bytes = unsafe { std::slice::from_raw_parts(tier, tier_len) };
+    match std::str::from_utf8(bytes) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) => Err(fail(
+            LEASE_ERR_CONFIG,
+            format!("{fname}: invalid configuration: `tier` is not valid UTF-8 ({e}); tier names are letters, digits, '_', '-' or '.'"),
+        )),
     }
 }
 
@@ -176,7 +212,7 @@ pub unsafe extern "C" fn lease_acquire(
     out: *mut lease_decision,
 ) -> lease_status {
     ffi_boundary! {
-        unsafe { acquire_impl("lease_acquire", limiter, key, key_len, cost, out, true) }
+        unsafe { acquire_impl("lease_acquire", limiter, key, key_len, cost, None, out, true) }
     }
 }
 
@@ -194,7 +230,72 @@ pub unsafe extern "C" fn lease_try_acquire(
     out: *mut lease_decision,
 ) -> lease_status {
     ffi_boundary! {
-        unsafe { acquire_impl("lease_try_acquire", limiter, key, key_len, cost, out, false) }
+        unsafe { acquire_impl("lease_try_acquire", limiter, key, key_len, cost, None, out, false) }
+    }
+}
+
+/// `lease_acquire` for a key in plan tier `tier` (`tier_len` bytes of
+/// UTF-8, no NUL needed; NULL with `tier_len` 0 names no tier, exactly as
+/// `lease_acquire`): the key is held to the tier's rules, unless it has its
+/// own entry in the policy store or file, or a `lease_set_limit` override,
+/// which win whatever tier is named. With no tier named, the `default_tier`
+/// option applies (else `limit` / `window_ms`). Tiers come from the options
+/// `tiers` ("free=100/min; pro=6000/min, 1000000/day"), the policy file and
+/// the shared store (`lease_policy_set_tier`).
+///
+/// A key with several rules is admitted only when every rule admits; tokens
+/// the others took are given back when one denies. `out->rule` is the
+/// binding rule, `out->rule_count` and the rule arrays list every rule.
+///
+/// Errors: as `lease_acquire`, and `LEASE_ERR_CONFIG` for a tier that no
+/// option, file or store defines (the message names it and the known ones),
+/// or one that is not UTF-8; `LEASE_ERR_NULL` for a NULL `tier` with
+/// `tier_len > 0`.
+///
+/// # Safety
+/// As for `lease_acquire`; `tier` is NULL or has `tier_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn lease_acquire_tier(
+    limiter: *const lease_limiter,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    tier: *const u8,
+    tier_len: usize,
+    out: *mut lease_decision,
+) -> lease_status {
+    ffi_boundary! {
+        const F: &str = "lease_acquire_tier";
+        let tier = match unsafe { tier_str(F, tier, tier_len) } {
+            Ok(t) => t,
+            Err(st) => return st,
+        };
+        unsafe { acquire_impl(F, limiter, key, key_len, cost, tier, out, true) }
+    }
+}
+
+/// `lease_try_acquire` for a key in plan tier `tier`: never waits (see
+/// `lease_acquire_tier` for the tier).
+///
+/// # Safety
+/// As for `lease_acquire_tier`.
+#[no_mangle]
+pub unsafe extern "C" fn lease_try_acquire_tier(
+    limiter: *const lease_limiter,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    tier: *const u8,
+    tier_len: usize,
+    out: *mut lease_decision,
+) -> lease_status {
+    ffi_boundary! {
+        const F: &str = "lease_try_acquire_tier";
+        let tier = match unsafe { tier_str(F, tier, tier_len) } {
+            Ok(t) => t,
+            Err(st) => return st,
+        };
+        unsafe { acquire_impl(F, limiter, key, key_len, cost, tier, out, false) }
     }
 }
 

@@ -18,8 +18,9 @@ use crate::error::{c_str, fail, fail_with, lease_status, lease_status::*, null_a
 /// snake_case ("lease_size") or camelCase ("leaseSize"): `url`, `limit`,
 /// `window_ms`, `rate`, `lease_size`, `refill_threshold`, `lease_ttl_ms`,
 /// `on_backend_failure`, `expected_replicas`, `backend_timeout_ms`,
-/// `key_prefix`, `max_keys`, `mode`, `clock`, `clock_start_ms`. An option
-/// not set keeps its default.
+/// `key_prefix`, `max_keys`, `mode`, `clock`, `clock_start_ms`, and for
+/// plan tiers and the shared policy store `tiers`, `default_tier`,
+/// `policy_file`, `policy_refresh_ms`. An option not set keeps its default.
 ///
 /// Thread safety: a `lease_options` is not synchronised. Calls that change it
 /// (`lease_options_set_*`, `lease_options_free`) must not run at the same
@@ -69,7 +70,10 @@ fn set(fname: &str, o: &mut lease_options, name: &str, value: OptionValue<'_>) -
 
 /// Set a string option by name: `url`, `rate` ("600/min"), `key_prefix`,
 /// `mode` ("lease", "exact", "local"), `on_backend_failure`
-/// ("static-share", "allow", "deny") or `clock` ("system", "manual"). The
+/// ("static-share", "allow", "deny"), `clock` ("system", "manual"),
+/// `tiers` ("free=100/min; pro=6000/min, 1000000/day": tiers separated by
+/// ';', each name=rules), `default_tier` (a tier's name) or `policy_file`
+/// (a TOML file of tiers and key entries). The
 /// string is copied: it may be freed after the call.
 ///
 /// Errors: `LEASE_ERR_NULL` (options, name or value), `LEASE_ERR_UTF8`,
@@ -114,7 +118,9 @@ pub unsafe extern "C" fn lease_options_set_str(
 
 /// Set an integer option by name: `limit`, `window_ms`, `lease_size`,
 /// `refill_threshold`, `lease_ttl_ms`, `expected_replicas`,
-/// `backend_timeout_ms`, `max_keys` or `clock_start_ms`.
+/// `backend_timeout_ms`, `max_keys`, `clock_start_ms` or
+/// `policy_refresh_ms` (how often the shared policy store is polled; 0: no
+/// store).
 ///
 /// The value is signed so that a negative number (a C `int` gone wrong) is
 /// a clear `LEASE_ERR_CONFIG` naming the option instead of a huge unsigned

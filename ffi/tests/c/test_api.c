@@ -423,12 +423,13 @@ static lease_options *new_options(void) {
 /* Every option set by name, in snake_case and in camelCase, then checked
  * through what the limiter does. */
 static void options_by_name_every_option(void) {
-  static const char *const names[2][15] = {
+  static const char *const names[2][19] = {
       {"url", "limit", "window_ms", "lease_size", "refill_threshold", "lease_ttl_ms", "on_backend_failure",
        "expected_replicas", "backend_timeout_ms", "key_prefix", "max_keys", "mode", "clock", "clock_start_ms",
-       "rate"},
+       "rate", "tiers", "default_tier", "policy_file", "policy_refresh_ms"},
       {"url", "limit", "windowMs", "leaseSize", "refillThreshold", "leaseTtlMs", "onBackendFailure",
-       "expectedReplicas", "backendTimeoutMs", "keyPrefix", "maxKeys", "mode", "clock", "clockStartMs", "rate"},
+       "expectedReplicas", "backendTimeoutMs", "keyPrefix", "maxKeys", "mode", "clock", "clockStartMs", "rate",
+       "tiers", "defaultTier", "policyFile", "policyRefreshMs"},
   };
   int spelling;
   for (spelling = 0; spelling < 2; spelling++) {
@@ -479,7 +480,319 @@ static void options_by_name_every_option(void) {
       lease_limiter_free(l);
     }
     lease_options_free(o);
+    /* The policy options: tiers, a default tier, a policy file (which gives
+     * key "vip" its own rules) and the store's refresh period. */
+    {
+      char path[64];
+      FILE *f;
+      char text[512];
+      size_t needed = 0;
+      snprintf(path, sizeof path, "/tmp/ql-c-policy-%d-%d.toml", (int)getpid(), spelling);
+      f = fopen(path, "w");
+      CHECK(f != NULL, "cannot write %s", path);
+      if (!f) return;
+      fputs("[keys]\n\"vip\" = \"7/s, 70/min\"\n", f);
+      fclose(f);
+      o = new_options();
+      snprintf(url, sizeof url, "memory://c-options-tiers-%d", spelling);
+      EXPECT(lease_options_set_str(o, n[0], url), LEASE_OK);
+      EXPECT(lease_options_set_str(o, n[12], "manual"), LEASE_OK);
+      EXPECT(lease_options_set_str(o, n[15], "free=2/s; pro=5/s, 50/min"), LEASE_OK);
+      EXPECT(lease_options_set_str(o, n[16], "free"), LEASE_OK);
+      EXPECT(lease_options_set_str(o, n[17], path), LEASE_OK);
+      EXPECT(lease_options_set_int(o, n[18], 0), LEASE_OK);
+      EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+      lease_options_free(o);
+      if (l) {
+        EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+        CHECK(d.limit == 2 && d.window_ms == 1000 && d.rule_count == 1, "default tier: %llu/%llu (%u rules)",
+              (unsigned long long)d.limit, (unsigned long long)d.window_ms, d.rule_count);
+        EXPECT(lease_acquire_tier(l, KEY("p"), 1, KEY("pro"), &d), LEASE_OK);
+        CHECK(d.rule_count == 2 && d.rule_limits[0] == 5 && d.rule_window_ms[1] == 60000, "pro: %u rules",
+              d.rule_count);
+        EXPECT(lease_acquire_tier(l, KEY("vip"), 1, KEY("pro"), &d), LEASE_OK);
+        CHECK(d.rule_count == 2 && d.rule_limits[0] == 7 && d.rule_limits[1] == 70, "vip: %u rules %llu",
+              d.rule_count, (unsigned long long)d.rule_limits[0]);
+        EXPECT(lease_policy_describe(l, KEY("vip"), NULL, 0, text, sizeof text, &needed), LEASE_OK);
+        CHECK(strcmp(text, "rules: 7/s, 70/min\nsource: own rules (from file)\n") == 0, "vip: %s", text);
+        /* policy_refresh_ms 0: no store to write to. */
+        EXPECT_ERR(lease_policy_set_tier(l, "gold", "1/s", NULL), LEASE_ERR_CONFIG, "policy_refresh_ms");
+        lease_limiter_free(l);
+      }
+      remove(path);
+    }
   }
+}
+
+/* Plan tiers by name: the tier a call names picks the key's rules, no tier
+ * is the default tier, and an unknown or unreadable tier is a clear
+ * LEASE_ERR_CONFIG naming it (never a crash, never unlimited). */
+static void tiers_pick_the_rules(void) {
+  lease_options *o = new_options();
+  lease_limiter *l = NULL;
+  lease_decision d;
+  char text[512];
+  size_t needed = 0;
+  EXPECT(lease_options_set_str(o, "url", "memory://c-tiers"), LEASE_OK);
+  EXPECT(lease_options_set_str(o, "clock", "manual"), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "lease_size", 1), LEASE_OK);
+  EXPECT(lease_options_set_str(o, "tiers", "free=2/s; pro=5/s"), LEASE_OK);
+  EXPECT(lease_options_set_str(o, "default_tier", "free"), LEASE_OK);
+  EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+  lease_options_free(o);
+  if (!l) return;
+  EXPECT(lease_acquire_tier(l, KEY("a"), 1, NULL, 0, &d), LEASE_OK);
+  CHECK(d.allowed && d.limit == 2 && d.remaining == 1 && d.rule == 0 && d.rule_count == 1 &&
+            d.rule_limits[0] == 2 && d.rule_window_ms[0] == 1000 && d.rule_limits[1] == 0,
+        "no tier = default tier free: limit %llu remaining %llu", (unsigned long long)d.limit,
+        (unsigned long long)d.remaining);
+  EXPECT(lease_acquire(l, KEY("a"), 1, &d), LEASE_OK);
+  CHECK(d.allowed && d.limit == 2 && d.remaining == 0, "lease_acquire is the default tier too");
+  EXPECT(lease_try_acquire_tier(l, KEY("b"), 1, KEY("pro"), &d), LEASE_OK);
+  CHECK(d.limit == 5 && d.window_ms == 1000, "pro: limit %llu", (unsigned long long)d.limit);
+  EXPECT(lease_acquire_tier(l, KEY("b"), 1, KEY("pro"), &d), LEASE_OK);
+  CHECK(d.allowed && d.limit == 5, "pro: limit %llu", (unsigned long long)d.limit);
+  EXPECT(lease_policy_describe(l, KEY("b"), KEY("pro"), text, sizeof text, &needed), LEASE_OK);
+  CHECK(strcmp(text, "rules: 5/s\ntier: pro\nsource: tier pro (assigned by caller, defined in config)\n") == 0,
+        "describe: %s", text);
+  CHECK(needed == strlen(text) + 1, "needed %zu", needed);
+  EXPECT(lease_policy_describe(l, KEY("b"), KEY("pro"), text, 4, &needed), LEASE_ERR_BUFFER_TOO_SMALL);
+  CHECK(text[0] == '\0' && needed > 4, "needed %zu", needed);
+
+  /* Bad tiers: each a status with a message, *out untouched. */
+  memset(&d, 0x5a, sizeof d);
+  EXPECT_ERR(lease_acquire_tier(l, KEY("c"), 1, KEY("gold"), &d), LEASE_ERR_CONFIG, "gold");
+  CHECK(strstr(lease_last_error(), "free") && strstr(lease_last_error(), "pro"), "names the known tiers: %s",
+        lease_last_error());
+  CHECK(d.limit == 0x5a5a5a5a5a5a5a5aULL, "out written on failure");
+  EXPECT_ERR(lease_try_acquire_tier(l, KEY("c"), 1, KEY("gold"), &d), LEASE_ERR_CONFIG, "gold");
+  EXPECT_ERR(lease_acquire_tier(l, KEY("c"), 1, (const uint8_t *)"pr\xffo", 4, &d), LEASE_ERR_CONFIG,
+             "not valid UTF-8");
+  EXPECT_ERR(lease_acquire_tier(l, KEY("c"), 1, (const uint8_t *)"", 0, &d), LEASE_ERR_CONFIG, "tier");
+  EXPECT_ERR(lease_acquire_tier(l, KEY("c"), 1, NULL, 3, &d), LEASE_ERR_NULL, "tier");
+  EXPECT_ERR(lease_acquire_tier(l, KEY("c"), 1, KEY("pro"), NULL), LEASE_ERR_NULL, "out");
+  EXPECT_ERR(lease_acquire_tier(NULL, KEY("c"), 1, KEY("pro"), &d), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_acquire_tier(l, KEY(""), 1, KEY("pro"), &d), LEASE_ERR_INVALID_KEY, "key");
+  EXPECT_ERR(lease_acquire_tier(l, KEY("c"), 6, KEY("pro"), &d), LEASE_ERR_INVALID_COST, "cost");
+  EXPECT_ERR(lease_policy_describe(l, KEY("c"), KEY("gold"), text, sizeof text, NULL), LEASE_ERR_CONFIG, "gold");
+  EXPECT_ERR(lease_policy_describe(NULL, KEY("c"), NULL, 0, text, sizeof text, NULL), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_policy_describe(l, KEY("c"), NULL, 0, NULL, 8, NULL), LEASE_ERR_NULL, "buf");
+  EXPECT(lease_close(l), LEASE_OK);
+  EXPECT_ERR(lease_acquire_tier(l, KEY("a"), 1, KEY("pro"), &d), LEASE_ERR_CLOSED, "closed");
+  lease_limiter_free(l);
+
+  /* Malformed tiers are configuration errors when the limiter is built. */
+  {
+    static const char *const bad[] = {"x=1/fortnight", "x=1/s, 2/s", "b@d=1/s", "free", "x=1/s,1/2s,1/3s,1/4s,1/5s"};
+    size_t i;
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      o = new_options();
+      EXPECT_ERR(lease_options_set_str(o, "tiers", bad[i]), LEASE_ERR_CONFIG, "`tiers`");
+      lease_options_free(o);
+    }
+    o = new_options();
+    EXPECT(lease_options_set_str(o, "tiers", "free=1/s"), LEASE_OK);
+    EXPECT(lease_options_set_str(o, "default_tier", "gold"), LEASE_OK);
+    l = NULL;
+    EXPECT_ERR(lease_limiter_new_from_options(o, &l), LEASE_ERR_CONFIG, "gold");
+    CHECK(l == NULL, "no limiter on failure");
+    lease_options_free(o);
+  }
+}
+
+/* A tier of two rules: admitted only when both admit; when the second
+ * denies, the first rule's token goes back (it admits again at once). The
+ * decision names the binding rule and lists both, and the headers list
+ * both policies. */
+static void two_rules_with_a_refund(void) {
+  lease_options *o = new_options();
+  lease_limiter *l = NULL;
+  lease_decision d;
+  char buf[512];
+  size_t needed = 0;
+  int i;
+  EXPECT(lease_options_set_str(o, "url", "memory://c-two-rules"), LEASE_OK);
+  EXPECT(lease_options_set_str(o, "rate", "100/s"), LEASE_OK);
+  EXPECT(lease_options_set_str(o, "clock", "manual"), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "lease_size", 1), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "refill_threshold", 0), LEASE_OK);
+  EXPECT(lease_options_set_str(o, "tiers", "burst=2/s, 3/10s"), LEASE_OK);
+  EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+  lease_options_free(o);
+  if (!l) return;
+  EXPECT(lease_acquire_tier(l, KEY("k"), 1, KEY("burst"), &d), LEASE_OK);
+  CHECK(d.allowed && d.rule == 0 && d.limit == 2 && d.remaining == 1, "first: rule %u limit %llu remaining %llu",
+        d.rule, (unsigned long long)d.limit, (unsigned long long)d.remaining);
+  CHECK(d.rule_count == 2 && d.rule_limits[0] == 2 && d.rule_window_ms[0] == 1000 && d.rule_limits[1] == 3 &&
+            d.rule_window_ms[1] == 10000 && d.rule_limits[2] == 0 && d.rule_window_ms[3] == 0,
+        "rules: %u", d.rule_count);
+  EXPECT(lease_acquire_tier(l, KEY("k"), 1, KEY("burst"), &d), LEASE_OK);
+  CHECK(d.allowed && d.remaining == 0, "second admitted");
+  EXPECT(lease_acquire_tier(l, KEY("k"), 1, KEY("burst"), &d), LEASE_OK);
+  CHECK(!d.allowed && d.rule == 0 && d.reason == LEASE_REASON_EXHAUSTED, "third: the 1 s rule denies");
+  EXPECT(lease_advance_clock(l, 1000), LEASE_OK);
+  EXPECT(lease_settle(l), LEASE_OK);
+  EXPECT(lease_acquire_tier(l, KEY("k"), 1, KEY("burst"), &d), LEASE_OK);
+  CHECK(d.allowed && d.rule == 1 && d.limit == 3 && d.window_ms == 10000 && d.remaining == 0,
+        "the 10 s rule binds: rule %u limit %llu remaining %llu", d.rule, (unsigned long long)d.limit,
+        (unsigned long long)d.remaining);
+  EXPECT(lease_decision_headers(&d, buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strstr(buf, "RateLimit-Policy: \"1s\";q=2;w=1, \"10s\";q=3;w=10\r\nRateLimit: \"10s\";r=0;") == buf,
+        "headers: %s", buf);
+  /* Now the 1 s rule has a token and the 10 s rule none: the 10 s rule
+   * denies, and the token the 1 s rule took for this request goes back. */
+  EXPECT(lease_acquire_tier(l, KEY("k"), 1, KEY("burst"), &d), LEASE_OK);
+  CHECK(!d.allowed && d.rule == 1 && d.reason == LEASE_REASON_EXHAUSTED, "the 10 s rule denies: rule %u allowed %d",
+        d.rule, d.allowed);
+  EXPECT(lease_decision_headers(&d, buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strstr(buf, "Retry-After: ") != NULL && strstr(buf, "RateLimit: \"10s\"") != NULL, "denied: %s", buf);
+  {
+    struct lease_metrics m;
+    EXPECT(lease_metrics(l, &m), LEASE_OK);
+    /* 3 admitted, 2 denied, each request counted once; the refunded token
+     * is held locally for the 1 s rule: the overshoot bound shows it. */
+    CHECK(m.admitted == 3 && m.denied == 2, "admitted %llu denied %llu", (unsigned long long)m.admitted,
+          (unsigned long long)m.denied);
+    CHECK(m.overshoot_bound == 1, "overshoot_bound %llu (the refunded token)", (unsigned long long)m.overshoot_bound);
+  }
+  for (i = 0; i < 2; i++) EXPECT(lease_advance_clock(l, 3500), LEASE_OK);
+  EXPECT(lease_settle(l), LEASE_OK);
+  EXPECT(lease_acquire_tier(l, KEY("k"), 1, KEY("burst"), &d), LEASE_OK);
+  CHECK(d.allowed, "admitted again once the 10 s rule refilled");
+  lease_limiter_free(l);
+}
+
+/* The headers of a hand-made decision: rule_count 0 is one rule; bad rule
+ * fields are LEASE_ERR_CONFIG, not a crash. */
+static void decision_headers_of_several_rules(void) {
+  lease_decision d;
+  char buf[512];
+  size_t needed = 0;
+  memset(&d, 0, sizeof d);
+  d.allowed = false;
+  d.reason = LEASE_REASON_EXHAUSTED;
+  d.limit = 10000;
+  d.window_ms = 86400000;
+  d.retry_after_ms = 8640;
+  d.reset_after_ms = 86400000;
+  d.rule = 1;
+  d.rule_count = 2;
+  d.rule_limits[0] = 10;
+  d.rule_window_ms[0] = 1000;
+  d.rule_limits[1] = 10000;
+  d.rule_window_ms[1] = 86400000;
+  EXPECT(lease_decision_headers(&d, buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strcmp(buf,
+               "RateLimit-Policy: \"1s\";q=10;w=1, \"1day\";q=10000;w=86400\r\n"
+               "RateLimit: \"1day\";r=0;t=86400\r\n"
+               "Retry-After: 9\r\n") == 0,
+        "got %s", buf);
+  d.rule = 2;
+  EXPECT_ERR(lease_decision_headers(&d, buf, sizeof buf, NULL), LEASE_ERR_CONFIG, "rule");
+  d.rule = 0;
+  d.rule_count = LEASE_MAX_RULES + 1;
+  EXPECT_ERR(lease_decision_headers(&d, buf, sizeof buf, NULL), LEASE_ERR_CONFIG, "rule_count");
+  d.rule_count = 2;
+  d.rule_window_ms[1] = 1000;
+  EXPECT_ERR(lease_decision_headers(&d, buf, sizeof buf, NULL), LEASE_ERR_CONFIG, "window");
+  d.rule_window_ms[1] = 0;
+  EXPECT_ERR(lease_decision_headers(&d, buf, sizeof buf, NULL), LEASE_ERR_CONFIG, "decision");
+}
+
+/* The shared store: one limiter writes (a tier, a key's assignment), a
+ * second one on the same memory:// store sees it after
+ * lease_refresh_policies, and bad input is a clear status. */
+static void store_is_shared_after_refresh(void) {
+  lease_limiter *ls[2] = {NULL, NULL};
+  lease_decision d;
+  char text[512];
+  size_t needed = 0;
+  uint64_t v1 = 0, v2 = 0;
+  int i;
+  for (i = 0; i < 2; i++) {
+    lease_options *o = new_options();
+    EXPECT(lease_options_set_str(o, "url", "memory://c-store"), LEASE_OK);
+    EXPECT(lease_options_set_str(o, "rate", "100/s"), LEASE_OK);
+    EXPECT(lease_options_set_str(o, "clock", "manual"), LEASE_OK);
+    EXPECT(lease_options_set_int(o, "lease_size", 1), LEASE_OK);
+    EXPECT(lease_options_set_str(o, "tiers", "free=2/s; pro=4/s"), LEASE_OK);
+    EXPECT(lease_limiter_new_from_options(o, &ls[i]), LEASE_OK);
+    lease_options_free(o);
+    if (!ls[i]) return;
+  }
+  EXPECT(lease_acquire_tier(ls[1], KEY("k"), 1, KEY("free"), &d), LEASE_OK);
+  CHECK(d.limit == 2, "before: free, limit %llu", (unsigned long long)d.limit);
+  EXPECT(lease_policy_get(ls[0], KEY("k"), text, sizeof text, &needed), LEASE_OK);
+  CHECK(text[0] == '\0' && needed == 1, "no entry: \"%s\"", text);
+
+  EXPECT(lease_policy_assign(ls[0], KEY("k"), "tier:pro", &v1), LEASE_OK);
+  EXPECT(lease_policy_set_tier(ls[0], "gold", "3/s, 20/min", &v2), LEASE_OK);
+  CHECK(v2 > v1 && v1 > 0, "versions grow: %llu then %llu", (unsigned long long)v1, (unsigned long long)v2);
+  EXPECT(lease_policy_get(ls[1], KEY("k"), text, sizeof text, &needed), LEASE_OK);
+  CHECK(strcmp(text, "tier:pro") == 0 && needed == 9, "entry: %s", text);
+  EXPECT(lease_refresh_policies(ls[1]), LEASE_OK);
+  EXPECT(lease_acquire_tier(ls[1], KEY("k"), 1, KEY("free"), &d), LEASE_OK);
+  CHECK(d.limit == 4, "after: the store's tier:pro wins over the free named, limit %llu", (unsigned long long)d.limit);
+  EXPECT(lease_policy_describe(ls[1], KEY("k"), KEY("free"), text, sizeof text, NULL), LEASE_OK);
+  CHECK(strcmp(text, "rules: 4/s\ntier: pro\nsource: tier pro (assigned by store, defined in config)\n") == 0,
+        "describe: %s", text);
+  EXPECT(lease_acquire_tier(ls[1], KEY("g"), 1, KEY("gold"), &d), LEASE_OK);
+  CHECK(d.rule_count == 2 && d.rule_limits[0] == 3 && d.rule_limits[1] == 20, "gold from the store: %u rules",
+        d.rule_count);
+  {
+    struct lease_inspection in;
+    memset(&in, 0, sizeof in);
+    EXPECT(lease_inspect_policy(ls[1], KEY("g"), &in, text, sizeof text, &needed), LEASE_OK);
+    CHECK(strcmp(text, "rules: 3/s, 20/min\ntier: gold\nsource: tier gold (assigned by caller, defined in store)\n") ==
+              0,
+          "inspect: %s", text);
+    CHECK(in.limit == 3 && in.window_ms == 1000 && in.admitted == 1, "inspection: limit %llu admitted %llu",
+          (unsigned long long)in.limit, (unsigned long long)in.admitted);
+    memset(&in, 0x5a, sizeof in);
+    EXPECT(lease_inspect_policy(ls[1], KEY("g"), &in, text, 4, &needed), LEASE_ERR_BUFFER_TOO_SMALL);
+    CHECK(in.limit == 0x5a5a5a5a5a5a5a5aULL && needed > 4, "out untouched when the buffer is small");
+    EXPECT(lease_inspect_policy(ls[1], KEY("g"), NULL, text, sizeof text, NULL), LEASE_OK);
+    EXPECT_ERR(lease_inspect_policy(ls[1], KEY(""), NULL, text, sizeof text, NULL), LEASE_ERR_INVALID_KEY, "key");
+    EXPECT_ERR(lease_inspect_policy(ls[1], KEY("g"), NULL, NULL, 8, NULL), LEASE_ERR_NULL, "buf");
+  }
+
+  EXPECT(lease_policy_unassign(ls[1], KEY("k"), NULL), LEASE_OK);
+  EXPECT(lease_policy_delete_tier(ls[1], "gold", NULL), LEASE_OK);
+  EXPECT(lease_refresh_policies(ls[0]), LEASE_OK);
+  EXPECT(lease_acquire_tier(ls[0], KEY("k"), 1, KEY("free"), &d), LEASE_OK);
+  CHECK(d.limit == 2, "unassigned: free again, limit %llu", (unsigned long long)d.limit);
+  EXPECT_ERR(lease_acquire_tier(ls[0], KEY("g"), 1, KEY("gold"), &d), LEASE_ERR_CONFIG, "gold");
+  EXPECT(lease_policy_get(ls[0], KEY("k"), text, sizeof text, NULL), LEASE_OK);
+  CHECK(text[0] == '\0', "no entry after unassign: %s", text);
+
+  /* Bad input: a clear status and message each, the store unchanged. */
+  EXPECT_ERR(lease_policy_set_tier(ls[0], "b@d", "1/s", NULL), LEASE_ERR_CONFIG, "tier");
+  EXPECT_ERR(lease_policy_set_tier(ls[0], "ok", "1/fortnight", NULL), LEASE_ERR_CONFIG, "rules");
+  EXPECT_ERR(lease_policy_set_tier(ls[0], "ok", "1/s, 2/s", NULL), LEASE_ERR_CONFIG, "window");
+  EXPECT_ERR(lease_policy_set_tier(ls[0], "ok", "1/s,1/2s,1/3s,1/4s,1/5s", NULL), LEASE_ERR_CONFIG, "at most 4");
+  EXPECT_ERR(lease_policy_set_tier(ls[0], "ok", "", NULL), LEASE_ERR_CONFIG, "rules");
+  EXPECT_ERR(lease_policy_set_tier(ls[0], NULL, "1/s", NULL), LEASE_ERR_NULL, "name");
+  EXPECT_ERR(lease_policy_set_tier(ls[0], "ok", NULL, NULL), LEASE_ERR_NULL, "rules");
+  EXPECT_ERR(lease_policy_set_tier(ls[0], "o\xffk", "1/s", NULL), LEASE_ERR_UTF8, "name");
+  EXPECT_ERR(lease_policy_set_tier(NULL, "ok", "1/s", NULL), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_policy_delete_tier(ls[0], "", NULL), LEASE_ERR_CONFIG, "tier");
+  EXPECT_ERR(lease_policy_delete_tier(ls[0], NULL, NULL), LEASE_ERR_NULL, "name");
+  EXPECT_ERR(lease_policy_assign(ls[0], KEY("k"), "tier:", NULL), LEASE_ERR_CONFIG, "tier");
+  EXPECT_ERR(lease_policy_assign(ls[0], KEY("k"), "garbage", NULL), LEASE_ERR_CONFIG, "policy");
+  EXPECT_ERR(lease_policy_assign(ls[0], KEY(""), "1/s", NULL), LEASE_ERR_INVALID_KEY, "key");
+  EXPECT_ERR(lease_policy_assign(ls[0], (const uint8_t *)"\xff", 1, "1/s", NULL), LEASE_ERR_UTF8, "UTF-8");
+  EXPECT_ERR(lease_policy_assign(ls[0], KEY("k"), NULL, NULL), LEASE_ERR_NULL, "assignment");
+  EXPECT_ERR(lease_policy_unassign(ls[0], NULL, 2, NULL), LEASE_ERR_NULL, "key");
+  EXPECT_ERR(lease_policy_get(ls[0], KEY("k"), NULL, 4, NULL), LEASE_ERR_NULL, "buf");
+  EXPECT_ERR(lease_policy_get(NULL, KEY("k"), text, sizeof text, NULL), LEASE_ERR_NULL, "limiter");
+  EXPECT_ERR(lease_refresh_policies(NULL), LEASE_ERR_NULL, "limiter");
+  EXPECT(lease_policy_assign(ls[0], KEY("k"), "10/s, 1000/day", NULL), LEASE_OK);
+  EXPECT(lease_policy_get(ls[0], KEY("k"), text, 4, &needed), LEASE_ERR_BUFFER_TOO_SMALL);
+  CHECK(text[0] == '\0' && needed == strlen("10/s, 1000/day") + 1, "needed %zu", needed);
+  EXPECT(lease_close(ls[0]), LEASE_OK);
+  EXPECT_ERR(lease_policy_assign(ls[0], KEY("k"), "1/s", NULL), LEASE_ERR_CLOSED, "closed");
+  EXPECT_ERR(lease_refresh_policies(ls[0]), LEASE_ERR_CLOSED, "closed");
+  for (i = 0; i < 2; i++) lease_limiter_free(ls[i]);
 }
 
 /* The rules between options are the core's. */
@@ -783,6 +1096,10 @@ int main(void) {
   RUN(bad_costs);
   RUN(bad_configs);
   RUN(options_by_name_every_option);
+  RUN(tiers_pick_the_rules);
+  RUN(two_rules_with_a_refund);
+  RUN(decision_headers_of_several_rules);
+  RUN(store_is_shared_after_refresh);
   RUN(options_rules_between_options);
   RUN(options_unknown_names_and_bad_values);
   RUN(options_bad_input);

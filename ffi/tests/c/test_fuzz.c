@@ -139,7 +139,7 @@ typedef struct {
   size_t len;
 } key_t_;
 
-static const char *pool[] = {"a", "user:42", "{x}", "\xc3\xa9", " ", "k:1", "k:2"};
+static const char *pool[] = {"a", "user:42", "{x}", "\xc3\xa9", " ", "k:1", "k:2", "k\x1f" "60000"};
 
 static key_t_ random_key(void) {
   key_t_ k = {NULL, 0};
@@ -200,12 +200,13 @@ static lease_status key_status(const key_t_ *k, int *empty) {
 }
 
 /* What acquire/inspect/set_limit answer for a key on an open limiter:
- * the key's own status, INVALID_KEY for "" or more than 512 bytes, else OK. */
+ * the key's own status, INVALID_KEY for "", more than 512 bytes or a byte
+ * 0x1f (U+001F names the buckets of a key's further rules), else OK. */
 static lease_status key_use_status(const key_t_ *k) {
   int empty;
   lease_status st = key_status(k, &empty);
   if (st != LEASE_OK) return st;
-  if (empty || k->len > LEASE_MAX_KEY_LEN) return LEASE_ERR_INVALID_KEY;
+  if (empty || k->len > LEASE_MAX_KEY_LEN || memchr(k->p, 0x1f, k->len)) return LEASE_ERR_INVALID_KEY;
   return LEASE_OK;
 }
 
@@ -221,12 +222,15 @@ static const char *option_names[] = {
     "url", "limit", "window_ms", "rate", "lease_size", "overshoot_budget", "refill_threshold", "lease_ttl_ms",
     "on_backend_failure", "expected_replicas", "backend_timeout_ms", "key_prefix", "max_keys", "mode", "clock",
     "clock_start_ms", "leaseSize", "windowMs", "clockStartMs", "maxKeys", "lese_size", "timeout", "",
+    "tiers", "default_tier", "policy_file", "policy_refresh_ms", "defaultTier", "policyFile", "policyRefreshMs",
+    "tier",
 };
 static const char *values[] = {
     "memory://", "memory://fuzz", "600/min", "10/s", "0/s", "5/ms", "manual", "system", "lease", "exact", "local",
     "deny", "allow", "static-share", "2%", "0%", "101%", "NaN%", "40", "-1", "", "ql", "x{y", "redis://127.0.0.1:1",
     "redis://:pw-Zq81@127.0.0.1:1/0", "redis+sentinel://127.0.0.1:1/svc", "rediss://127.0.0.1:1?ssl_ca_certs=/no",
-    "http://x", "18446744073709551616",
+    "http://x", "18446744073709551616", "free=2/s; pro=5/s, 50/min", "x=1/s, 2/s", "b@d=1/s", "free",
+    "x=1/s,1/2s,1/3s,1/4s,1/5s", "/nonexistent/policy.toml", "tier:pro", "tier:", "10/s, 1000/day", "pro",
 };
 
 /* A NUL-terminated string: a listed one, a listed one with a byte changed,
@@ -438,12 +442,14 @@ static void fuzz_http_key(void) {
   unsigned allowed = S(ks);
   if (ks == LEASE_OK) allowed = OK | ERR_SMALL | (null_cap ? ERR_NULL : 0);
   CHECK_IN(st, allowed, "lease_http_key");
+  /* Hashed: over 512 bytes, or holding U+001F (the rule buckets' separator). */
+  int hashed = ks == LEASE_OK && (k.len > LEASE_MAX_KEY_LEN || (k.p && memchr(k.p, 0x1f, k.len)));
   if (ks == LEASE_OK && want_needed) {
-    size_t result = k.len <= LEASE_MAX_KEY_LEN ? k.len : 71;
+    size_t result = hashed ? 71 : k.len;
     CHECK(needed == result + 1, "iteration %ld: needed %zu for a %zu-byte key", iter, needed, k.len);
   }
   if (st == LEASE_OK) {
-    if (k.len <= LEASE_MAX_KEY_LEN) {
+    if (!hashed) {
       CHECK(strlen(buf) == k.len && memcmp(buf, k.p ? (const void *)k.p : "", k.len) == 0,
             "iteration %ld: http_key changed a short key", iter);
     } else {
@@ -503,6 +509,80 @@ static void fuzz_names(void) {
   CHECK_IN(lease_failure_policy_parse(s, out_null ? NULL : &p), allowed, "lease_failure_policy_parse");
   CHECK(lease_reason_name((lease_reason)next_u64()) != NULL, "iteration %ld: reason name NULL", iter);
   CHECK(lease_error_kind_name((uint32_t)next_u64()) != NULL, "iteration %ld: kind name NULL", iter);
+}
+
+/* lease_acquire_tier / lease_try_acquire_tier with a random tier (the
+ * fuzzed limiters define none): a tier that cannot be read is a clear
+ * status before anything else, a readable one is never admitted. */
+static void fuzz_tier(void) {
+  int li = (int)below(N_LIMITERS);
+  lease_limiter *l = chance(3) ? NULL : limiters[li];
+  key_t_ k = random_key();
+  key_t_ t = chance(25) ? (key_t_){NULL, 0} : random_key();
+  uint64_t cost = random_cost(limits[li]);
+  lease_decision d;
+  int out_null = chance(3), wait = chance(50), empty;
+  lease_status st = wait ? lease_acquire_tier(l, k.p, k.len, cost, t.p, t.len, out_null ? NULL : &d)
+                         : lease_try_acquire_tier(l, k.p, k.len, cost, t.p, t.len, out_null ? NULL : &d);
+  lease_status ts = key_status(&t, &empty);
+  unsigned allowed;
+  if (ts == LEASE_ERR_NULL) {
+    allowed = ERR_NULL;
+  } else if (ts != LEASE_OK) {
+    allowed = ERR_CONFIG; /* not UTF-8, or no length at all: it names no tier */
+  } else if (!l || out_null) {
+    allowed = ERR_NULL;
+  } else if (!t.p) {
+    allowed = OK | ERR_COST | ERR_CLOSED | S(key_use_status(&k)); /* no tier: lease_acquire */
+  } else {
+    /* fuzz_policy may define tiers in the store of the policy limiter. */
+    allowed = ERR_CONFIG | ERR_COST | ERR_CLOSED | S(key_use_status(&k)) | (li == POLICY_LIMITER ? OK : 0);
+    CHECK(st != LEASE_OK || li == POLICY_LIMITER, "iteration %ld: a tier no limiter defines was admitted", iter);
+  }
+  CHECK_IN(st, allowed, wait ? "lease_acquire_tier" : "lease_try_acquire_tier");
+  if (st == LEASE_OK) {
+    CHECK(d.rule < d.rule_count && d.rule_count <= LEASE_MAX_RULES && d.rule_limits[d.rule] == d.limit &&
+              d.rule_window_ms[d.rule] == d.window_ms && (li == POLICY_LIMITER || d.rule_count == 1),
+          "iteration %ld: rule %u of %u", iter, d.rule, d.rule_count);
+    check_decision(&d, li);
+    if (d.allowed) {
+      admitted[li]++;
+    } else {
+      denied[li]++;
+    }
+  }
+}
+
+/* The store calls on the limiter that takes every set_limit, with random
+ * names, rules, assignments, keys and buffers. */
+static void fuzz_policy(void) {
+  static const char *names[] = {"free", "pro", "gold", "b@d", "", "x.y-z_1", "tier:pro"};
+  static const char *rules[] = {"1/s", "10/s, 1000/day", "1/s, 2/s", "0/s", "1/fortnight", "", "tier:pro",
+                                "tier:", "5/min", "x=1/s"};
+  lease_limiter *l = chance(3) ? NULL : limiters[POLICY_LIMITER];
+  key_t_ k = random_key();
+  char *name = chance(5) ? NULL : random_string(names, sizeof names / sizeof *names);
+  char *text = chance(5) ? NULL : random_string(rules, sizeof rules / sizeof *rules);
+  uint64_t version = 0;
+  size_t cap, needed = 0;
+  int null_cap;
+  char *buf = random_buffer(&cap, &null_cap);
+  unsigned any = OK | ERR_CONFIG | ERR_NULL | ERR_UTF8 | S(LEASE_ERR_INVALID_KEY) | ERR_CLOSED | ERR_SMALL;
+  lease_status st;
+  switch (below(7)) {
+    case 0: st = lease_policy_set_tier(l, name, text, chance(50) ? &version : NULL); break;
+    case 1: st = lease_policy_delete_tier(l, name, chance(50) ? &version : NULL); break;
+    case 2: st = lease_policy_assign(l, k.p, k.len, text, chance(50) ? &version : NULL); break;
+    case 3: st = lease_policy_unassign(l, k.p, k.len, chance(50) ? &version : NULL); break;
+    case 4: st = lease_policy_get(l, k.p, k.len, null_cap ? NULL : buf, cap, &needed); break;
+    case 5: {
+      key_t_ t = random_key();
+      st = lease_policy_describe(l, k.p, k.len, t.p, t.len, null_cap ? NULL : buf, cap, &needed);
+      break;
+    }
+    default: st = lease_refresh_policies(l); break;
+  }
+  CHECK_IN(st, l ? any : ERR_NULL, "lease_policy_*");
 }
 
 /* Options by name, then a limiter from them (used only when it is on memory://). */
@@ -622,7 +702,8 @@ static void fuzz_clock(void) {
 static void fuzz_all(void) {
   void (*actions[])(void) = {fuzz_acquire, fuzz_acquire,  fuzz_acquire, fuzz_acquire,  fuzz_set_limit,
                              fuzz_inspect, fuzz_http_key, fuzz_redact,  fuzz_parse_rate, fuzz_names,
-                             fuzz_options, fuzz_config,   fuzz_buffers, fuzz_clock};
+                             fuzz_options, fuzz_config,   fuzz_buffers, fuzz_clock,      fuzz_tier,
+                             fuzz_tier,    fuzz_policy};
   size_t n = sizeof actions / sizeof *actions;
   make_limiters();
   state = seed;

@@ -89,6 +89,27 @@ static char *key_of(const jval *step, size_t *len) {
   return out;
 }
 
+/* The step's tier (NULL, 0: none), as lease_acquire_tier takes it. */
+static const uint8_t *tier_of(const jval *step, size_t *len) {
+  const jval *t = json_get(step, "tier");
+  if (!t || t->type != J_STR) {
+    *len = 0;
+    return NULL;
+  }
+  *len = t->len;
+  return (const uint8_t *)t->str;
+}
+
+/* A string field of a step (the vector is malformed without it). */
+static const char *str_of(const jval *step, const char *field) {
+  const jval *v = json_get(step, field);
+  if (!v || v->type != J_STR) {
+    fprintf(stderr, "vector error: %s must be a string\n", field);
+    exit(2);
+  }
+  return v->str;
+}
+
 static int check_decision(const char *ctx, const lease_decision *d, const jval *expect) {
   size_t i;
   int bad = 0;
@@ -106,6 +127,8 @@ static int check_decision(const char *ctx, const lease_decision *d, const jval *
       else if (!strcmp(k, "remaining")) got = d->remaining;
       else if (!strcmp(k, "retry_after_ms")) got = d->retry_after_ms;
       else if (!strcmp(k, "reset_after_ms")) got = d->reset_after_ms;
+      else if (!strcmp(k, "window_ms")) got = d->window_ms;
+      else if (!strcmp(k, "rule")) got = d->rule;
       else {
         fprintf(stderr, "%s: unknown decision field %s\n", ctx, k);
         return 1;
@@ -116,10 +139,10 @@ static int check_decision(const char *ctx, const lease_decision *d, const jval *
       char *e = json_dump(expect);
       fprintf(stderr,
               "  %s: field %s: expected %s; got allowed=%d reason=%s limit=%llu remaining=%llu "
-              "retry_after_ms=%llu reset_after_ms=%llu\n",
+              "retry_after_ms=%llu reset_after_ms=%llu window_ms=%llu rule=%u of %u\n",
               ctx, k, e, d->allowed, lease_reason_name(d->reason), (unsigned long long)d->limit,
               (unsigned long long)d->remaining, (unsigned long long)d->retry_after_ms,
-              (unsigned long long)d->reset_after_ms);
+              (unsigned long long)d->reset_after_ms, (unsigned long long)d->window_ms, d->rule, d->rule_count);
       free(e);
       return 1;
     }
@@ -232,18 +255,26 @@ static int run_vector(const char *path) {
     snprintf(ctx, sizeof ctx, "%s [%s] step %zu (%s)", name, backend, si, op);
 
     if (!strcmp(op, "acquire") || !strcmp(op, "try_acquire")) {
-      size_t klen;
+      size_t klen, tlen;
       char *key = key_of(step, &klen);
-      s = op[0] == 'a' ? lease_acquire(l, (const uint8_t *)key, klen, cost, &d)
-                       : lease_try_acquire(l, (const uint8_t *)key, klen, cost, &d);
+      const uint8_t *tier = tier_of(step, &tlen);
+      /* No tier: the plain calls, so both entry points are played. */
+      if (tier) {
+        s = op[0] == 'a' ? lease_acquire_tier(l, (const uint8_t *)key, klen, cost, tier, tlen, &d)
+                         : lease_try_acquire_tier(l, (const uint8_t *)key, klen, cost, tier, tlen, &d);
+      } else {
+        s = op[0] == 'a' ? lease_acquire(l, (const uint8_t *)key, klen, cost, &d)
+                         : lease_try_acquire(l, (const uint8_t *)key, klen, cost, &d);
+      }
       free(key);
       has_outcome = 1;
     } else if (!strcmp(op, "acquire_n")) {
-      size_t klen;
+      size_t klen, tlen;
       char *key = key_of(step, &klen);
+      const uint8_t *tier = tier_of(step, &tlen);
       uint64_t n = u64_of(json_get(step, "count"), "count"), k, a = 0, dn = 0;
       for (k = 0; k < n; k++) {
-        if (lease_acquire(l, (const uint8_t *)key, klen, cost, &d) != LEASE_OK) {
+        if (lease_acquire_tier(l, (const uint8_t *)key, klen, cost, tier, tlen, &d) != LEASE_OK) {
           fprintf(stderr, "  %s: acquire failed: %s\n", ctx, lease_last_error());
           bad = 1;
           break;
@@ -276,6 +307,29 @@ static int run_vector(const char *path) {
       free(key);
       if (expect_error ? strcmp(kind_name(s), expect_error->str) != 0 : s != LEASE_OK) {
         fprintf(stderr, "  %s: got %s (%s)\n", ctx, kind_name(s), lease_last_error());
+        bad = 1;
+      }
+    } else if (!strncmp(op, "policy_", 7)) {
+      /* The shared store; the settle below refreshes every instance. */
+      size_t klen = 0;
+      char *key = NULL;
+      if (!strcmp(op, "policy_set_tier")) {
+        s = lease_policy_set_tier(l, str_of(step, "name"), str_of(step, "rules"), NULL);
+      } else if (!strcmp(op, "policy_delete_tier")) {
+        s = lease_policy_delete_tier(l, str_of(step, "name"), NULL);
+      } else if (!strcmp(op, "policy_assign")) {
+        key = key_of(step, &klen);
+        s = lease_policy_assign(l, (const uint8_t *)key, klen, str_of(step, "assignment"), NULL);
+      } else if (!strcmp(op, "policy_unassign")) {
+        key = key_of(step, &klen);
+        s = lease_policy_unassign(l, (const uint8_t *)key, klen, NULL);
+      } else {
+        fprintf(stderr, "  %s: unknown op\n", ctx);
+        bad = 1;
+      }
+      free(key);
+      if (!bad && (expect_error ? strcmp(kind_name(s), expect_error->str) != 0 : s != LEASE_OK)) {
+        fprintf(stderr, "  %s: got %s (%s)\n", ctx, kind_name(s), s == LEASE_OK ? "" : lease_last_error());
         bad = 1;
       }
     } else if (!strcmp(op, "flush") || !strcmp(op, "close")) {
