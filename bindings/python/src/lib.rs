@@ -264,6 +264,41 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Cost {
     }
 }
 
+/// The `tier` keyword: None (the default tier, or the limiter's limit) or a
+/// tier's name as a str; any other type is a TypeError. An unknown name is
+/// the core's config error (it names the known tiers).
+#[inline]
+fn tier_arg<'a>(tier: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<&'a str>> {
+    match tier {
+        None => Ok(None),
+        Some(t) => match t.cast::<PyString>() {
+            Ok(s) => Ok(Some(s.to_str()?)),
+            Err(_) if t.is_none() => Ok(None),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "`tier` must be a str or None (got {})",
+                type_name(t)
+            ))),
+        },
+    }
+}
+
+/// A str argument of the store API (`name`, `rules`, `assignment`):
+/// TypeError naming the argument when it is not a str.
+fn str_arg<'a>(obj: &'a Bound<'_, PyAny>, field: &str) -> PyResult<&'a str> {
+    match obj.cast::<PyString>() {
+        Ok(s) => s.to_str(),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "`{field}` must be a str (got {})",
+            type_name(obj)
+        ))),
+    }
+}
+
+/// Rules as Python sees them: a tuple of `(limit, window_ms)` pairs.
+fn rules_tuple<'py>(py: Python<'py>, rules: &ql::Rules) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, rules.as_slice().iter().map(|p| (p.limit, p.window_ms)))
+}
+
 // ---------------------------------------------------------------------------
 // Decision.
 
@@ -324,6 +359,19 @@ impl Decision {
     fn reason<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
         reason_str(py, self.d.reason)
     }
+    /// Every rule the key is held to, as `(limit, window_ms)` pairs (one
+    /// unless its tier or policy has several). `limit`, `remaining`,
+    /// `window_ms` and the times are those of `rules[rule]`.
+    #[getter]
+    fn rules<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        rules_tuple(py, &self.d.rules())
+    }
+    /// Index in `rules` of the binding rule: the one that denied or, when
+    /// admitted, the one with the fewest tokens left.
+    #[getter]
+    fn rule(&self) -> u8 {
+        self.d.rule
+    }
 
     /// IETF RateLimit-Policy and RateLimit response headers, plus Retry-After
     /// (whole seconds) when denied.
@@ -341,8 +389,8 @@ impl Decision {
 
     fn __repr__(&self) -> String {
         let d = &self.d;
-        format!(
-            "Decision(allowed={}, reason='{}', limit={}, remaining={}, retry_after_ms={}, reset_after_ms={}, window_ms={})",
+        let mut out = format!(
+            "Decision(allowed={}, reason='{}', limit={}, remaining={}, retry_after_ms={}, reset_after_ms={}, window_ms={}",
             if d.allowed { "True" } else { "False" },
             d.reason.as_str(),
             d.limit,
@@ -350,7 +398,19 @@ impl Decision {
             d.retry_after_ms,
             d.reset_after_ms,
             d.window_ms
-        )
+        );
+        // Several rules: which one bound, and all of them (as `rules` gives them).
+        let rules = d.rules();
+        if rules.len() > 1 {
+            let pairs: Vec<String> = rules
+                .as_slice()
+                .iter()
+                .map(|p| format!("({}, {})", p.limit, p.window_ms))
+                .collect();
+            out.push_str(&format!(", rule={}, rules=({})", d.rule, pairs.join(", ")));
+        }
+        out.push(')');
+        out
     }
 }
 
@@ -452,14 +512,19 @@ impl Limiter {
     }
 
     /// Take `cost` tokens for `key`; waits (GIL released, at most
-    /// backend_timeout_ms) only when the key has no local lease.
-    #[pyo3(signature = (key, cost = Cost(1)), text_signature = "($self, key, cost=1)")]
+    /// backend_timeout_ms) only when the key has no local lease. `tier`
+    /// names the key's plan tier (None: the default tier, or the limit).
+    #[pyo3(
+        signature = (key, cost = Cost(1), *, tier = None),
+        text_signature = "($self, key, cost=1, *, tier=None)"
+    )]
     #[inline]
-    fn acquire(&self, py: Python<'_>, key: &str, cost: Cost) -> PyResult<Decision> {
-        match self.inner.acquire_local(key, cost.0) {
+    fn acquire(&self, py: Python<'_>, key: &str, cost: Cost, tier: Option<&Bound<'_, PyAny>>) -> PyResult<Decision> {
+        let tier = tier_arg(tier)?;
+        match self.inner.acquire_local_with(key, cost.0, tier) {
             Ok(Some(d)) => Ok(Decision { d }),
             Ok(None) => {
-                let r = py.detach(|| self.inner.acquire(key, cost.0));
+                let r = py.detach(|| self.inner.acquire_with(key, cost.0, tier));
                 self.decide(py, r)
             }
             Err(e) => Err(to_pyerr(py, e)),
@@ -468,24 +533,47 @@ impl Limiter {
 
     /// Like acquire, but never waits: with no local tokens and a lease
     /// request needed, it starts one and denies with reason "pending".
-    #[pyo3(signature = (key, cost = Cost(1)), text_signature = "($self, key, cost=1)")]
-    fn try_acquire(&self, py: Python<'_>, key: &str, cost: Cost) -> PyResult<Decision> {
-        let r = self.inner.try_acquire(key, cost.0);
+    #[pyo3(
+        signature = (key, cost = Cost(1), *, tier = None),
+        text_signature = "($self, key, cost=1, *, tier=None)"
+    )]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        cost: Cost,
+        tier: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Decision> {
+        let r = self.inner.try_acquire_with(key, cost.0, tier_arg(tier)?);
         self.decide(py, r)
     }
 
     /// For `Limiter.acquire_async`: a Decision when decided now, else an
     /// asyncio future of the running loop, completed from the broker thread.
-    #[pyo3(signature = (key, cost = Cost(1)), text_signature = "($self, key, cost=1)")]
-    fn _acquire_or_future<'py>(&self, py: Python<'py>, key: &str, cost: Cost) -> PyResult<Bound<'py, PyAny>> {
-        if let Some(d) = self.inner.acquire_local(key, cost.0).map_err(|e| to_pyerr(py, e))? {
+    #[pyo3(
+        signature = (key, cost = Cost(1), *, tier = None),
+        text_signature = "($self, key, cost=1, *, tier=None)"
+    )]
+    fn _acquire_or_future<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        cost: Cost,
+        tier: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let tier = tier_arg(tier)?;
+        if let Some(d) = self
+            .inner
+            .acquire_local_with(key, cost.0, tier)
+            .map_err(|e| to_pyerr(py, e))?
+        {
             return Ok(Bound::new(py, Decision { d })?.into_any());
         }
         let slot = Arc::new(Mutex::new(Slot::Empty));
         let theirs = slot.clone();
         let now = self
             .inner
-            .acquire_or_notify(key, cost.0, move |res| complete(&theirs, res))
+            .acquire_or_notify_with(key, cost.0, tier, move |res| complete(&theirs, res))
             .map_err(|e| to_pyerr(py, e))?;
         if let Some(d) = now {
             return Ok(Bound::new(py, Decision { d })?.into_any());
@@ -577,7 +665,100 @@ impl Limiter {
         d.set_item("holders", i.holders)?;
         d.set_item("fallback_per_window", i.fallback_per_window)?;
         d.set_item("demand_per_s", i.demand_per_s)?;
+        d.set_item("rules", i.rules)?;
+        d.set_item("tier", i.tier)?;
+        d.set_item("policy_source", i.policy_source)?;
         Ok(d)
+    }
+
+    /// The rules `key` is held to on a call naming `tier`, and why: a dict
+    /// with `rules` (`(limit, window_ms)` pairs), `tier` (or None),
+    /// `assigned_by`, `defined_by` and `source` (the core's sentence). Reads
+    /// what this limiter knows; no call to the store.
+    #[pyo3(signature = (key, tier = None))]
+    fn policy<'py>(&self, py: Python<'py>, key: &str, tier: Option<&Bound<'_, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
+        let (rules, source) = self.inner.policy(key, tier_arg(tier)?).map_err(|e| to_pyerr(py, e))?;
+        let d = PyDict::new(py);
+        d.set_item("rules", rules_tuple(py, &rules)?)?;
+        d.set_item("tier", source.tier.as_deref())?;
+        d.set_item("assigned_by", source.assigned_by.as_str())?;
+        d.set_item("defined_by", source.defined_by.as_str())?;
+        d.set_item("source", source.to_string())?;
+        Ok(d)
+    }
+
+    /// Every tier this limiter knows now, by name: `{name: {"rules":
+    /// ((limit, window_ms), ...), "defined_by": "config" | "file" | "store"}}`.
+    fn tiers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for (name, rules, origin) in self.inner.tiers() {
+            let t = PyDict::new(py);
+            t.set_item("rules", rules_tuple(py, &rules)?)?;
+            t.set_item("defined_by", origin.as_str())?;
+            out.set_item(name, t)?;
+        }
+        Ok(out)
+    }
+
+    /// Define (or redefine) tier `name` as `rules` ("6000/min, 1000000/day")
+    /// in the shared policy store; returns the store's version. Every
+    /// limiter on the store follows within policy_refresh_ms, this one at once.
+    fn policy_set_tier(&self, py: Python<'_>, name: &Bound<'_, PyAny>, rules: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let (name, rules) = (str_arg(name, "name")?, str_arg(rules, "rules")?);
+        py.detach(|| self.inner.policy_set_tier(name, rules))
+            .map_err(|e| to_pyerr(py, e))
+    }
+
+    /// Remove tier `name` from the store; returns the store's version.
+    fn policy_delete_tier(&self, py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let name = str_arg(name, "name")?;
+        py.detach(|| self.inner.policy_delete_tier(name))
+            .map_err(|e| to_pyerr(py, e))
+    }
+
+    /// Give `key` its own store entry: "tier:NAME" or rules ("10/s, 1000/day"),
+    /// which wins over the tier callers name; returns the store's version.
+    fn policy_assign(&self, py: Python<'_>, key: &str, assignment: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let assignment = str_arg(assignment, "assignment")?;
+        py.detach(|| self.inner.policy_assign(key, assignment))
+            .map_err(|e| to_pyerr(py, e))
+    }
+
+    /// Remove `key`'s store entry; returns the store's version.
+    fn policy_unassign(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
+        py.detach(|| self.inner.policy_unassign(key))
+            .map_err(|e| to_pyerr(py, e))
+    }
+
+    /// `key`'s store entry as stored ("tier:pro" or rules), or None.
+    fn policy_get(&self, py: Python<'_>, key: &str) -> PyResult<Option<String>> {
+        py.detach(|| self.inner.policy_get(key)).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// What the store holds: `{"version": int, "tiers": {name: rules},
+    /// "keys": {key: "tier:NAME" or rules}}`, sorted by name (stored text).
+    /// Reads the whole store: an operator call, not one for requests.
+    fn policy_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let list = py.detach(|| self.inner.policy_list()).map_err(|e| to_pyerr(py, e))?;
+        let d = PyDict::new(py);
+        d.set_item("version", list.version)?;
+        let tiers = PyDict::new(py);
+        for (name, rules) in list.tiers {
+            tiers.set_item(name, rules)?;
+        }
+        d.set_item("tiers", tiers)?;
+        let keys = PyDict::new(py);
+        for (key, assignment) in list.keys {
+            keys.set_item(key, assignment)?;
+        }
+        d.set_item("keys", keys)?;
+        Ok(d)
+    }
+
+    /// Check the policy store (and policy_file) now and apply what changed
+    /// before returning (the limiter does it every policy_refresh_ms).
+    fn refresh_policies(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.refresh_policies()).map_err(|e| to_pyerr(py, e))
     }
 
     /// Tokens borrowed per lease request (resolved default included).

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from conftest import DAY, PATIENT, RedisServer, unique
-from quotalease import Limiter, http_key
+from quotalease import ConfigError, Limiter, http_key
 from quotalease import asgi as ql_asgi
 from quotalease import wsgi as ql_wsgi
 
@@ -177,6 +177,24 @@ def test_flask_headers_and_429() -> None:
     assert nf.status_code == 404 and "RateLimit" in nf.headers
 
 
+def test_flask_a_views_own_ratelimit_fields_win() -> None:
+    # A view limited by a limit of its own sets the fields; the middleware
+    # adds none of its own beside them (one RateLimit field, the view's).
+    limiter = Limiter(limit=5, window_ms=60_000)
+    app = flask.Flask("own_fields")
+
+    @app.get("/")
+    def home() -> Any:
+        return "hello", 200, {"RateLimit-Policy": '"view";q=1;w=60', "ratelimit": '"view";r=0;t=60'}
+
+    app.wsgi_app = ql_wsgi.RateLimitMiddleware(app.wsgi_app, limiter=limiter)  # type: ignore[method-assign]
+    r = app.test_client().get("/")
+    assert r.status_code == 200
+    assert r.headers.getlist("RateLimit-Policy") == ['"view";q=1;w=60']
+    assert r.headers.getlist("RateLimit") == ['"view";r=0;t=60']
+    assert limiter.inspect("127.0.0.1")["admitted"] == 1  # still limited by the middleware
+
+
 def test_flask_default_key_and_cost() -> None:
     limiter = Limiter(limit=4, window_ms=60_000)
     app = flask.Flask("quotalease_cost")
@@ -211,3 +229,57 @@ def test_flask_with_redis(redis_server: RedisServer) -> None:
     codes = [client.get("/", headers={"X-User": "ann"}).status_code for _ in range(7)]
     assert codes.count(200) <= 5 and codes[0] == 200 and codes[-1] == 429
     limiter.close()
+
+
+# --- plan tiers (issue 15) --------------------------------------------------
+
+#: Two plans of two rules each: the RateLimit-Policy header lists both rules.
+PLANS = "free=2/min, 3/hour; pro=4/min, 10/hour"
+
+
+def plan_of(request: Any) -> str | None:
+    return request.headers.get("x-plan")  # None: the default tier
+
+
+def test_starlette_tier_from_the_request_picks_the_plan() -> None:
+    limiter = Limiter(limit=100, window_ms=60_000, tiers=PLANS, default_tier="free")
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("hello"))])
+    app.add_middleware(ql_asgi.RateLimitMiddleware, limiter=limiter, key=lambda r: r.headers["x-user"], tier=plan_of)
+    with TestClient(app) as client:
+        pro = [client.get("/", headers={"x-user": "ann", "x-plan": "pro"}) for _ in range(5)]
+        assert [r.status_code for r in pro] == [200] * 4 + [429]
+        assert pro[0].headers["ratelimit-policy"] == '"1min";q=4;w=60, "1hour";q=10;w=3600'
+        assert pro[0].headers["ratelimit"].startswith('"1min";r=3;')
+        assert pro[4].headers["ratelimit"].startswith('"1min";r=0;') and int(pro[4].headers["retry-after"]) >= 1
+        free = [client.get("/", headers={"x-user": "bob"}).status_code for _ in range(3)]
+        assert free == [200, 200, 429]
+        # An unknown plan is the limiter's ConfigError, with the core's message.
+        with pytest.raises(ConfigError, match='unknown tier "gold" \\(known tiers: free, pro\\)'):
+            client.get("/", headers={"x-user": "cat", "x-plan": "gold"})
+    assert limiter.inspect("ann")["tier"] == "pro" and limiter.inspect("bob")["tier"] == "free"
+
+
+def test_flask_tier_as_a_string_or_a_function() -> None:
+    limiter = Limiter(limit=100, window_ms=60_000, tiers=PLANS)
+    app = flask.Flask("quotalease_tiers")
+    app.add_url_rule("/", "i", lambda: "x")
+    app.wsgi_app = ql_wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+        app.wsgi_app, limiter=limiter, key=lambda r: r.headers["X-User"], tier="pro"
+    )
+    client = app.test_client()
+    codes = [client.get("/", headers={"X-User": "ann"}).status_code for _ in range(5)]
+    assert codes == [200] * 4 + [429]
+    by_plan = flask.Flask("quotalease_tiers_fn")
+    by_plan.add_url_rule("/", "i", lambda: "x")
+    by_plan.wsgi_app = ql_wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+        by_plan.wsgi_app, limiter=limiter, key=lambda r: r.headers["X-User"], tier=plan_of
+    )
+    client = by_plan.test_client()
+    free = [client.get("/", headers={"X-User": "bob", "X-Plan": "free"}) for _ in range(3)]
+    assert [r.status_code for r in free] == [200, 200, 429]
+    assert free[0].headers["RateLimit-Policy"] == '"1min";q=2;w=60, "1hour";q=3;w=3600'
+    # No plan and no default tier: the limiter's own limit, one "default" rule.
+    plain = client.get("/", headers={"X-User": "cat"})
+    assert plain.status_code == 200 and plain.headers["RateLimit-Policy"] == '"default";q=100;w=60'
+    with pytest.raises(TypeError, match="tier must be a str or a function"):
+        ql_wsgi.RateLimitMiddleware(app.wsgi_app, limiter=limiter, tier=5)  # type: ignore[arg-type]

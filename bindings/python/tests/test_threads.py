@@ -38,7 +38,17 @@ def test_threads_on_two_redis_instances_conserve_tokens(redis_server: RedisServe
 
 
 def test_the_gil_is_released_while_acquire_waits(own_redis: RedisServer) -> None:
-    lim = Limiter(own_redis.url, limit=100, window_ms=DAY, backend_timeout_ms=60_000, key_prefix=unique("gil"))
+    # No policy store (policy_refresh_ms=0): a cold key's first acquire would
+    # otherwise wait for the store's first answer before its entry exists,
+    # and keys_tracked is how this test sees the worker inside acquire().
+    lim = Limiter(
+        own_redis.url,
+        limit=100,
+        window_ms=DAY,
+        backend_timeout_ms=60_000,
+        key_prefix=unique("gil"),
+        policy_refresh_ms=0,
+    )
     own_redis.pause()
     result: list[object] = []
     worker = threading.Thread(target=lambda: result.append(lim.acquire("k")))

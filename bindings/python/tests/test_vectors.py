@@ -79,10 +79,10 @@ class Runner:
             except ClosedError:
                 pass
 
-    async def acquire(self, lim: Limiter, key: str, cost: int) -> Decision:
+    async def acquire(self, lim: Limiter, key: str, cost: int, tier: str | None) -> Decision:
         if self.use_async:
-            return await lim.acquire_async(key, cost)
-        return lim.acquire(key, cost)
+            return await lim.acquire_async(key, cost, tier=tier)
+        return lim.acquire(key, cost, tier=tier)
 
     async def run(self) -> int:
         checked = 0
@@ -94,18 +94,19 @@ class Runner:
             ctx = f"{name} [{self.backend}{' async' if self.use_async else ''}] step {i} {step}"
             lim = self.limiters[int(step.get("instance", 0))]
             cost = int(step.get("cost", 1))
+            tier = step.get("tier")
             op = step["op"]
             expect_error = step.get("expect_error")
             outcome: Any = None
             try:
                 if op == "acquire":
-                    outcome = await self.acquire(lim, key_of(step), cost)
+                    outcome = await self.acquire(lim, key_of(step), cost, tier)
                 elif op == "try_acquire":
-                    outcome = lim.try_acquire(key_of(step), cost)
+                    outcome = lim.try_acquire(key_of(step), cost, tier=tier)
                 elif op == "acquire_n":
                     allowed = denied = 0
                     for _ in range(int(step["count"])):
-                        if await self.acquire(lim, key_of(step), cost):
+                        if await self.acquire(lim, key_of(step), cost, tier):
                             allowed += 1
                         else:
                             denied += 1
@@ -116,6 +117,14 @@ class Runner:
                         each.advance_clock(int(step["ms"]))
                 elif op == "settle":
                     pass
+                elif op == "policy_set_tier":
+                    outcome = lim.policy_set_tier(step["name"], step["rules"])
+                elif op == "policy_delete_tier":
+                    outcome = lim.policy_delete_tier(step["name"])
+                elif op == "policy_assign":
+                    outcome = lim.policy_assign(key_of(step), step["assignment"])
+                elif op == "policy_unassign":
+                    outcome = lim.policy_unassign(key_of(step))
                 elif op == "set_limit":
                     lim.set_limit(key_of(step), int(step["limit"]), int(step["window_ms"]))
                 elif op == "flush":
@@ -142,6 +151,9 @@ class Runner:
                     raise AssertionError(f"{ctx}: expected error {expect_error}, got {outcome!r}")
                 if op in ("acquire", "try_acquire"):
                     check_decision(ctx, outcome, step["expect"])
+                if op.startswith("policy_"):
+                    # A store write answers the store's version, which every write raises.
+                    assert isinstance(outcome, int) and outcome >= 1, f"{ctx}: version {outcome!r}"
             self.settle()
             checked += 1
         for lim in self.limiters:
@@ -150,7 +162,10 @@ class Runner:
 
 
 def test_there_are_vectors() -> None:
-    assert len(FILES) >= 15
+    assert len(FILES) >= 24
+    # The tier and policy-store vectors (22-24) use every op this runner plays.
+    ops = {step["op"] for f in FILES for step in json.loads(f.read_text())["steps"]}
+    assert {"policy_set_tier", "policy_delete_tier", "policy_assign", "policy_unassign"} <= ops
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])

@@ -66,7 +66,8 @@ class Limiter(_native.Limiter):
     overshoot_budget=None, lease_size=None, refill_threshold=None, lease_ttl_ms=None,
     on_backend_failure="static-share", expected_replicas=None,
     backend_timeout_ms=None, key_prefix="ql", max_keys=None, mode="lease",
-    clock=None, clock_start_ms=None, on_event=None)``
+    clock=None, clock_start_ms=None, tiers=None, default_tier=None,
+    policy_file=None, policy_refresh_ms=None, on_event=None)``
 
     Give ``limit`` (tokens per window) and ``window_ms`` (default 60000), or
     ``rate="600/min"`` (not both). Options left as None take the engine's
@@ -79,6 +80,13 @@ class Limiter(_native.Limiter):
     ``clock="manual"`` starts at 1,000,000 ms unless ``clock_start_ms`` says
     otherwise.
 
+    Plan tiers: ``tiers="free=100/min; pro=6000/min, 1000000/day"`` names sets
+    of rules (a key is admitted only when every rule of its set admits), and
+    ``acquire(key, tier="pro")`` picks one (``default_tier`` when none is
+    named). A key's entry in the shared policy store (``policy_assign``) or in
+    ``policy_file`` wins over the tier named; every limiter on the same
+    backend reads the store every ``policy_refresh_ms`` (default 1000).
+
     ``on_event(kind, message)`` is called from the broker thread on every
     backend transition ("degraded" / "recovered"), which is also logged on the
     ``quotalease`` logger (ERROR / WARNING).
@@ -89,10 +97,10 @@ class Limiter(_native.Limiter):
 
     __slots__ = ()
 
-    async def acquire_async(self, key: str, cost: int = 1) -> Decision:
+    async def acquire_async(self, key: str, cost: int = 1, *, tier: str | None = None) -> Decision:
         """Like :meth:`acquire`, but awaits a pending lease instead of blocking
         the event loop."""
-        r = self._acquire_or_future(key, cost)
+        r = self._acquire_or_future(key, cost, tier=tier)
         if isinstance(r, Decision):
             return r
         return await r

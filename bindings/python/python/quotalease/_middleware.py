@@ -1,22 +1,138 @@
-"""What the ASGI and WSGI middleware share."""
+"""What every quotalease integration shares: the rule that turns a request into
+``acquire(key, cost, ...)`` (key function, cost, skip, group, extra acquire
+options such as a plan tier), the response headers and the 429 body.
+
+The ASGI and WSGI middleware, the Django middleware and decorator, the FastAPI
+dependency and the gRPC interceptors all decide through :class:`Rule`, so a
+request is limited the same way whichever framework carries it.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
-from ._native import Decision
+from ._native import Decision, InvalidCostError, http_key
+from ._native import Limiter as _NativeLimiter
+
+R = TypeVar("R")
+
+#: The sentence every denial carries (HTTP body, gRPC status message).
+DENIED_DETAIL = "Too many requests; retry after the Retry-After header's seconds."
 
 
 def header_pairs(decision: Decision) -> list[tuple[str, str]]:
+    """``RateLimit-Policy``, ``RateLimit`` and, when denied, ``Retry-After``."""
     return list(decision.headers().items())
 
 
+def metadata_pairs(decision: Decision) -> list[tuple[str, str]]:
+    """The same fields as gRPC metadata (keys lower-case, as gRPC requires)."""
+    return [(name.lower(), value) for name, value in decision.headers().items()]
+
+
+def denied_payload(decision: Decision) -> dict[str, object]:
+    return {"error": "rate_limited", "detail": DENIED_DETAIL, "retry_after_ms": decision.retry_after_ms}
+
+
 def denied_body(decision: Decision) -> bytes:
-    return json.dumps(
-        {
-            "error": "rate_limited",
-            "detail": "Too many requests; retry after the Retry-After header's seconds.",
-            "retry_after_ms": decision.retry_after_ms,
-        },
-        separators=(",", ":"),
-    ).encode()
+    return json.dumps(denied_payload(decision), separators=(",", ":")).encode()
+
+
+def check_limiter(limiter: object, who: str) -> None:
+    if not isinstance(limiter, _NativeLimiter):
+        raise TypeError(f"{who}: limiter must be a quotalease.Limiter, not {type(limiter).__name__}")
+
+
+def _check_cost(cost: object, who: str) -> None:
+    if callable(cost):
+        return
+    if isinstance(cost, bool) or not isinstance(cost, int):
+        raise TypeError(f"{who}: cost must be an int or a function of the request, not {type(cost).__name__}")
+    if cost < 1:
+        raise InvalidCostError(f"{who}: cost must be at least 1, got {cost}")
+
+
+class Rule(Generic[R]):
+    """How one integration limits a request of type ``R``.
+
+    ``key(request)`` names the bucket (None: not limited); ``cost`` is an int or
+    ``cost(request)``; ``skip(request)`` true lets a request through unlimited;
+    ``group`` (a string or ``group(request)``) prefixes the key as
+    ``"group:key"``, so per-view limits do not share buckets; ``tier`` (a string
+    or ``tier(request)``, None for the default) is handed to ``acquire`` as
+    ``tier=`` for limiters configured with plan tiers and is left out
+    otherwise. The limiter key is ``http_key(...)`` of the result: a key over
+    512 bytes is limited under its SHA-256 instead of failing the request.
+    """
+
+    __slots__ = ("limiter", "key", "cost", "skip", "group", "tier")
+
+    def __init__(
+        self,
+        limiter: _NativeLimiter,
+        key: Callable[[R], str | None],
+        cost: int | Callable[[R], int] = 1,
+        *,
+        skip: Callable[[R], bool] | None = None,
+        group: str | Callable[[R], str] | None = None,
+        tier: str | Callable[[R], str | None] | None = None,
+        who: str = "quotalease",
+    ) -> None:
+        check_limiter(limiter, who)
+        if not callable(key):
+            raise TypeError(f"{who}: key must be a function of the request, not {type(key).__name__}")
+        _check_cost(cost, who)
+        if skip is not None and not callable(skip):
+            raise TypeError(f"{who}: skip must be a function of the request")
+        for name, value in (("group", group), ("tier", tier)):
+            if value is not None and not (isinstance(value, str) or callable(value)):
+                raise TypeError(f"{who}: {name} must be a str or a function of the request")
+        self.limiter = limiter
+        self.key = key
+        self.cost = cost
+        self.skip = skip
+        self.group = group
+        self.tier = tier
+
+    def resolve(self, request: R) -> tuple[str, int, dict[str, Any]] | None:
+        """``(limiter key, cost, extra acquire options)``, or None: not limited."""
+        if self.skip is not None and self.skip(request):
+            return None
+        raw = self.key(request)
+        if raw is None:
+            return None
+        if not isinstance(raw, str):
+            raise TypeError(f"the key function must return a str or None, not {type(raw).__name__}")
+        if self.group is not None:
+            group = self.group if isinstance(self.group, str) else self.group(request)
+            raw = f"{group}:{raw}"
+        cost = self.cost(request) if callable(self.cost) else self.cost
+        options: dict[str, Any] = {}
+        if self.tier is not None:
+            tier = self.tier if isinstance(self.tier, str) else self.tier(request)
+            if tier is not None:
+                options["tier"] = tier
+        return http_key(raw), cost, options
+
+    def acquire(self, request: R) -> Decision | None:
+        """The decision for ``request`` (may wait, as ``Limiter.acquire``), or None."""
+        resolved = self.resolve(request)
+        if resolved is None:
+            return None
+        key, cost, options = resolved
+        return self.limiter.acquire(key, cost, **options)
+
+    async def acquire_async(self, request: R) -> Decision | None:
+        """Like :meth:`acquire`, awaiting a pending lease instead of blocking."""
+        resolved = self.resolve(request)
+        if resolved is None:
+            return None
+        key, cost, options = resolved
+        acquire_async = getattr(self.limiter, "acquire_async", None)
+        if acquire_async is None:  # a bare native limiter: use its future
+            r = self.limiter._acquire_or_future(key, cost, **options)
+            return r if isinstance(r, Decision) else await r
+        result: Decision = await acquire_async(key, cost, **options)
+        return result

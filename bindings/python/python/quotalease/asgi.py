@@ -15,8 +15,13 @@ and a small JSON body, and never reaches the app.
 ``starlette.requests.Request`` when Starlette is installed (FastAPI, Starlette),
 otherwise the raw ASGI ``scope`` dict. The default key is the client's address.
 Return None to let a request through without limiting it (health checks).
-``cost`` is an int or a callable taking the same request. WebSocket and
-lifespan messages pass through untouched. A key longer than 512 bytes is
+``cost`` is an int or a callable taking the same request; ``skip(request)``
+true lets a request through unlimited; ``tier`` (a str or ``tier(request)``)
+is handed to ``acquire`` for limiters with plan tiers. WebSocket and
+lifespan messages pass through untouched. A response that already carries
+``RateLimit``, ``RateLimit-Policy`` or ``Retry-After`` (set by an inner, per-route
+limit such as a ``quotalease.fastapi.limit`` dependency) keeps those, as
+Django's middleware does. A key longer than 512 bytes is
 limited under ``quotalease.http_key(key)`` ("sha256:" and its hex digest),
 as in every quotalease middleware, instead of failing the request.
 """
@@ -27,8 +32,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from . import Limiter
-from ._middleware import denied_body, header_pairs
-from ._native import Decision, http_key
+from ._middleware import Rule, denied_body, header_pairs
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -56,25 +60,23 @@ class RateLimitMiddleware:
         limiter: Limiter,
         key: Callable[[Any], str | None] = client_address,
         cost: int | Callable[[Any], int] = 1,
+        *,
+        skip: Callable[[Any], bool] | None = None,
+        tier: str | Callable[[Any], str | None] | None = None,
     ) -> None:
-        if not hasattr(limiter, "acquire_async"):
-            raise TypeError("limiter must be a quotalease.Limiter")
         self.app = app
+        self.rule: Rule[Any] = Rule(limiter, key, cost, skip=skip, tier=tier, who="RateLimitMiddleware")
         self.limiter = limiter
-        self.key = key
-        self.cost = cost
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request = _Request(scope, receive) if _Request is not None else scope
-        k = self.key(request)
-        if k is None:
+        decision = await self.rule.acquire_async(request)
+        if decision is None:
             await self.app(scope, receive, send)
             return
-        cost = self.cost(request) if callable(self.cost) else self.cost
-        decision: Decision = await self.limiter.acquire_async(http_key(k), cost)
         extra = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in header_pairs(decision)]
         if not decision.allowed:
             body = denied_body(decision)
@@ -95,7 +97,11 @@ class RateLimitMiddleware:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message = dict(message)
-                message["headers"] = [*message.get("headers", ()), *extra]
+                headers = list(message.get("headers", ()))
+                # An inner limit's fields (a FastAPI limit() dependency) win:
+                # two RateLimit fields would read as one list of both.
+                present = {bytes(name).lower() for name, _ in headers}
+                message["headers"] = [*headers, *((n, v) for n, v in extra if n not in present)]
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

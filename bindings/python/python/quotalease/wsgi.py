@@ -14,7 +14,11 @@ and a small JSON body, and never reaches the app.
 ``key(request)`` picks the bucket. ``request`` is a ``werkzeug.wrappers.Request``
 when Werkzeug is installed (Flask), otherwise the WSGI ``environ`` dict. The
 default key is ``REMOTE_ADDR``. Return None to let a request through without
-limiting it. ``cost`` is an int or a callable taking the same request. A key
+limiting it. ``cost`` is an int or a callable taking the same request;
+``skip(request)`` true lets a request through unlimited; ``tier`` (a str or
+``tier(request)``) is handed to ``acquire`` for limiters with plan tiers. A response that already
+carries ``RateLimit``, ``RateLimit-Policy`` or ``Retry-After`` (an inner,
+per-view limit's) keeps those. A key
 longer than 512 bytes is limited under ``quotalease.http_key(key)``
 ("sha256:" and its hex digest), as in every quotalease middleware, instead of
 failing the request.
@@ -25,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._middleware import denied_body, header_pairs
-from ._native import Limiter, http_key
+from ._middleware import Rule, denied_body, header_pairs
+from ._native import Limiter
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -51,21 +55,19 @@ class RateLimitMiddleware:
         limiter: Limiter,
         key: Callable[[Any], str | None] = client_address,
         cost: int | Callable[[Any], int] = 1,
+        *,
+        skip: Callable[[Any], bool] | None = None,
+        tier: str | Callable[[Any], str | None] | None = None,
     ) -> None:
-        if not hasattr(limiter, "acquire"):
-            raise TypeError("limiter must be a quotalease.Limiter")
         self.app = app
+        self.rule: Rule[Any] = Rule(limiter, key, cost, skip=skip, tier=tier, who="RateLimitMiddleware")
         self.limiter = limiter
-        self.key = key
-        self.cost = cost
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         request = _Request(environ) if _Request is not None else environ
-        k = self.key(request)
-        if k is None:
+        decision = self.rule.acquire(request)
+        if decision is None:
             return self.app(environ, start_response)
-        cost = self.cost(request) if callable(self.cost) else self.cost
-        decision = self.limiter.acquire(http_key(k), cost)
         extra = header_pairs(decision)
         if not decision.allowed:
             body = denied_body(decision)
@@ -76,6 +78,7 @@ class RateLimitMiddleware:
             return [body]
 
         def start_with_headers(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            return start_response(status, [*headers, *extra], exc_info)
+            present = {name.lower() for name, _ in headers}  # an inner limit's fields win
+            return start_response(status, [*headers, *((n, v) for n, v in extra if n.lower() not in present)], exc_info)
 
         return self.app(environ, start_with_headers)
