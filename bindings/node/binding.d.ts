@@ -13,7 +13,7 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 export declare class NativeLimiter {
   /**
    * `names[i]` is an option (as in `LimiterOptions`, or snake_case) and
-   * `values[i]` its value. `scratch`: a `Float64Array` of at least 6
+   * `values[i]` its value. `scratch`: a `Float64Array` of at least 16
    * elements the wrapper reads decisions from. `onEvent(kind, message)` is
    * called on backend transitions.
    */
@@ -21,13 +21,15 @@ export declare class NativeLimiter {
   /**
    * `{ acquire, tryAcquire, acquireAsync }`: the per-request calls as raw
    * N-API functions bound to this limiter (see `fast.rs`). Each takes
-   * `(key: string, cost?: number)` (cost 1 when omitted), writes the
-   * decision into the scratch array and returns `undefined`;
+   * `(key: string, cost?: number, tier?: string)` (cost 1 when omitted
+   * or `undefined`; no tier when omitted, `undefined` or `null`), writes
+   * the decision into the scratch array and returns `undefined`;
    * `acquireAsync` returns a Promise of `[code, limit, remaining,
-   * retryAfterMs, resetAfterMs, windowMs]` (or an Error) instead when it
-   * must wait for the backend.
+   * retryAfterMs, resetAfterMs, windowMs, rule, rule count, each rule's
+   * limit and windowMs]` (or an Error) instead when it must wait for the
+   * backend.
    */
-  hotPath(): { acquire(key: string, cost?: number): void; tryAcquire(key: string, cost?: number): void; acquireAsync(key: string, cost?: number): undefined | Promise<number[] | Error> }
+  hotPath(): { acquire(key: string, cost?: number, tier?: string | null): void; tryAcquire(key: string, cost?: number, tier?: string | null): void; acquireAsync(key: string, cost?: number, tier?: string | null): undefined | Promise<number[] | Error> }
   /** Override the limit of one key. */
   setLimit(key: string, limit: number, windowMs: number): void
   /** Every metric by its name in docs/design.md (snake_case, as in Prometheus). */
@@ -50,7 +52,50 @@ export declare class NativeLimiter {
    */
   settle(): void
   /** What the limiter and the authority know about `key`. */
-  inspect(key: string): Record<string, number | boolean | null>
+  inspect(key: string): Record<string, number | boolean | string | null>
+  /**
+   * The rules `key` is held to on a call naming `tier` (none: `null`),
+   * and why: `{ rules: [{ limit, windowMs }], tier, assignedBy,
+   * definedBy, source }`. Reads what this limiter knows (no backend call).
+   */
+  policy(key: string, tier?: string | undefined | null): { rules: Array<{ limit: number; windowMs: number }>; tier: string | null; assignedBy: string; definedBy: string; source: string }
+  /** Every tier this limiter knows now, by name: `[{ name, rules, definedBy }]`. */
+  tiers(): Array<{ name: string; rules: Array<{ limit: number; windowMs: number }>; definedBy: string }>
+  /**
+   * `policy_set_tier` on a background thread: a Promise of the store's
+   * version or an Error.
+   */
+  policySetTier(name: string, rules: string): Promise<number | Error>
+  /**
+   * `policy_delete_tier` on a background thread: a Promise of the store's
+   * version or an Error.
+   */
+  policyDeleteTier(name: string): Promise<number | Error>
+  /**
+   * `policy_assign` on a background thread: a Promise of the store's
+   * version or an Error.
+   */
+  policyAssign(key: string, assignment: string): Promise<number | Error>
+  /**
+   * `policy_unassign` on a background thread: a Promise of the store's
+   * version or an Error.
+   */
+  policyUnassign(key: string): Promise<number | Error>
+  /**
+   * `policy_get` on a background thread: a Promise of the key's stored
+   * entry (`null`: none) or an Error.
+   */
+  policyGet(key: string): Promise<string | null | Error>
+  /**
+   * `policy_list` on a background thread: a Promise of `{ version, tiers:
+   * [{ name, rules }], keys: [{ key, assignment }] }` or an Error.
+   */
+  policyList(): Promise<{ version: number; tiers: Array<{ name: string; rules: string }>; keys: Array<{ key: string; assignment: string }> } | Error>
+  /**
+   * `refresh_policies` on a background thread: a Promise of `undefined`
+   * or an Error.
+   */
+  refreshPolicies(): Promise<undefined | Error>
   /** Tokens per lease request, after defaults. */
   get leaseSize(): number
   /**
@@ -62,9 +107,11 @@ export declare class NativeLimiter {
 
 /**
  * HTTP headers for a decision (IETF RateLimit / RateLimit-Policy, plus
- * Retry-After when denied), computed by the engine.
+ * Retry-After when denied), computed by the engine. `rules`: every rule's
+ * limit and windowMs in turn (none: the one rule `limit` per `windowMs`);
+ * `rule`: the binding rule's index in them (default 0).
  */
-export declare function decisionHeaders(allowed: boolean, limit: number, remaining: number, retryAfterMs: number, resetAfterMs: number, windowMs: number): Record<string, string>
+export declare function decisionHeaders(allowed: boolean, limit: number, remaining: number, retryAfterMs: number, resetAfterMs: number, windowMs: number, rule?: number | undefined | null, rules?: Array<number> | undefined | null): Record<string, string>
 
 /** The engine's version (Cargo.toml). */
 export declare function engineVersion(): string

@@ -13,6 +13,12 @@ export interface RateLimitOptions<Req extends IncomingMessage = IncomingMessage,
   key?: (req: Req) => string | Promise<string>
   /** Tokens a request costs: a number or a function of the request (default 1). */
   cost?: number | ((req: Req) => number)
+  /**
+   * The plan tier of a request (the limiter's `tiers`): a name, or a function
+   * of the request returning one (`undefined` or `null`: the default tier).
+   * An unknown tier is an `ERR_QUOTALEASE_CONFIG` error, passed to `next(err)`.
+   */
+  tier?: string | ((req: Req) => string | undefined | null)
   /** Requests for which this returns true are not limited (and get no headers). */
   skip?: (req: Req) => boolean
   /**

@@ -2,13 +2,7 @@
 // Express / Connect middleware: one decision per request, RateLimit headers
 // on every response, 429 with Retry-After when denied.
 
-const { Limiter, codes, httpKey } = require('./index.js')
-
-function fail(Ctor, message) {
-  const err = new Ctor(message)
-  err.code = codes.CONFIG
-  return err
-}
+const { checkOptions, decide, setHeaders } = require('./http-common.js')
 
 function defaultKey(req) {
   return req.ip || (req.socket && req.socket.remoteAddress) || 'unknown'
@@ -20,63 +14,38 @@ function defaultOnDenied(req, res) {
   res.end('Too Many Requests\n')
 }
 
+const KNOWN = ['limiter', 'key', 'cost', 'tier', 'skip', 'onDenied']
+
 /**
- * `rateLimit({ limiter, key?, cost?, skip?, onDenied? })` returns
- * `(req, res, next)` middleware. The decision is on `req.rateLimit`.
+ * `rateLimit({ limiter, key?, cost?, tier?, skip?, onDenied? })` returns
+ * `(req, res, next)` middleware. `tier`: a plan tier's name, or
+ * `(req) => name | undefined`. The decision is on `req.rateLimit`.
  */
 function rateLimit(options) {
-  if (options === null || typeof options !== 'object') {
-    throw fail(TypeError, 'rateLimit(options): options must be an object such as { limiter }')
-  }
-  const { limiter, key = defaultKey, cost = 1, skip, onDenied = defaultOnDenied } = options
-  for (const name of Object.keys(options)) {
-    if (!['limiter', 'key', 'cost', 'skip', 'onDenied'].includes(name)) {
-      throw fail(Error, `rateLimit: unknown option \`${name}\` (known: limiter, key, cost, skip, onDenied)`)
-    }
-  }
-  if (!(limiter instanceof Limiter)) {
-    throw fail(TypeError, 'rateLimit: `limiter` must be a quotalease Limiter (new Limiter({ ... }))')
-  }
-  if (typeof key !== 'function') throw fail(TypeError, 'rateLimit: `key` must be a function (req) => string')
-  if (typeof cost !== 'number' && typeof cost !== 'function') {
-    throw fail(TypeError, 'rateLimit: `cost` must be a number or a function (req) => number')
-  }
-  if (skip !== undefined && typeof skip !== 'function') {
-    throw fail(TypeError, 'rateLimit: `skip` must be a function (req) => boolean')
-  }
-  if (typeof onDenied !== 'function') {
-    throw fail(TypeError, 'rateLimit: `onDenied` must be a function (req, res, next, decision)')
-  }
+  checkOptions('rateLimit', options, KNOWN)
+  const { limiter, key = defaultKey, cost = 1, tier, skip, onDenied = defaultOnDenied } = options
 
   return function quotaleaseRateLimit(req, res, next) {
-    let k
-    let c
     try {
       if (skip && skip(req)) return next()
-      k = key(req)
-      c = typeof cost === 'function' ? cost(req) : cost
     } catch (err) {
       return next(err)
     }
-    Promise.resolve(k)
-      // An over-long key is limited under its sha256 key, as in every middleware.
-      .then((resolved) => limiter.acquire(httpKey(resolved), c))
-      .then(
-        (decision) => {
-          req.rateLimit = decision
-          let allowed
-          try {
-            const h = decision.headers()
-            for (const name in h) res.setHeader(name, h[name])
-            allowed = decision.allowed
-            if (!allowed) onDenied(req, res, next, decision)
-          } catch (err) {
-            return next(err)
-          }
-          if (allowed) next()
-        },
-        (err) => next(err),
-      )
+    decide(limiter, key, cost, req, tier).then(
+      (decision) => {
+        req.rateLimit = decision
+        let allowed
+        try {
+          setHeaders(decision, (name, value) => res.setHeader(name, value))
+          allowed = decision.allowed
+          if (!allowed) onDenied(req, res, next, decision)
+        } catch (err) {
+          return next(err)
+        }
+        if (allowed) next()
+      },
+      (err) => next(err),
+    )
   }
 }
 

@@ -34,11 +34,11 @@ export interface LimiterOptions {
   windowMs?: number
   /** Limit and window in one string: `'600/min'`, `'10/s'`, `'100/30s'`, `'5000/hour'`. */
   rate?: string
-  /** Tokens borrowed per lease (default 2 % of limit, 1..20). Must be <= limit. */
+  /** Pins fixed leases of this many tokens (default unset: adaptive leasing under `overshootBudget`). Must be <= limit. */
   leaseSize?: number
   /** Adaptive leasing's per-key budget of tokens all instances may hold unspent: a count or a percentage of the limit such as '0.5%' (default '2%'). */
   overshootBudget?: number | string
-  /** Prefetch when local tokens drop below this (default leaseSize / 4, at least 1; 0 disables). */
+  /** Fixed leases only (`leaseSize` set): prefetch when local tokens drop below this (default leaseSize / 4, at least 1; 0 disables). Adaptive leasing prefetches from demand x round trip. */
   refillThreshold?: number
   /** Leased tokens unused this long are given back (default 2000). */
   leaseTtlMs?: number
@@ -64,6 +64,59 @@ export interface LimiterOptions {
   clockStartMs?: number
   /** Called on every backend transition (as well as the `'degraded'` / `'recovered'` events). */
   onEvent?: (event: LimiterEvent) => void
+  /** Plan tiers: `'free=100/min; pro=6000/min, 1000000/day'` (each tier 1 to 4 rules with distinct windows). */
+  tiers?: string
+  /** The tier of a key whose caller names none (and that has no entry of its own). */
+  defaultTier?: string
+  /** A TOML policy file (`default_tier`, `[tiers]`, `[keys]`), re-read when it changes. */
+  policyFile?: string
+  /** How often the shared policy store (and file) is polled, ms (default 1000; 0: no store). */
+  policyRefreshMs?: number
+}
+
+/** One rule: `limit` tokens per `windowMs`. */
+export interface PolicyRule {
+  readonly limit: number
+  readonly windowMs: number
+}
+
+/** The last argument of `acquire`, `acquireSync` and `tryAcquire`. */
+export interface AcquireOptions {
+  /** The plan tier the key is in (a key with its own store or file entry keeps it). */
+  tier?: string | null
+}
+
+/** Where a definition came from. */
+export type PolicyOrigin = 'config' | 'file' | 'store' | 'set_limit' | 'caller' | 'default_tier'
+
+/** What `policy(key, tier)` reports. */
+export interface KeyPolicy {
+  rules: PolicyRule[]
+  /** The key's tier, if its rules are a tier's. */
+  tier: string | null
+  /** Where the key's assignment came from. */
+  assignedBy: PolicyOrigin
+  /** Where the rules themselves are defined. */
+  definedBy: PolicyOrigin
+  /** The same as a sentence: `'tier pro (assigned by store, defined in config)'`. */
+  source: string
+}
+
+/** One tier as `tiers()` lists it. */
+export interface TierInfo {
+  name: string
+  rules: PolicyRule[]
+  definedBy: PolicyOrigin
+}
+
+/** What `policyList()` reports: the shared policy store's content, sorted by name. */
+export interface PolicyListing {
+  /** The store's version: it grows with every change (with Redis, the server's clock in ms). */
+  version: number
+  /** Every stored tier, its rules as text (`'6000/min, 1000000/day'`). */
+  tiers: Array<{ name: string; rules: string }>
+  /** Every stored key entry: `'tier:NAME'` or rules. */
+  keys: Array<{ key: string; assignment: string }>
 }
 
 /** HTTP response headers for a decision. */
@@ -89,6 +142,10 @@ export interface DecisionFields {
   /** The key's window in milliseconds. */
   readonly windowMs: number
   readonly reason: Reason
+  /** Index of the binding rule in `rules` (absent: 0). */
+  readonly rule?: number
+  /** Every rule the key is held to (absent: the one rule `limit` per `windowMs`). */
+  readonly rules?: readonly PolicyRule[]
 }
 
 /**
@@ -104,7 +161,11 @@ export declare class Decision implements DecisionFields {
   readonly resetAfterMs: number
   readonly windowMs: number
   readonly reason: Reason
-  /** `RateLimit-Policy`, `RateLimit`, and `Retry-After` when denied. */
+  /** Index of the binding rule in `rules`: the one that denied, or when admitted the one with the fewest tokens left. */
+  readonly rule: number
+  /** Every rule the key is held to; `limit`, `remaining`, `windowMs` and the times are `rules[rule]`'s. */
+  readonly rules: readonly PolicyRule[]
+  /** `RateLimit-Policy` (one item per rule), `RateLimit`, and `Retry-After` when denied. */
   headers(): RateLimitHeaders
 }
 
@@ -146,6 +207,12 @@ export interface Inspection {
   fallbackPerWindow: number
   /** Adaptive leasing: the key's offered load here, requests per second. */
   demandPerS: number
+  /** Every rule the key is held to, as text: `'10/s, 10000/day'` (`limit`/`windowMs` are the first rule's). */
+  rules: string
+  /** The key's tier, if its rules are a tier's. */
+  tier: string | null
+  /** Why the key has these rules: `'tier pro (assigned by store, defined in config)'`, `'own rules (from set_limit)'`. */
+  policySource: string
 }
 
 /** `code` of every error this package throws. */
@@ -185,15 +252,37 @@ export declare class Limiter extends EventEmitter {
   constructor(options: LimiterOptions)
 
   /**
-   * Take `cost` tokens (default 1). Resolves without a network call while the
-   * local lease holds enough; otherwise awaits a lease request (at most
-   * `backendTimeoutMs`) without blocking the event loop.
+   * Take `cost` tokens (default 1), in plan tier `options.tier` when given.
+   * Resolves without a network call while the local lease holds enough;
+   * otherwise awaits a lease request (at most `backendTimeoutMs`) without
+   * blocking the event loop. An unknown tier rejects with `ERR_QUOTALEASE_CONFIG`.
    */
-  acquire(key: string, cost?: number): Promise<Decision>
+  acquire(key: string, cost?: number, options?: AcquireOptions): Promise<Decision>
+  acquire(key: string, options: AcquireOptions): Promise<Decision>
   /** Synchronous `acquire`: may block the event loop up to `backendTimeoutMs` on a cold key. */
-  acquireSync(key: string, cost?: number): Decision
+  acquireSync(key: string, cost?: number, options?: AcquireOptions): Decision
+  acquireSync(key: string, options: AcquireOptions): Decision
   /** Never waits: denies with reason `'pending'` while a lease request is needed. */
-  tryAcquire(key: string, cost?: number): Decision
+  tryAcquire(key: string, cost?: number, options?: AcquireOptions): Decision
+  tryAcquire(key: string, options: AcquireOptions): Decision
+  /** The rules `key` is held to on a call naming `tier`, and why (no backend call). */
+  policy(key: string, tier?: string | null): KeyPolicy
+  /** Every tier this limiter knows now, by name. */
+  tiers(): TierInfo[]
+  /** Define or redefine tier `name` in the shared policy store; resolves to the store's version. */
+  policySetTier(name: string, rules: string): Promise<number>
+  /** Remove tier `name` from the store; resolves to the store's version. */
+  policyDeleteTier(name: string): Promise<number>
+  /** Give `key` its own store entry, `'tier:NAME'` or rules; resolves to the store's version. */
+  policyAssign(key: string, assignment: string): Promise<number>
+  /** Remove `key`'s store entry; resolves to the store's version. */
+  policyUnassign(key: string): Promise<number>
+  /** The store's entry for `key` as stored, or `null`. */
+  policyGet(key: string): Promise<string | null>
+  /** The whole store (an operator call). */
+  policyList(): Promise<PolicyListing>
+  /** Poll the policy store (and file) now and apply what changed. */
+  refreshPolicies(): Promise<void>
   /** Override one key's policy. */
   setLimit(key: string, limit: number, windowMs: number): void
   setLimit(key: string, rate: string): void

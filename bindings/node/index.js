@@ -47,11 +47,15 @@ function describe(v) {
 
 /**
  * The outcome of one acquire. Its own enumerable properties are exactly the
- * seven data fields (it serialises, spreads and compares as a plain object);
- * `headers()` is inherited from `Decision.prototype`.
+ * nine data fields (it serialises, spreads and compares as a plain object);
+ * `headers()` is inherited from `Decision.prototype`. `rules` lists every
+ * rule the key is held to (`[{ limit, windowMs }]`, frozen, shared by
+ * decisions with the same rules); `limit`, `remaining`, `windowMs` and the
+ * times are those of the binding rule, `rules[rule]`: the one that denied,
+ * or, when admitted, the one with the fewest tokens left.
  */
 class Decision {
-  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason) {
+  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason, rule, rules) {
     this.allowed = allowed
     this.limit = limit
     this.remaining = remaining
@@ -59,6 +63,8 @@ class Decision {
     this.resetAfterMs = resetAfterMs
     this.windowMs = windowMs
     this.reason = reason
+    this.rule = rule
+    this.rules = rules
   }
 
   /** `RateLimit-Policy`, `RateLimit` and (when denied) `Retry-After`. */
@@ -83,6 +89,24 @@ function headers(d) {
       throw fail(TypeError, codes.CONFIG, `headers(decision): \`${f}\` must be a number (got ${describe(d[f])})`)
     }
   }
+  // A decision of an older version (or a hand-made one) has no rules: its one rule is limit per windowMs.
+  let flat
+  if (d.rules !== undefined && d.rules !== null) {
+    if (!Array.isArray(d.rules)) {
+      throw fail(TypeError, codes.CONFIG, `headers(decision): \`rules\` must be an array of { limit, windowMs } (got ${describe(d.rules)})`)
+    }
+    flat = []
+    for (const r of d.rules) {
+      if (r === null || typeof r !== 'object' || typeof r.limit !== 'number' || typeof r.windowMs !== 'number') {
+        throw fail(TypeError, codes.CONFIG, `headers(decision): every rule must be { limit: number, windowMs: number } (got ${describe(r)})`)
+      }
+      flat.push(r.limit, r.windowMs)
+    }
+  }
+  const rule = d.rule ?? undefined
+  if (rule !== undefined && typeof rule !== 'number') {
+    throw fail(TypeError, codes.CONFIG, `headers(decision): \`rule\` must be a number (got ${describe(rule)})`)
+  }
   return native.decisionHeaders(
     Boolean(d.allowed),
     d.limit,
@@ -90,7 +114,48 @@ function headers(d) {
     d.retryAfterMs,
     d.resetAfterMs,
     d.windowMs,
+    rule,
+    flat,
   )
+}
+
+/** Whether `rules` holds the `n` rules stored as pairs in `a` from index `at`. */
+function sameRules(rules, a, at, n) {
+  if (rules === null || rules.length !== n) return false
+  for (let i = 0; i < n; i++) {
+    const r = rules[i]
+    if (r.limit !== a[at + 2 * i] || r.windowMs !== a[at + 2 * i + 1]) return false
+  }
+  return true
+}
+
+/** The `n` rules stored as pairs (limit, windowMs) in `a` from index `at`, frozen. */
+function readRules(a, at, n) {
+  const out = new Array(n)
+  for (let i = 0; i < n; i++) out[i] = Object.freeze({ limit: a[at + 2 * i], windowMs: a[at + 2 * i + 1] })
+  return Object.freeze(out)
+}
+
+const URLISH = /@|:\/\//
+
+/**
+ * `err` (an engine error about the strings in `values`) with what looks like a
+ * URL (it holds `@` or `://`: a Redis URL given to the wrong option, say) shown
+ * as `redactUrl` shows it: each such value where the message holds it, and
+ * each quoted part of the message that holds `@` or `://` (the engine quotes
+ * what it could not read, such as one rule of `tiers`). A password is never shown.
+ */
+function scrubbed(err, values) {
+  if (!(err instanceof Error)) return err
+  const urls = values.filter((v) => typeof v === 'string' && URLISH.test(v))
+  if (urls.length === 0) return err
+  const scrub = (text) => {
+    for (const v of urls) text = text.split(v).join(native.redactUrl(v))
+    return text.replace(/"((?:[^"\\]|\\.)*)"/g, (m, inner) => (URLISH.test(inner) ? `"${native.redactUrl(inner)}"` : m))
+  }
+  err.message = scrub(err.message)
+  if (typeof err.stack === 'string') err.stack = scrub(err.stack)
+  return err
 }
 
 /** Settles a cold acquire: the native side resolves with the numbers or an Error. */
@@ -101,7 +166,51 @@ function completed(r) {
 
 function decisionFromArray(a) {
   const c = a[0]
-  return new Decision((c & 8) !== 0, a[1], a[2], a[3], a[4], a[5], REASONS[c & 7])
+  return new Decision((c & 8) !== 0, a[1], a[2], a[3], a[4], a[5], REASONS[c & 7], a[6], readRules(a, 8, a[7]))
+}
+
+/**
+ * The native arguments `[cost, tier]` of a call with an options object:
+ * `acquire(key, { tier })` or `acquire(key, cost, { tier })`.
+ */
+function callArgs(cost, options) {
+  if (options === undefined && isPlainObject(cost)) {
+    options = cost
+    cost = undefined
+  }
+  if (cost === null) {
+    throw fail(TypeError, codes.INVALID_COST, 'invalid cost: the cost must be a number (got null)')
+  }
+  if (options === undefined || options === null) return [cost, undefined]
+  if (!isPlainObject(options)) {
+    throw fail(TypeError, codes.CONFIG, `acquire: options must be an object such as { tier: 'pro' } (got ${describe(options)})`)
+  }
+  for (const name in options) {
+    if (name !== 'tier') throw fail(Error, codes.CONFIG, `acquire: unknown option \`${name}\` (known: tier)`)
+  }
+  const tier = options.tier
+  if (tier !== undefined && tier !== null && typeof tier !== 'string') {
+    throw fail(TypeError, codes.CONFIG, `invalid tier: the tier must be a string (got ${describe(tier)})`)
+  }
+  return [cost, tier]
+}
+
+/** The value of a store call, or its Error thrown (`values`: the call's strings, see `scrubbed`). */
+function stored(r, values = []) {
+  if (r instanceof Error) throw scrubbed(r, values)
+  return r
+}
+
+function checkString(who, name, v) {
+  if (typeof v !== 'string') {
+    throw fail(TypeError, codes.CONFIG, `${who}: \`${name}\` must be a string (got ${describe(v)})`)
+  }
+}
+
+function checkTier(who, tier) {
+  if (tier !== undefined && tier !== null && typeof tier !== 'string') {
+    throw fail(TypeError, codes.CONFIG, `${who}: \`tier\` must be a string (got ${describe(tier)})`)
+  }
 }
 
 function checkInt(name, v) {
@@ -190,12 +299,15 @@ class Limiter extends EventEmitter {
   #tryAcquire
   #acquireAsync
   #closing
+  #rules
 
   constructor(options) {
     super()
     const { names, values, onEvent } = nativeOptions(options)
-    // [limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason | allowed << 3]
-    this.#scratch = new Float64Array(new ArrayBuffer(8 * 8))
+    // [limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason | allowed << 3,
+    //  rule, rule count, limit and windowMs of each rule (at most 4)]
+    this.#scratch = new Float64Array(new ArrayBuffer(8 * 16))
+    this.#rules = null
     // The native side holds this callback for as long as the limiter lives;
     // through a WeakRef it does not keep the limiter itself reachable.
     const self = new WeakRef(this)
@@ -205,7 +317,11 @@ class Limiter extends EventEmitter {
       const l = self.deref()
       if (l) l.emit(kind, event)
     }
-    this.#native = new native.NativeLimiter(names, values, this.#scratch, deliver)
+    try {
+      this.#native = new native.NativeLimiter(names, values, this.#scratch, deliver)
+    } catch (err) {
+      throw scrubbed(err, values)
+    }
     const hot = this.#native.hotPath()
     this.#acquire = hot.acquire
     this.#tryAcquire = hot.tryAcquire
@@ -216,20 +332,29 @@ class Limiter extends EventEmitter {
   #decision() {
     const s = this.#scratch
     const c = s[5]
-    return new Decision((c & 8) !== 0, s[0], s[1], s[2], s[3], s[4], REASONS[c & 7])
+    // Decisions with the rules of the previous one share its (frozen) rules array.
+    if (!sameRules(this.#rules, s, 8, s[7])) this.#rules = readRules(s, 8, s[7])
+    return new Decision((c & 8) !== 0, s[0], s[1], s[2], s[3], s[4], REASONS[c & 7], s[6], this.#rules)
   }
 
   /**
-   * Take `cost` tokens (default 1) for `key`. Resolves without any network
-   * call while the local lease holds enough tokens; otherwise waits for a
-   * lease request (at most `backendTimeoutMs`) without blocking the event loop.
+   * Take `cost` tokens (default 1) for `key`, in plan tier `options.tier`
+   * when given (`acquire(key, { tier })` or `acquire(key, cost, { tier })`).
+   * Resolves without any network call while the local lease holds enough
+   * tokens; otherwise waits for a lease request (at most `backendTimeoutMs`)
+   * without blocking the event loop.
    */
-  acquire(key, cost) {
+  acquire(key, cost, options) {
     // Not an `async` function: the hot path returns an already resolved
     // Promise without the async-function machinery; errors still reject.
     let p
     try {
-      p = cost === undefined ? this.#acquireAsync(key) : this.#acquireAsync(key, cost)
+      if (options === undefined && (cost === undefined || typeof cost === 'number')) {
+        p = cost === undefined ? this.#acquireAsync(key) : this.#acquireAsync(key, cost)
+      } else {
+        const [c, tier] = callArgs(cost, options)
+        p = this.#acquireAsync(key, c, tier)
+      }
     } catch (err) {
       return Promise.reject(err)
     }
@@ -242,9 +367,14 @@ class Limiter extends EventEmitter {
    * lease ran dry) it may block the event loop for up to `backendTimeoutMs`
    * waiting for Redis; prefer `await acquire()` in servers.
    */
-  acquireSync(key, cost) {
-    if (cost === undefined) this.#acquire(key)
-    else this.#acquire(key, cost)
+  acquireSync(key, cost, options) {
+    if (options === undefined && (cost === undefined || typeof cost === 'number')) {
+      if (cost === undefined) this.#acquire(key)
+      else this.#acquire(key, cost)
+    } else {
+      const [c, tier] = callArgs(cost, options)
+      this.#acquire(key, c, tier)
+    }
     return this.#decision()
   }
 
@@ -252,10 +382,85 @@ class Limiter extends EventEmitter {
    * Never waits: with no local tokens and a lease request needed it starts
    * one and denies with reason `'pending'`.
    */
-  tryAcquire(key, cost) {
-    if (cost === undefined) this.#tryAcquire(key)
-    else this.#tryAcquire(key, cost)
+  tryAcquire(key, cost, options) {
+    if (options === undefined && (cost === undefined || typeof cost === 'number')) {
+      if (cost === undefined) this.#tryAcquire(key)
+      else this.#tryAcquire(key, cost)
+    } else {
+      const [c, tier] = callArgs(cost, options)
+      this.#tryAcquire(key, c, tier)
+    }
     return this.#decision()
+  }
+
+  /**
+   * The rules `key` is held to on a call naming `tier` (none: the default
+   * tier, or `limit`/`windowMs`), and why: `{ rules, tier, assignedBy,
+   * definedBy, source }`. Reads what this limiter knows (no backend call).
+   */
+  policy(key, tier) {
+    checkKey(key)
+    checkTier('policy', tier)
+    return this.#native.policy(key, tier ?? undefined)
+  }
+
+  /** Every tier this limiter knows now, by name: `[{ name, rules, definedBy }]`. */
+  tiers() {
+    return this.#native.tiers()
+  }
+
+  /**
+   * Define (or redefine) tier `name` in the shared policy store (`rules`
+   * like `'6000/min, 1000000/day'`): every limiter on the store applies it
+   * within `policyRefreshMs`, this one before the Promise resolves.
+   * Resolves to the store's version after the change.
+   */
+  async policySetTier(name, rules) {
+    checkString('policySetTier', 'name', name)
+    checkString('policySetTier', 'rules', rules)
+    return stored(await this.#native.policySetTier(name, rules), [name, rules])
+  }
+
+  /** Remove tier `name` from the store; resolves to the store's version. */
+  async policyDeleteTier(name) {
+    checkString('policyDeleteTier', 'name', name)
+    return stored(await this.#native.policyDeleteTier(name))
+  }
+
+  /**
+   * Give `key` its own entry in the store, `'tier:pro'` or rules
+   * (`'10/s, 1000/day'`): it wins over the tier callers name. Resolves to
+   * the store's version.
+   */
+  async policyAssign(key, assignment) {
+    checkKey(key)
+    checkString('policyAssign', 'assignment', assignment)
+    return stored(await this.#native.policyAssign(key, assignment), [assignment])
+  }
+
+  /** Remove `key`'s entry from the store; resolves to the store's version. */
+  async policyUnassign(key) {
+    checkKey(key)
+    return stored(await this.#native.policyUnassign(key))
+  }
+
+  /** The store's entry for `key` as stored (`'tier:pro'`, `'10/s'`), or `null`. */
+  async policyGet(key) {
+    checkKey(key)
+    return stored(await this.#native.policyGet(key))
+  }
+
+  /**
+   * What the store holds: `{ version, tiers: [{ name, rules }], keys: [{ key,
+   * assignment }] }`, sorted by name. Reads the whole store: an operator call.
+   */
+  async policyList() {
+    return stored(await this.#native.policyList())
+  }
+
+  /** Check the policy store (and file) now and apply what changed before resolving. */
+  async refreshPolicies() {
+    stored(await this.#native.refreshPolicies())
   }
 
   /**
@@ -265,7 +470,7 @@ class Limiter extends EventEmitter {
   setLimit(key, limit, windowMs) {
     checkKey(key)
     if (typeof limit === 'string' && windowMs === undefined) {
-      ;[limit, windowMs] = native.parseRate(limit)
+      ;[limit, windowMs] = parseRateNative(limit)
     }
     if (typeof limit !== 'number') {
       throw fail(TypeError, codes.CONFIG, `setLimit: \`limit\` must be a number or a rate like "100/min" (got ${describe(limit)})`)
@@ -386,8 +591,17 @@ function parseRate(rate) {
   if (typeof rate !== 'string') {
     throw fail(TypeError, codes.CONFIG, `parseRate: \`rate\` must be a string like "600/min" (got ${describe(rate)})`)
   }
-  const [limit, windowMs] = native.parseRate(rate)
+  const [limit, windowMs] = parseRateNative(rate)
   return { limit, windowMs }
+}
+
+/** The engine's `[limit, windowMs]` of a rate string; its error shows no URL's credentials. */
+function parseRateNative(rate) {
+  try {
+    return native.parseRate(rate)
+  } catch (err) {
+    throw scrubbed(err, [rate])
+  }
 }
 
 module.exports = {

@@ -46,11 +46,15 @@ impl Shared {
     }
 
     /// `[limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason |
-    /// allowed << 3]` into the scratch array.
+    /// allowed << 3, rule, rule count, then limit and windowMs of each rule]`
+    /// into the scratch array.
     #[inline]
     fn write(&self, d: &Decision) {
         if self.scratch_len >= SCRATCH_LEN {
-            // SAFETY: in bounds (checked), JS thread only, array kept alive by `_scratch_ref`.
+            let all = d.rules();
+            let rules = all.as_slice();
+            // SAFETY: in bounds (checked: at most MAX_RULES rules fit), JS
+            // thread only, array kept alive by `_scratch_ref`.
             unsafe {
                 *self.scratch = d.limit as f64;
                 *self.scratch.add(1) = d.remaining as f64;
@@ -58,6 +62,12 @@ impl Shared {
                 *self.scratch.add(3) = d.reset_after_ms as f64;
                 *self.scratch.add(4) = d.window_ms as f64;
                 *self.scratch.add(5) = code_of_decision(d) as f64;
+                *self.scratch.add(6) = d.rule as f64;
+                *self.scratch.add(7) = rules.len() as f64;
+                for (i, p) in rules.iter().enumerate() {
+                    *self.scratch.add(8 + 2 * i) = p.limit as f64;
+                    *self.scratch.add(9 + 2 * i) = p.window_ms as f64;
+                }
             }
         }
     }
@@ -108,47 +118,107 @@ unsafe fn type_name(env: sys::napi_env, v: sys::napi_value) -> &'static str {
     }
 }
 
-/// Read the key argument into `buf` (no allocation unless it is too long to
-/// be valid anyway) and the cost argument (1 when omitted).
-unsafe fn args<'b>(
+/// Longest tier name the engine accepts is 64 bytes; a longer one is read
+/// into the heap so the engine can name it in its error.
+const TIER_BUF: usize = 128;
+
+/// Read string argument `v` as UTF-8 into `buf` (no allocation unless it is
+/// longer than `N - 4` bytes, when it goes to `spill`). `None` when `v` is
+/// not a string.
+unsafe fn read_str<'b, const N: usize>(
     env: sys::napi_env,
-    argc: usize,
-    argv: &[sys::napi_value; 2],
-    buf: &'b mut std::mem::MaybeUninit<[u8; KEY_BUF]>,
+    v: sys::napi_value,
+    buf: &'b mut std::mem::MaybeUninit<[u8; N]>,
     spill: &'b mut Vec<u8>,
-) -> Result<(&'b str, u64), Thrown> {
+) -> Option<std::result::Result<&'b str, std::str::Utf8Error>> {
     let mut len = 0usize;
     let p: *mut u8 = buf.as_mut_ptr().cast();
-    let status = unsafe { sys::napi_get_value_string_utf8(env, argv[0], p.cast(), KEY_BUF, &mut len) };
-    if status != sys::Status::napi_ok {
-        return Err(Thrown::Type(
-            code_of(ErrorKind::InvalidKey),
-            format!("invalid key: the key must be a string (got {})", unsafe {
-                type_name(env, argv[0])
-            }),
-        ));
+    if unsafe { sys::napi_get_value_string_utf8(env, v, p.cast(), N, &mut len) } != sys::Status::napi_ok {
+        return None;
     }
     // V8 never splits a character: a string that did not fit stops at most 3
     // bytes short of the buffer's end.
-    let bytes: &[u8] = if len + 4 < KEY_BUF {
+    let bytes: &[u8] = if len + 4 < N {
         // SAFETY: N-API wrote `len` bytes.
         unsafe { std::slice::from_raw_parts(p, len) }
     } else {
         let mut full = 0usize;
-        unsafe { sys::napi_get_value_string_utf8(env, argv[0], ptr::null_mut(), 0, &mut full) };
+        unsafe { sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut full) };
         spill.resize(full + 1, 0);
-        unsafe { sys::napi_get_value_string_utf8(env, argv[0], spill.as_mut_ptr().cast(), full + 1, &mut len) };
+        unsafe { sys::napi_get_value_string_utf8(env, v, spill.as_mut_ptr().cast(), full + 1, &mut len) };
         &spill[..len]
     };
-    let key = if bytes.is_ascii() {
+    Some(if bytes.is_ascii() {
         // SAFETY: ASCII is UTF-8.
-        unsafe { std::str::from_utf8_unchecked(bytes) }
+        Ok(unsafe { std::str::from_utf8_unchecked(bytes) })
     } else {
         std::str::from_utf8(bytes)
-            .map_err(|_| Thrown::Type(code_of(ErrorKind::InvalidKey), "the key is not valid UTF-8".into()))?
+    })
+}
+
+/// `undefined` or `null`.
+unsafe fn is_nullish(env: sys::napi_env, v: sys::napi_value) -> bool {
+    let mut t = 0;
+    let ok = unsafe { sys::napi_typeof(env, v, &mut t) } == sys::Status::napi_ok;
+    ok && (t == sys::ValueType::napi_undefined || t == sys::ValueType::napi_null)
+}
+
+/// Stack room for the arguments of one call.
+struct ArgBufs {
+    key: std::mem::MaybeUninit<[u8; KEY_BUF]>,
+    key_spill: Vec<u8>,
+    tier: std::mem::MaybeUninit<[u8; TIER_BUF]>,
+    tier_spill: Vec<u8>,
+}
+
+/// Read the key argument (a string), the cost (1 when omitted or
+/// `undefined`) and the tier (none when omitted, `undefined` or `null`).
+unsafe fn args<'b>(
+    env: sys::napi_env,
+    argc: usize,
+    argv: &[sys::napi_value; 3],
+    bufs: &'b mut ArgBufs,
+) -> Result<(&'b str, u64, Option<&'b str>), Thrown> {
+    let key = match unsafe { read_str(env, argv[0], &mut bufs.key, &mut bufs.key_spill) } {
+        Some(Ok(k)) => k,
+        Some(Err(_)) => {
+            return Err(Thrown::Type(
+                code_of(ErrorKind::InvalidKey),
+                "the key is not valid UTF-8".into(),
+            ));
+        }
+        None => {
+            return Err(Thrown::Type(
+                code_of(ErrorKind::InvalidKey),
+                format!("invalid key: the key must be a string (got {})", unsafe {
+                    type_name(env, argv[0])
+                }),
+            ))
+        }
     };
-    if argc < 2 {
-        return Ok((key, 1));
+    let tier = if argc < 3 || unsafe { is_nullish(env, argv[2]) } {
+        None
+    } else {
+        match unsafe { read_str(env, argv[2], &mut bufs.tier, &mut bufs.tier_spill) } {
+            Some(Ok(t)) => Some(t),
+            Some(Err(_)) => {
+                return Err(Thrown::Type(
+                    code_of(ErrorKind::Config),
+                    "the tier is not valid UTF-8".into(),
+                ));
+            }
+            None => {
+                return Err(Thrown::Type(
+                    code_of(ErrorKind::Config),
+                    format!("invalid tier: the tier must be a string (got {})", unsafe {
+                        type_name(env, argv[2])
+                    }),
+                ))
+            }
+        }
+    };
+    if argc < 2 || (argc >= 3 && unsafe { is_nullish(env, argv[1]) }) {
+        return Ok((key, 1, tier));
     }
     let mut cost = 0f64;
     if unsafe { sys::napi_get_value_double(env, argv[1], &mut cost) } != sys::Status::napi_ok {
@@ -165,7 +235,7 @@ unsafe fn args<'b>(
             format!("invalid cost {cost}: the cost must be a whole number >= 1"),
         ));
     }
-    Ok((key, cost as u64))
+    Ok((key, cost as u64, tier))
 }
 
 #[derive(Clone, Copy)]
@@ -177,22 +247,30 @@ enum Op {
 
 #[inline(always)]
 unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info, op: Op) -> sys::napi_value {
-    let mut argc = 2usize;
-    let mut argv = [ptr::null_mut(); 2];
+    let mut argc = 3usize;
+    let mut argv = [ptr::null_mut(); 3];
     let mut data = ptr::null_mut();
     unsafe { sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), &mut data) };
     // SAFETY: `data` is the `Shared` this function was created with, kept
     // alive until the function is finalized.
     let shared = unsafe { &*(data as *const Shared) };
     let r = catch_unwind(AssertUnwindSafe(|| -> Result<sys::napi_value, Thrown> {
-        let mut buf = std::mem::MaybeUninit::<[u8; KEY_BUF]>::uninit();
-        let mut spill = Vec::new();
+        let mut bufs = ArgBufs {
+            key: std::mem::MaybeUninit::uninit(),
+            key_spill: Vec::new(),
+            tier: std::mem::MaybeUninit::uninit(),
+            tier_spill: Vec::new(),
+        };
         // SAFETY: N-API writes the bytes it reports; we only read those.
-        let (key, cost) = unsafe { args(env, argc, &argv, &mut buf, &mut spill)? };
-        match op {
-            Op::Acquire => shared.write(&shared.limiter.acquire(key, cost)?),
-            Op::TryAcquire => shared.write(&shared.limiter.try_acquire(key, cost)?),
-            Op::AcquireAsync => return unsafe { acquire_async(env, shared, key, cost) },
+        let (key, cost, tier) = unsafe { args(env, argc, &argv, &mut bufs)? };
+        // No tier: the engine's plain calls, whose admit path skips the tier check.
+        let l = &shared.limiter;
+        match (op, tier) {
+            (Op::Acquire, None) => shared.write(&l.acquire(key, cost)?),
+            (Op::Acquire, Some(_)) => shared.write(&l.acquire_with(key, cost, tier)?),
+            (Op::TryAcquire, None) => shared.write(&l.try_acquire(key, cost)?),
+            (Op::TryAcquire, Some(_)) => shared.write(&l.try_acquire_with(key, cost, tier)?),
+            (Op::AcquireAsync, _) => return unsafe { acquire_async(env, shared, key, cost, tier) },
         }
         // A null result reads as `undefined` in JS.
         Ok(ptr::null_mut())
@@ -215,13 +293,24 @@ unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info, op: Op) -> sys
 /// `undefined` (null) when decided now, with the decision in the scratch
 /// array; a Promise when the engine waits for the backend: it settles from
 /// the broker thread.
-unsafe fn acquire_async(env: sys::napi_env, shared: &Shared, key: &str, cost: u64) -> Result<sys::napi_value, Thrown> {
+unsafe fn acquire_async(
+    env: sys::napi_env,
+    shared: &Shared,
+    key: &str,
+    cost: u64,
+    tier: Option<&str>,
+) -> Result<sys::napi_value, Thrown> {
     let meet = Arc::new(Mutex::new(Meet::Empty));
     let mut notifier = Notifier {
         meet: meet.clone(),
         fired: false,
     };
-    if let Some(d) = shared.limiter.acquire_or_notify(key, cost, move |r| notifier.fire(r))? {
+    let done = move |r| notifier.fire(r);
+    let now = match tier {
+        None => shared.limiter.acquire_or_notify(key, cost, done)?,
+        Some(_) => shared.limiter.acquire_or_notify_with(key, cost, tier, done)?,
+    };
+    if let Some(d) = now {
         shared.write(&d);
         return Ok(ptr::null_mut());
     }

@@ -24,7 +24,11 @@ use std::sync::{Arc, LazyLock, Mutex};
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
-use quotalease::{Decision, Error as QlError, ErrorKind, Event, Limiter, OptionValue, Options, Reason};
+use quotalease::bucket::Policy;
+use quotalease::{
+    Decision, Error as QlError, ErrorKind, Event, Limiter, OptionValue, Options, PolicyListing, PolicySource, Reason,
+    Rules,
+};
 
 /// `ERR_QUOTALEASE_` and the kind's name in capitals, for every
 /// `ErrorKind::ALL` in its order.
@@ -75,8 +79,57 @@ fn whole(v: f64, kind: ErrorKind, what: &str) -> JsResult<u64> {
 pub(crate) const KEY_BUF: usize = 1024;
 
 /// Numbers in the scratch array: limit, remaining, retryAfterMs,
-/// resetAfterMs, windowMs, and `reason | allowed << 3`.
-pub(crate) const SCRATCH_LEN: usize = 6;
+/// resetAfterMs, windowMs, `reason | allowed << 3`, the binding rule's
+/// index, the number of rules, then each rule's limit and windowMs.
+pub(crate) const SCRATCH_LEN: usize = 8 + 2 * quotalease::policy::MAX_RULES;
+
+/// A decision as numbers, in the scratch array's order but with the code
+/// first: `[code, limit, remaining, retryAfterMs, resetAfterMs, windowMs,
+/// rule, rule count, limit and windowMs of each rule]`.
+fn decision_numbers(d: &Decision) -> Vec<f64> {
+    let all = d.rules();
+    let rules = all.as_slice();
+    let mut v = Vec::with_capacity(8 + 2 * rules.len());
+    v.extend_from_slice(&[
+        code_of_decision(d) as f64,
+        d.limit as f64,
+        d.remaining as f64,
+        d.retry_after_ms as f64,
+        d.reset_after_ms as f64,
+        d.window_ms as f64,
+        d.rule as f64,
+        rules.len() as f64,
+    ]);
+    for p in rules {
+        v.push(p.limit as f64);
+        v.push(p.window_ms as f64);
+    }
+    v
+}
+
+/// `[{ limit, windowMs }, ...]`.
+fn rules_value<'e>(env: &'e Env, rules: &Rules) -> Result<Array<'e>> {
+    let list = rules.as_slice();
+    let mut a = env.create_array(list.len() as u32)?;
+    for (i, p) in list.iter().enumerate() {
+        let mut o = Object::new(env)?;
+        o.set("limit", p.limit as f64)?;
+        o.set("windowMs", p.window_ms as f64)?;
+        a.set(i as u32, o)?;
+    }
+    Ok(a)
+}
+
+/// `{ rules, tier, assignedBy, definedBy, source }`.
+fn policy_value<'e>(env: &'e Env, rules: &Rules, src: &PolicySource) -> Result<Object<'e>> {
+    let mut o = Object::new(env)?;
+    o.set("rules", rules_value(env, rules)?)?;
+    o.set("tier", src.tier.clone())?;
+    o.set("assignedBy", src.assigned_by.as_str())?;
+    o.set("definedBy", src.defined_by.as_str())?;
+    o.set("source", src.to_string())?;
+    Ok(o)
+}
 
 /// `reason | allowed << 3`: what the wrapper needs besides the numbers
 /// (the reason's code is `Reason as u8`, its name `reasons()[code]`).
@@ -113,31 +166,58 @@ fn options_from(names: Vec<String>, values: Vec<NativeValue>) -> JsResult<Option
 type EventFn = ThreadsafeFunction<FnArgs<(String, String)>, (), FnArgs<(String, String)>, Status, false, true>;
 
 /// The outcome of an asynchronous call, turned into a JS value on the JS
-/// thread: a decision as `[code, limit, remaining, retryAfterMs,
-/// resetAfterMs, windowMs]`, `undefined` for calls without a result, or an
-/// `Error` with a `code` (resolved, not rejected, so it keeps its code; the
-/// wrapper throws it).
+/// thread: a decision as numbers (`decision_numbers`), `undefined` for calls
+/// without a result, the policy store's version (a number), a store entry
+/// (a string or `null`), the store's listing, or an `Error` with a `code`
+/// (resolved, not rejected, so it keeps its code; the wrapper throws it).
 enum Completion {
     Decided(std::result::Result<Decision, QlError>),
     Done(std::result::Result<(), QlError>),
+    Version(std::result::Result<u64, QlError>),
+    Entry(std::result::Result<Option<String>, QlError>),
+    Listing(std::result::Result<PolicyListing, QlError>),
+}
+
+/// `{ version, tiers: [{ name, rules }], keys: [{ key, assignment }] }`.
+fn listing_value(env: &Env, l: PolicyListing) -> Result<Object<'_>> {
+    let mut o = Object::new(env)?;
+    o.set("version", l.version as f64)?;
+    let mut tiers = env.create_array(l.tiers.len() as u32)?;
+    for (i, (name, rules)) in l.tiers.into_iter().enumerate() {
+        let mut t = Object::new(env)?;
+        t.set("name", name)?;
+        t.set("rules", rules)?;
+        tiers.set(i as u32, t)?;
+    }
+    o.set("tiers", tiers)?;
+    let mut keys = env.create_array(l.keys.len() as u32)?;
+    for (i, (key, assignment)) in l.keys.into_iter().enumerate() {
+        let mut k = Object::new(env)?;
+        k.set("key", key)?;
+        k.set("assignment", assignment)?;
+        keys.set(i as u32, k)?;
+    }
+    o.set("keys", keys)?;
+    Ok(o)
 }
 
 impl ToNapiValue for Completion {
     unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
         let err = match val {
-            Completion::Decided(Ok(d)) => {
-                let v = vec![
-                    code_of_decision(&d) as f64,
-                    d.limit as f64,
-                    d.remaining as f64,
-                    d.retry_after_ms as f64,
-                    d.reset_after_ms as f64,
-                    d.window_ms as f64,
-                ];
-                return unsafe { Vec::<f64>::to_napi_value(env, v) };
-            }
+            Completion::Decided(Ok(d)) => return unsafe { Vec::<f64>::to_napi_value(env, decision_numbers(&d)) },
             Completion::Done(Ok(())) => return unsafe { <()>::to_napi_value(env, ()) },
-            Completion::Decided(Err(e)) | Completion::Done(Err(e)) => e,
+            Completion::Version(Ok(v)) => return unsafe { f64::to_napi_value(env, v as f64) },
+            Completion::Entry(Ok(e)) => return unsafe { Option::<String>::to_napi_value(env, e) },
+            Completion::Listing(Ok(l)) => {
+                let e = Env::from_raw(env);
+                let o = listing_value(&e, l)?;
+                return unsafe { Object::to_napi_value(env, o) };
+            }
+            Completion::Decided(Err(e))
+            | Completion::Done(Err(e))
+            | Completion::Version(Err(e))
+            | Completion::Entry(Err(e))
+            | Completion::Listing(Err(e)) => e,
         };
         Ok(unsafe { JsError::from(js_err(err)).into_value(env) })
     }
@@ -207,13 +287,13 @@ impl NativeLimiter {
     fn in_background<'e>(
         &self,
         env: &'e Env,
-        f: impl FnOnce(&Limiter) -> std::result::Result<(), QlError> + Send + 'static,
+        f: impl FnOnce(&Limiter) -> Completion + Send + 'static,
     ) -> Result<Object<'e>> {
         let (deferred, promise): (Deferred, Object<'e>) = env.create_deferred()?;
         let inner = self.inner.clone();
         std::thread::Builder::new()
             .name("quotalease-node".into())
-            .spawn(move || settle(deferred, Completion::Done(f(&inner))))
+            .spawn(move || settle(deferred, f(&inner)))
             .map_err(|e| napi::Error::from_reason(format!("cannot start a thread: {e}")))?;
         Ok(promise)
     }
@@ -222,7 +302,7 @@ impl NativeLimiter {
 #[napi]
 impl NativeLimiter {
     /// `names[i]` is an option (as in `LimiterOptions`, or snake_case) and
-    /// `values[i]` its value. `scratch`: a `Float64Array` of at least 6
+    /// `values[i]` its value. `scratch`: a `Float64Array` of at least 16
     /// elements the wrapper reads decisions from. `onEvent(kind, message)` is
     /// called on backend transitions.
     #[napi(constructor)]
@@ -233,7 +313,10 @@ impl NativeLimiter {
         on_event: Option<Function<'_, FnArgs<(String, String)>, ()>>,
     ) -> Result<Self, String> {
         if scratch.len() < SCRATCH_LEN {
-            return Err(bad(ErrorKind::Config, "scratch must hold at least 6 numbers"));
+            return Err(bad(
+                ErrorKind::Config,
+                format!("scratch must hold at least {SCRATCH_LEN} numbers"),
+            ));
         }
         let opts = options_from(names, values)?;
         let inner = Arc::new(Limiter::from_options(opts).map_err(js_err)?);
@@ -262,13 +345,15 @@ impl NativeLimiter {
 
     /// `{ acquire, tryAcquire, acquireAsync }`: the per-request calls as raw
     /// N-API functions bound to this limiter (see `fast.rs`). Each takes
-    /// `(key: string, cost?: number)` (cost 1 when omitted), writes the
-    /// decision into the scratch array and returns `undefined`;
+    /// `(key: string, cost?: number, tier?: string)` (cost 1 when omitted
+    /// or `undefined`; no tier when omitted, `undefined` or `null`), writes
+    /// the decision into the scratch array and returns `undefined`;
     /// `acquireAsync` returns a Promise of `[code, limit, remaining,
-    /// retryAfterMs, resetAfterMs, windowMs]` (or an Error) instead when it
-    /// must wait for the backend.
+    /// retryAfterMs, resetAfterMs, windowMs, rule, rule count, each rule's
+    /// limit and windowMs]` (or an Error) instead when it must wait for the
+    /// backend.
     #[napi(
-        ts_return_type = "{ acquire(key: string, cost?: number): void; tryAcquire(key: string, cost?: number): void; acquireAsync(key: string, cost?: number): undefined | Promise<number[] | Error> }"
+        ts_return_type = "{ acquire(key: string, cost?: number, tier?: string | null): void; tryAcquire(key: string, cost?: number, tier?: string | null): void; acquireAsync(key: string, cost?: number, tier?: string | null): undefined | Promise<number[] | Error> }"
     )]
     pub fn hot_path<'e>(&self, env: &'e Env) -> Result<Unknown<'e>> {
         let v = fast::functions(env, &self.shared)?;
@@ -309,7 +394,7 @@ impl NativeLimiter {
     /// `flush` on a background thread: a Promise of `undefined` or an Error.
     #[napi(ts_return_type = "Promise<undefined | Error>")]
     pub fn flush<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
-        self.in_background(env, |l| l.flush())
+        self.in_background(env, |l| Completion::Done(l.flush()))
     }
 
     /// Flush, stop the broker, release the event callback. Idempotent.
@@ -328,7 +413,7 @@ impl NativeLimiter {
             let r = l.close();
             let taken = events.lock().unwrap_or_else(|p| p.into_inner()).take();
             drop(taken);
-            r
+            Completion::Done(r)
         })
     }
 
@@ -347,7 +432,7 @@ impl NativeLimiter {
     }
 
     /// What the limiter and the authority know about `key`.
-    #[napi(ts_return_type = "Record<string, number | boolean | null>")]
+    #[napi(ts_return_type = "Record<string, number | boolean | string | null>")]
     pub fn inspect<'e>(&self, env: &'e Env, key: String) -> Result<Object<'e>, String> {
         let i = self.inner.inspect(&key).map_err(js_err)?;
         let napi = |e: napi::Error| bad(ErrorKind::Backend, e.reason.clone());
@@ -368,7 +453,89 @@ impl NativeLimiter {
         o.set("holders", i.holders as f64).map_err(napi)?;
         o.set("fallbackPerWindow", i.fallback_per_window as f64).map_err(napi)?;
         o.set("demandPerS", i.demand_per_s as f64).map_err(napi)?;
+        o.set("rules", i.rules).map_err(napi)?;
+        o.set("tier", i.tier).map_err(napi)?;
+        o.set("policySource", i.policy_source).map_err(napi)?;
         Ok(o)
+    }
+
+    /// The rules `key` is held to on a call naming `tier` (none: `null`),
+    /// and why: `{ rules: [{ limit, windowMs }], tier, assignedBy,
+    /// definedBy, source }`. Reads what this limiter knows (no backend call).
+    #[napi(
+        ts_return_type = "{ rules: Array<{ limit: number; windowMs: number }>; tier: string | null; assignedBy: string; definedBy: string; source: string }"
+    )]
+    pub fn policy<'e>(&self, env: &'e Env, key: String, tier: Option<String>) -> Result<Object<'e>, String> {
+        let (rules, src) = self.inner.policy(&key, tier.as_deref()).map_err(js_err)?;
+        policy_value(env, &rules, &src).map_err(|e| bad(ErrorKind::Backend, e.reason.clone()))
+    }
+
+    /// Every tier this limiter knows now, by name: `[{ name, rules, definedBy }]`.
+    #[napi(
+        ts_return_type = "Array<{ name: string; rules: Array<{ limit: number; windowMs: number }>; definedBy: string }>"
+    )]
+    pub fn tiers<'e>(&self, env: &'e Env) -> Result<Array<'e>> {
+        let list = self.inner.tiers();
+        let mut a = env.create_array(list.len() as u32)?;
+        for (i, (name, rules, origin)) in list.iter().enumerate() {
+            let mut o = Object::new(env)?;
+            o.set("name", name.as_str())?;
+            o.set("rules", rules_value(env, rules)?)?;
+            o.set("definedBy", origin.as_str())?;
+            a.set(i as u32, o)?;
+        }
+        Ok(a)
+    }
+
+    /// `policy_set_tier` on a background thread: a Promise of the store's
+    /// version or an Error.
+    #[napi(ts_return_type = "Promise<number | Error>")]
+    pub fn policy_set_tier<'e>(&self, env: &'e Env, name: String, rules: String) -> Result<Object<'e>> {
+        self.in_background(env, move |l| Completion::Version(l.policy_set_tier(&name, &rules)))
+    }
+
+    /// `policy_delete_tier` on a background thread: a Promise of the store's
+    /// version or an Error.
+    #[napi(ts_return_type = "Promise<number | Error>")]
+    pub fn policy_delete_tier<'e>(&self, env: &'e Env, name: String) -> Result<Object<'e>> {
+        self.in_background(env, move |l| Completion::Version(l.policy_delete_tier(&name)))
+    }
+
+    /// `policy_assign` on a background thread: a Promise of the store's
+    /// version or an Error.
+    #[napi(ts_return_type = "Promise<number | Error>")]
+    pub fn policy_assign<'e>(&self, env: &'e Env, key: String, assignment: String) -> Result<Object<'e>> {
+        self.in_background(env, move |l| Completion::Version(l.policy_assign(&key, &assignment)))
+    }
+
+    /// `policy_unassign` on a background thread: a Promise of the store's
+    /// version or an Error.
+    #[napi(ts_return_type = "Promise<number | Error>")]
+    pub fn policy_unassign<'e>(&self, env: &'e Env, key: String) -> Result<Object<'e>> {
+        self.in_background(env, move |l| Completion::Version(l.policy_unassign(&key)))
+    }
+
+    /// `policy_get` on a background thread: a Promise of the key's stored
+    /// entry (`null`: none) or an Error.
+    #[napi(ts_return_type = "Promise<string | null | Error>")]
+    pub fn policy_get<'e>(&self, env: &'e Env, key: String) -> Result<Object<'e>> {
+        self.in_background(env, move |l| Completion::Entry(l.policy_get(&key)))
+    }
+
+    /// `policy_list` on a background thread: a Promise of `{ version, tiers:
+    /// [{ name, rules }], keys: [{ key, assignment }] }` or an Error.
+    #[napi(
+        ts_return_type = "Promise<{ version: number; tiers: Array<{ name: string; rules: string }>; keys: Array<{ key: string; assignment: string }> } | Error>"
+    )]
+    pub fn policy_list<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        self.in_background(env, move |l| Completion::Listing(l.policy_list()))
+    }
+
+    /// `refresh_policies` on a background thread: a Promise of `undefined`
+    /// or an Error.
+    #[napi(ts_return_type = "Promise<undefined | Error>")]
+    pub fn refresh_policies<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        self.in_background(env, move |l| Completion::Done(l.refresh_policies()))
     }
 
     /// Tokens per lease request, after defaults.
@@ -393,8 +560,11 @@ impl NativeLimiter {
 }
 
 /// HTTP headers for a decision (IETF RateLimit / RateLimit-Policy, plus
-/// Retry-After when denied), computed by the engine.
+/// Retry-After when denied), computed by the engine. `rules`: every rule's
+/// limit and windowMs in turn (none: the one rule `limit` per `windowMs`);
+/// `rule`: the binding rule's index in them (default 0).
 #[napi(ts_return_type = "Record<string, string>")]
+#[allow(clippy::too_many_arguments)]
 pub fn decision_headers<'e>(
     env: &'e Env,
     allowed: bool,
@@ -403,17 +573,45 @@ pub fn decision_headers<'e>(
     retry_after_ms: f64,
     reset_after_ms: f64,
     window_ms: f64,
+    rule: Option<f64>,
+    rules: Option<Vec<f64>>,
 ) -> Result<Object<'e>, String> {
     let n = |v: f64, what: &str| whole(v, ErrorKind::Config, what);
-    let d = Decision {
+    let d = Decision::single(
         allowed,
-        limit: n(limit, "limit")?,
-        remaining: n(remaining, "remaining")?,
-        retry_after_ms: n(retry_after_ms, "retryAfterMs")?,
-        reset_after_ms: n(reset_after_ms, "resetAfterMs")?,
-        window_ms: n(window_ms, "windowMs")?,
-        reason: Reason::Lease,
+        n(limit, "limit")?,
+        n(remaining, "remaining")?,
+        n(retry_after_ms, "retryAfterMs")?,
+        n(reset_after_ms, "resetAfterMs")?,
+        n(window_ms, "windowMs")?,
+        Reason::Lease,
+    );
+    let rules = if let Some(flat) = rules {
+        if flat.len() % 2 != 0 {
+            return Err(bad(ErrorKind::Config, "rules must be pairs of limit and windowMs"));
+        }
+        let mut list = Vec::with_capacity(flat.len() / 2);
+        for pair in flat.chunks(2) {
+            list.push(Policy {
+                limit: n(pair[0], "rules[].limit")?,
+                window_ms: n(pair[1], "rules[].windowMs")?,
+            });
+        }
+        Rules::new(&list, "rules").map_err(js_err)?
+    } else {
+        d.rules()
     };
+    let r = match rule {
+        Some(r) => n(r, "rule")?,
+        None => 0,
+    };
+    if r as usize >= rules.len() {
+        return Err(bad(
+            ErrorKind::Config,
+            format!("`rule` is {r}, but the decision has {} rule(s)", rules.len()),
+        ));
+    }
+    let d = d.with_rules(&rules, r as u8);
     let napi = |e: napi::Error| bad(ErrorKind::Config, e.reason.clone());
     let mut o = Object::new(env).map_err(napi)?;
     for (name, value) in d.headers() {

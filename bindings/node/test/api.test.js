@@ -10,7 +10,7 @@ const ql = require('..')
 const { Limiter, Decision, headers, parseRate, httpKey, codes, reasons } = ql
 const { unique } = require('./helpers')
 
-const FIELDS = ['allowed', 'limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'windowMs', 'reason']
+const FIELDS = ['allowed', 'limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'windowMs', 'reason', 'rule', 'rules']
 
 test('decisions are plain data with an inherited headers()', async () => {
   const l = new Limiter({ limit: 600, windowMs: 60000 })
@@ -25,6 +25,8 @@ test('decisions are plain data with an inherited headers()', async () => {
     assert.equal(d.limit, 600)
     assert.equal(d.windowMs, 60000)
     assert.equal(d.retryAfterMs, 0)
+    assert.equal(d.rule, 0)
+    assert.deepEqual(d.rules, [{ limit: 600, windowMs: 60000 }])
   }
   l.closeSync()
 })

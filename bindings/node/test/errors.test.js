@@ -151,9 +151,11 @@ test('keys: wrong type, empty, too long', async () => {
 test('costs: wrong type, not whole, 0, above the limit', async () => {
   const l = limiter()
   for (const call of Object.values(calls)) {
-    for (const cost of ['1', null, true, {}, 1n]) {
+    // (A plain object in the cost's place is the options object: `acquire(key, { tier })`.)
+    for (const cost of ['1', null, true, ['1'], 1n]) {
       await check(call, l, ['k', cost], { name: 'TypeError', code: codes.INVALID_COST, message: /the cost must be a number/ })
     }
+    await check(call, l, ['k', { cost: 2 }], { code: codes.CONFIG, message: /unknown option `cost` \(known: tier\)/ })
     for (const cost of [1.5, -1, NaN, Infinity, -Infinity, 2 ** 53]) {
       await check(call, l, ['k', cost], { name: 'RangeError', code: codes.INVALID_COST, message: /whole number/ })
     }

@@ -125,3 +125,41 @@ test('connect-style: plain node:http with the middleware, through Redis', async 
   assert.deepEqual(statuses, [200, 200, 429])
   assert.equal(limiter.metrics().backend_calls > 0, true)
 })
+
+test('express: tier as a string or a function of the request; two rules give two policies; an unknown tier goes to next(err)', async (t) => {
+  const limiter = new Limiter({ limit: 100, windowMs: 60000, leaseSize: 1, tiers: 'free=2/min; pro=5/s, 20/min' })
+  const app = express()
+  const byPlan = { alice: 'pro', mallory: 'gold' }
+  app.use('/fixed', rateLimit({ limiter, key: () => 'fixed', tier: 'free' }))
+  app.use(rateLimit({ limiter, key: (req) => req.get('x-user') || 'anon', tier: (req) => byPlan[req.get('x-user')], skip: (req) => req.originalUrl === '/fixed' }))
+  app.get('/{*path}', (req, res) => res.json({ limit: req.rateLimit.limit, rules: req.rateLimit.rules }))
+  app.use((err, req, res, next) => res.status(500).json({ code: err.code, message: err.message }))
+  const srv = await listen(app)
+  t.after(async () => {
+    await srv.close()
+    await limiter.close()
+  })
+
+  const fixed = await fetch(`${srv.base}/fixed`)
+  assert.equal(fixed.status, 200)
+  assert.equal(fixed.headers.get('ratelimit-policy'), '"default";q=2;w=60')
+  assert.equal(limiter.inspect('fixed').tier, 'free')
+
+  const pro = await fetch(`${srv.base}/`, { headers: { 'x-user': 'alice' } })
+  assert.equal(pro.status, 200)
+  assert.equal(pro.headers.get('ratelimit-policy'), '"1s";q=5;w=1, "1min";q=20;w=60')
+  assert.match(pro.headers.get('ratelimit'), /^"1s";r=4;t=\d+$/)
+  assert.deepEqual(await pro.json(), { limit: 5, rules: [{ limit: 5, windowMs: 1000 }, { limit: 20, windowMs: 60000 }] })
+  assert.equal(limiter.inspect('alice').policySource, 'tier pro (assigned by caller, defined in config)')
+
+  // The function returned undefined: no tier named, the limiter's limit.
+  const anon = await fetch(`${srv.base}/`)
+  assert.equal(anon.headers.get('ratelimit-policy'), '"default";q=100;w=60')
+  assert.equal(limiter.inspect('anon').tier, null)
+
+  const unknown = await fetch(`${srv.base}/`, { headers: { 'x-user': 'mallory' } })
+  assert.equal(unknown.status, 500)
+  const body = await unknown.json()
+  assert.equal(body.code, 'ERR_QUOTALEASE_CONFIG')
+  assert.match(body.message, /unknown tier "gold" \(known tiers: free, pro\)/)
+})

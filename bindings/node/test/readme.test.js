@@ -46,8 +46,8 @@ function run(file, env = {}) {
 const all = blocks()
 test.after(() => fs.rmSync(DIR, { recursive: true, force: true }))
 
-test('the README has the quick start and the Express examples in JS and TS', () => {
-  assert.deepEqual(all.map((b) => b.lang), ['js', 'js', 'ts'])
+test('the README has the quick start, the Express examples in JS and TS, Fastify, tiers and the store, Express with tiers, and OpenTelemetry', () => {
+  assert.deepEqual(all.map((b) => b.lang), ['js', 'js', 'ts', 'js', 'js', 'js', 'js'])
 })
 
 test('the quick start runs', async () => {
@@ -85,4 +85,95 @@ test('the TypeScript example type-checks', () => {
     }),
   )
   execFileSync(process.execPath, [path.join(PKG, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', tsconfig], { encoding: 'utf8' })
+})
+
+test('the TypeScript example type-checks as an ES module with the settings tsc --init writes', () => {
+  // An .mts file is what a .ts file is in a "type": "module" project.
+  const file = write('express-app-esm.mts', all[2].code)
+  const tsconfig = write(
+    'tsconfig.esm.json',
+    JSON.stringify({
+      compilerOptions: {
+        module: 'nodenext',
+        target: 'esnext',
+        types: ['node'],
+        noEmit: true,
+        noUncheckedIndexedAccess: true,
+        exactOptionalPropertyTypes: true,
+        strict: true,
+        verbatimModuleSyntax: true,
+        isolatedModules: true,
+        noUncheckedSideEffectImports: true,
+        moduleDetection: 'force',
+        skipLibCheck: false,
+      },
+      files: [path.basename(file)],
+    }),
+  )
+  execFileSync(process.execPath, [path.join(PKG, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', tsconfig], { encoding: 'utf8' })
+})
+
+test('the Fastify example serves with RateLimit headers, per-route config, and exits on SIGTERM', async () => {
+  const child = run(write('fastify-app.js', all[3].code), { PORT: '0' })
+  let url
+  const deadline = Date.now() + 30000
+  while (!(url = (child.out.match(/listening on (\S+)/) || [])[1])) {
+    assert.ok(Date.now() < deadline, `the example did not start: ${child.err}`)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  const r = await fetch(url, { headers: { 'x-api-key': 'k1' } })
+  assert.equal(r.status, 200)
+  assert.deepEqual(await r.json(), { hello: 'world', remaining: 99 })
+  assert.equal(r.headers.get('ratelimit-policy'), '"default";q=100;w=60')
+  const search = await fetch(`${url}/search`, { headers: { 'x-api-key': 'k1' } })
+  assert.equal(search.status, 200)
+  assert.match(search.headers.get('ratelimit'), /^"default";r=94;/)
+  const health = await fetch(`${url}/health`)
+  assert.equal(health.status, 200)
+  assert.equal(health.headers.get('ratelimit'), null)
+  child.kill('SIGTERM')
+  assert.equal(await child.exited, 0, child.err)
+})
+
+test('the OpenTelemetry example exports the limiter metrics', async () => {
+  const child = run(write('otel.js', all[6].code))
+  assert.equal(await child.exited, 0, child.err)
+  assert.match(child.out, /name: 'quotalease_admitted'[\s\S]*?value: 3\b/)
+  assert.match(child.out, /name: 'quotalease_overshoot_bound'/)
+  assert.match(child.out, /limiter: 'api'/)
+})
+
+test('the tiers and policy store example prints what its comments say', async () => {
+  const child = run(write('tiers.js', all[4].code))
+  assert.equal(await child.exited, 0, child.err)
+  const lines = child.out.trim().split('\n')
+  assert.equal(lines[0], '5 "default";q=5;w=60')
+  assert.equal(lines[1], '0 [ { limit: 10, windowMs: 1000 }, { limit: 1000, windowMs: 86400000 } ]')
+  assert.equal(lines[2], '"1s";q=10;w=1, "1day";q=1000;w=86400')
+  assert.equal(lines[3], '20')
+  assert.equal(lines[4], 'tier pro (assigned by store, defined in store)')
+  assert.equal(lines[5], '20/s, 5000/day')
+  const listing = lines.slice(6).join('\n')
+  assert.match(listing, /version: 2/)
+  assert.match(listing, /tiers: \[ \{ name: 'pro', rules: '20\/s, 5000\/day' \} \]/)
+  assert.match(listing, /keys: \[ \{ key: 'user:1', assignment: 'tier:pro' \} \]/)
+})
+
+test('the Express example with tiers gives a pro key both rules and others the free tier', async () => {
+  const child = run(write('express-tiers.js', all[5].code), { PORT: '0' })
+  let url
+  const deadline = Date.now() + 30000
+  while (!(url = (child.out.match(/listening on (\S+)/) || [])[1])) {
+    assert.ok(Date.now() < deadline, `the example did not start: ${child.err}`)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  const pro = await fetch(url, { headers: { 'x-api-key': 'key-of-a-pro' } })
+  assert.equal(pro.status, 200)
+  assert.equal(pro.headers.get('ratelimit-policy'), '"1s";q=20;w=1, "1day";q=100000;w=86400')
+  assert.deepEqual(await pro.json(), { limit: 20, rules: 2 })
+  const free = await fetch(url, { headers: { 'x-api-key': 'someone' } })
+  assert.equal(free.headers.get('ratelimit-policy'), '"default";q=100;w=60')
+  assert.deepEqual(await free.json(), { limit: 100, rules: 1 })
+  child.kill('SIGTERM')
+  assert.equal(await child.exited, 0, child.err)
 })

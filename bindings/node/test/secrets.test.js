@@ -91,6 +91,43 @@ test('config errors never show the password', () => {
   assert.ok(err.message.includes('redis://***@h:1'), err.message)
 })
 
+test('a URL given to a string option the engine quotes is shown redacted', async () => {
+  const url = `redis://${USER}:${PW}@h:1/0`
+  const shown = 'redis://***@h:1/0'
+  const cases = [
+    ['rate', () => new Limiter({ rate: url })],
+    ['mode', () => new Limiter({ rate: '5/min', mode: url })],
+    ['onBackendFailure', () => new Limiter({ rate: '5/min', onBackendFailure: url })],
+    ['overshootBudget', () => new Limiter({ rate: '5/min', overshootBudget: url })],
+    ['tiers', () => new Limiter({ rate: '5/min', tiers: `free=${url}` })],
+    ['policyFile', () => new Limiter({ rate: '5/min', policyFile: `/nonexistent/${url}` })],
+    ['a quote in the value', () => new Limiter({ rate: `"${url}` })],
+    ['parseRate', () => require('..').parseRate(url)],
+    ['setLimit', () => new Limiter({ rate: '5/min' }).setLimit('k', url)],
+  ]
+  for (const [what, make] of cases) {
+    let err
+    assert.throws(make, (e) => ((err = e), e.code === codes.CONFIG), what)
+    assertClean(what, `${err.message} ${err.stack} ${util.inspect(err)}`)
+    assert.ok(err.message.includes('***'), `${what}: ${err.message}`)
+  }
+  // The value itself, where the engine quotes it whole, keeps its host.
+  assert.throws(() => new Limiter({ rate: url }), (e) => e.message.includes(shown))
+  const store = new Limiter({ url: `memory://${unique('sec')}`, rate: '5/min' })
+  try {
+    for (const [what, call] of [
+      ['policySetTier', () => store.policySetTier('pro', url)],
+      ['policyAssign', () => store.policyAssign('k', url)],
+    ]) {
+      let err
+      await assert.rejects(call, (e) => ((err = e), e.code === codes.CONFIG), what)
+      assertClean(what, `${err.message} ${err.stack}`)
+    }
+  } finally {
+    await store.close()
+  }
+})
+
 test('a failing connection: the event, the inspect error and the limiter', async () => {
   const port = await closedPort()
   const { l, message } = await degradedMessage(`redis://${USER}:${PW}@127.0.0.1:${port}/0`)

@@ -10,7 +10,12 @@ import {
   httpKey,
   codes,
   type DecisionFields,
+  type Inspection,
+  type KeyPolicy,
   type LimiterEvent,
+  type PolicyListing,
+  type PolicyRule,
+  type TierInfo,
   type LimiterOptions,
   type Metrics,
   type QuotaLeaseError,
@@ -80,4 +85,41 @@ httpKey(42)
 // @ts-expect-error: not an event of Limiter
 limiter.on('degraded', (e: number) => e)
 
-export { handle, readonlyDecision }
+async function tiers(): Promise<void> {
+  const t = new Limiter({ rate: '100/min', tiers: 'free=5/min; pro=10/s, 1000/day', defaultTier: 'free', policyFile: 'p.toml', policyRefreshMs: 500 })
+  const a: Decision = await t.acquire('k', { tier: 'pro' })
+  const b: Decision = await t.acquire('k', 2, { tier: null })
+  const c: Decision = t.acquireSync('k', { tier: 'pro' })
+  const d: Decision = t.tryAcquire('k', 1, {})
+  const rules: readonly PolicyRule[] = a.rules
+  const binding: PolicyRule = a.rules[a.rule]
+  const p: KeyPolicy = t.policy('k', 'pro')
+  const origin: 'config' | 'file' | 'store' | 'set_limit' | 'caller' | 'default_tier' = p.definedBy
+  const list: TierInfo[] = t.tiers()
+  const version: number = await t.policySetTier('gold', '20/s')
+  await t.policyDeleteTier('gold')
+  await t.policyAssign('k', 'tier:pro')
+  await t.policyUnassign('k')
+  const entry: string | null = await t.policyGet('k')
+  const all: PolicyListing = await t.policyList()
+  await t.refreshPolicies()
+  const i: Inspection = t.inspect('k')
+  const text: string = i.rules
+  const tier: string | null = i.tier
+  const src: string = i.policySource
+  // A decision of an older version (no rules) still has headers.
+  headers({ allowed: true, limit: 1, remaining: 0, retryAfterMs: 0, resetAfterMs: 0, windowMs: 1000, reason: 'lease' })
+  // @ts-expect-error: the tier is a string
+  await t.acquire('k', { tier: 5 })
+  // @ts-expect-error: unknown acquire option
+  t.acquireSync('k', 1, { plan: 'pro' })
+  // @ts-expect-error: rules are readonly
+  a.rules[0] = { limit: 1, windowMs: 1 }
+  app.use(rateLimit({ limiter: t, tier: 'pro' }))
+  app.use(rateLimit<Request>({ limiter: t, tier: (req) => (req.get('x-plan') === 'pro' ? 'pro' : undefined) }))
+  // @ts-expect-error: tier is a string or a function
+  app.use(rateLimit({ limiter: t, tier: 5 }))
+  void [b, c, d, rules, binding, origin, list, version, entry, all, text, tier, src]
+}
+
+export { handle, readonlyDecision, tiers }

@@ -30,6 +30,10 @@ const NAMES = {
   mode: 'mode',
   url: 'url',
   key_prefix: 'keyPrefix',
+  tiers: 'tiers',
+  default_tier: 'defaultTier',
+  policy_file: 'policyFile',
+  policy_refresh_ms: 'policyRefreshMs',
 }
 
 const KINDS = {
@@ -47,6 +51,8 @@ const FIELDS = {
   remaining: 'remaining',
   retry_after_ms: 'retryAfterMs',
   reset_after_ms: 'resetAfterMs',
+  window_ms: 'windowMs',
+  rule: 'rule',
 }
 
 function options(json, url, prefix) {
@@ -96,7 +102,12 @@ async function runVector(file, backend, url, sync) {
       }
     }
   }
-  const acquire = (l, key, cost) => (sync ? l.acquireSync(key, cost) : l.acquire(key, cost))
+  // A step's `tier` goes in the options argument, as an application names it.
+  const acquire = (l, key, cost, tier) => {
+    if (tier === undefined) return sync ? l.acquireSync(key, cost) : l.acquire(key, cost)
+    return sync ? l.acquireSync(key, cost, { tier }) : l.acquire(key, cost, { tier })
+  }
+  const tryAcquire = (l, key, cost, tier) => (tier === undefined ? l.tryAcquire(key, cost) : l.tryAcquire(key, cost, { tier }))
   let checked = 0
   for (const [i, step] of v.steps.entries()) {
     if (step.only && step.only !== backend) continue
@@ -106,21 +117,42 @@ async function runVector(file, backend, url, sync) {
     let r = null
     switch (step.op) {
       case 'acquire':
-        r = await outcome(() => acquire(l, keyOf(step), cost))
+        r = await outcome(() => acquire(l, keyOf(step), cost, step.tier))
         break
       case 'try_acquire':
-        r = await outcome(() => l.tryAcquire(keyOf(step), cost))
+        r = await outcome(() => tryAcquire(l, keyOf(step), cost, step.tier))
         break
       case 'acquire_n': {
         let allowed = 0
         let denied = 0
         for (let n = 0; n < step.count; n++) {
-          const d = await acquire(l, keyOf(step), cost)
+          const d = await acquire(l, keyOf(step), cost, step.tier)
           if (d.allowed) allowed++
           else denied++
           settle()
         }
         assert.deepEqual({ allowed, denied }, step.expect, ctx)
+        break
+      }
+      case 'policy_set_tier':
+      case 'policy_delete_tier':
+      case 'policy_assign':
+      case 'policy_unassign': {
+        const call = {
+          policy_set_tier: () => l.policySetTier(step.name, step.rules),
+          policy_delete_tier: () => l.policyDeleteTier(step.name),
+          policy_assign: () => l.policyAssign(keyOf(step), step.assignment),
+          policy_unassign: () => l.policyUnassign(keyOf(step)),
+        }[step.op]
+        const s = await outcome(call)
+        if (step.expect_error) {
+          assert.ok(s.err, `${ctx}: expected error ${step.expect_error}, got ${JSON.stringify(s.value)}`)
+          assert.equal(kindOf(s.err), step.expect_error, `${ctx}: ${s.err.message}`)
+        } else {
+          assert.equal(s.err, undefined, `${ctx}: ${s.err && s.err.message}`)
+          // Every write answers with the store's version, a whole number > 0.
+          assert.ok(Number.isSafeInteger(s.value) && s.value > 0, `${ctx}: version ${s.value}`)
+        }
         break
       }
       case 'advance':

@@ -1,0 +1,72 @@
+// Types of `quotalease/fastify` (fastify.js), for Fastify 4 and 5.
+// fastify.js is CommonJS (`module.exports = rateLimit`, with `.default` and
+// `.rateLimit` pointing at it), so these types say `export =`: an ES module's
+// default import is then the plugin itself, as Node gives it at run time
+// (`export default` here would type it as the module object).
+
+import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify'
+import type { Decision, Limiter } from './index'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The request's decision (null where the route is not limited). */
+    rateLimit: Decision | null
+  }
+  interface FastifyContextConfig {
+    rateLimit?: rateLimit.RouteRateLimitOptions | boolean
+  }
+}
+
+type RateLimitPlugin = FastifyPluginCallback<rateLimit.RateLimitPluginOptions>
+
+declare namespace rateLimit {
+  export interface RouteRateLimitOptions {
+    /** Another limiter for this route (e.g. another rate); default: the plugin's. */
+    limiter?: Limiter
+    /** The rate-limit key of a request. Default: `request.ip`. */
+    key?: (request: FastifyRequest) => string | Promise<string>
+    /** Tokens a request costs: a number or a function of the request (default 1). */
+    cost?: number | ((request: FastifyRequest) => number)
+    /**
+     * The plan tier of a request (the limiter's `tiers`): a name, or a function
+     * of the request returning one (`undefined` or `null`: the default tier).
+     * An unknown tier is an `ERR_QUOTALEASE_CONFIG` error for Fastify's error handler.
+     */
+    tier?: string | ((request: FastifyRequest) => string | undefined | null)
+    /** Requests for which this returns true are not limited (and get no headers). */
+    skip?: (request: FastifyRequest) => boolean
+    /**
+     * Called when denied, after the RateLimit and Retry-After headers were set.
+     * Send the reply yourself, or return the body to send (status 429 unless you
+     * set an error status). Default: 429 with
+     * `{ statusCode: 429, error: 'Too Many Requests', message }`.
+     */
+    onDenied?: (request: FastifyRequest, reply: FastifyReply, decision: Decision) => unknown
+  }
+
+  export interface RateLimitPluginOptions extends RouteRateLimitOptions {
+    /** The limiter deciding every request (you create and close it). */
+    limiter: Limiter
+    /**
+     * `true` (default): every route registered after the plugin is limited,
+     * except those with `config: { rateLimit: false }`. `false`: only routes
+     * with a `config.rateLimit` (`true` or options).
+     */
+    global?: boolean
+  }
+
+  /** The plugin (also the module itself and its `default`). */
+  export const rateLimit: RateLimitPlugin
+  export { rateLimit as default }
+}
+
+/**
+ * The plugin: `fastify.register(rateLimit, { limiter, ... })`. One
+ * `limiter.acquire(key(request), cost)` per request in an `onRequest` hook,
+ * the IETF `RateLimit-Policy` / `RateLimit` headers on every response, 429
+ * with `Retry-After` when denied. A key over 512 bytes is limited under
+ * `httpKey(key)` (its sha256); a limiter error (e.g. an empty key) goes to
+ * Fastify's error handler.
+ */
+declare function rateLimit(...args: Parameters<RateLimitPlugin>): ReturnType<RateLimitPlugin>
+export = rateLimit

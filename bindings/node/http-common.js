@@ -1,0 +1,78 @@
+'use strict'
+// What the HTTP integrations (quotalease/express, quotalease/fastify) share:
+// their option checks, one decision per request (with the long-key rule) and
+// the RateLimit / Retry-After headers. Each framework file only adapts this
+// to its request and reply objects.
+
+const { Limiter, codes, httpKey } = require('./index.js')
+
+function fail(Ctor, message) {
+  const err = new Ctor(message)
+  err.code = codes.CONFIG
+  return err
+}
+
+/**
+ * Checks an options object: only `known` names, and the types of `limiter`,
+ * `key`, `cost`, `tier`, `skip`, `onDenied` where given. `who` starts each message.
+ */
+function checkOptions(who, options, known, { limiterRequired = true } = {}) {
+  if (options === null || typeof options !== 'object') {
+    throw fail(TypeError, `${who}(options): options must be an object such as { limiter }`)
+  }
+  for (const name of Object.keys(options)) {
+    if (!known.includes(name)) {
+      throw fail(Error, `${who}: unknown option \`${name}\` (known: ${known.join(', ')})`)
+    }
+  }
+  const { limiter, key, cost, tier, skip, onDenied } = options
+  if ((limiterRequired || limiter !== undefined) && !(limiter instanceof Limiter)) {
+    throw fail(TypeError, `${who}: \`limiter\` must be a quotalease Limiter (new Limiter({ ... }))`)
+  }
+  if (key !== undefined && typeof key !== 'function') {
+    throw fail(TypeError, `${who}: \`key\` must be a function (req) => string`)
+  }
+  if (cost !== undefined && typeof cost !== 'number' && typeof cost !== 'function') {
+    throw fail(TypeError, `${who}: \`cost\` must be a number or a function (req) => number`)
+  }
+  if (tier !== undefined && typeof tier !== 'string' && typeof tier !== 'function') {
+    throw fail(TypeError, `${who}: \`tier\` must be a string or a function (req) => string | undefined`)
+  }
+  if (skip !== undefined && typeof skip !== 'function') {
+    throw fail(TypeError, `${who}: \`skip\` must be a function (req) => boolean`)
+  }
+  if (onDenied !== undefined && typeof onDenied !== 'function') {
+    throw fail(TypeError, `${who}: \`onDenied\` must be a function (req, res, ..., decision)`)
+  }
+}
+
+/**
+ * The request's decision: `limiter.acquire(httpKey(key(req)), cost, { tier })`
+ * (no tier named when `tier` is absent or returns `undefined` / `null`). `key`
+ * may return a Promise. A key over 512 bytes is limited under its sha256
+ * key, as in every middleware of every language. Rejects on a limiter error
+ * (an unknown tier among them) and when `key`, `cost` or `tier` throws.
+ */
+function decide(limiter, key, cost, req, tier) {
+  let k
+  let c
+  let options
+  try {
+    k = key(req)
+    c = typeof cost === 'function' ? cost(req) : cost
+    const t = typeof tier === 'function' ? tier(req) : tier
+    if (t !== undefined && t !== null) options = { tier: t }
+  } catch (err) {
+    return Promise.reject(err)
+  }
+  if (typeof k === 'string') return limiter.acquire(httpKey(k), c, options)
+  return Promise.resolve(k).then((resolved) => limiter.acquire(httpKey(resolved), c, options))
+}
+
+/** Sets the decision's headers through `set(name, value)`. */
+function setHeaders(decision, set) {
+  const h = decision.headers()
+  for (const name in h) set(name, h[name])
+}
+
+module.exports = { fail, checkOptions, decide, setHeaders }
