@@ -4,13 +4,15 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-peers soak flood loom
+.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-peers soak flood loom dist test-dist check-compat bench-dist
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
 	@echo "make test    - every test in every language (installs redis-server, venv, npm packages)"
 	@echo "make bench   - benchmarks, written to docs/benchmarks.md"
 	@echo "make install PREFIX=... - liblease.so/.a, lease.h and lease.pc"
+	@echo "make dist    - release artifacts into dist/ (wheel, sdist, npm tarballs, liblease archive, SHA256SUMS)"
+	@echo "make test-dist - install dist/ with no Rust toolchain and take a lease from Redis in each language"
 	@echo "make loom    - the loom model of a key's token / in-flight / retired protocol"
 	@echo "make soak    - all five languages on one Redis for SOAK_MINUTES (10) with faults, memory sampled"
 	@echo "make flood   - 10 million distinct keys against max_keys, memory and the warm key's hot path"
@@ -36,6 +38,13 @@ fmt:
 test-rust: redis lint
 	$(CARGO) test
 
+## The loom model of one key's token / in-flight / retired protocol
+## (core/tests/loom_entry.rs), under every interleaving. Not part of `make test`:
+## its own target directory (target/loom), about 3 minutes to build the first
+## time, then 2 to 2.5 minutes of checking (scripts/loom.sh).
+loom:
+	CARGO="$(CARGO)" bash scripts/loom.sh
+
 ## C ABI: liblease.so/.a, include/lease.h and lease.pc into PREFIX (DESTDIR honoured).
 install:
 	PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" CARGO="$(CARGO)" bash scripts/install-c.sh
@@ -50,7 +59,27 @@ test-go: redis
 bench-c-go:
 	bash scripts/bench-c-go.sh
 
-test: test-rust test-c test-go test-python test-node test-system
+test: test-rust test-c test-go test-python test-node check-compat test-system
+
+## Release (docs/release.md, RELEASING.md): every artifact into dist/, built
+## once (zig-linked for glibc 2.17, stripped); then installed from dist/ with
+## cargo and rustc off PATH and used against a real redis-server.
+dist:
+	CARGO="$(CARGO)" bash scripts/dist.sh
+
+test-dist: redis
+	bash scripts/test-dist.sh
+
+## The shipped Python wheel and Node addon against the dev builds, in one run.
+bench-dist: redis
+	bash scripts/bench-dist.sh
+
+## Compatibility: one version everywhere, the Python and Node API against
+## tests/api/ snapshots, the C ABI against ffi/abi/ (abidiff).
+check-compat:
+	bash scripts/check-versions.sh
+	bash scripts/check-api.sh
+	CARGO="$(CARGO)" bash scripts/check-abi.sh
 
 bench: bench-rust bench-baseline bench-adaptive bench-fleet bench-c-go bench-python bench-node bench-peers
 
@@ -112,10 +141,3 @@ bench-node: redis
 ## hot key and Zipf keys, one redis-server; docs/benchmarks.md, docs/peers.svg/png.
 bench-peers: redis
 	bash scripts/bench-peers.sh
-
-## The loom model of one key's token / in-flight / retired protocol
-## (core/tests/loom_entry.rs), under every interleaving. Not part of `make test`:
-## its own target directory (target/loom), about 3 minutes to build the first
-## time, then 1 to 2 minutes of checking (scripts/loom.sh).
-loom:
-	CARGO="$(CARGO)" bash scripts/loom.sh

@@ -8,7 +8,7 @@ cargo bench -p quotalease --bench hot_path -- --noplot 2>&1 | tee target/bench-r
 instr=""
 if command -v valgrind >/dev/null; then
   cargo build -q --release -p quotalease --example hot_loop
-  for w in quotalease governor mutex; do
+  for w in quotalease quotalease-tier quotalease-2rules governor mutex; do
     a=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/hot_loop "$w" 100000 2>&1 | awk '/Collected/{print $4}')
     b=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/hot_loop "$w" 200000 2>&1 | awk '/Collected/{print $4}')
     instr="$instr $w=$(( (b - a) / 100000 ))"

@@ -83,6 +83,16 @@ if [ -s "$work/app.c" ]; then
 else
   echo "FAILED: no \`\`\`c block in include/README.md"; failed=$((failed + 1))
 fi
+# Every other complete program of the guide (a ```c block with a main), built and run the same way.
+awk -v dir="$work" '/^```c$/{n++; p=1; f=dir "/guide" n ".c"; next} p&&/^```$/{p=0; next} p{print > f}' include/README.md
+for block in "$work"/guide*.c; do
+  [ -e "$block" ] || continue
+  [ "$(basename "$block")" = guide1.c ] && continue   # the quick start, above
+  grep -q '^int main(' "$block" || continue
+  echo "== README example $(basename "$block" .c): cc \$(pkg-config --cflags --libs lease)"
+  (cd "$work" && cc -Wall -Wextra -Werror "$block" $(pkg-config --cflags --libs lease) -o "${block%.c}" && "${block%.c}") \
+    && passed=$((passed + 1)) || { echo "FAILED: README example $(basename "$block")"; failed=$((failed + 1)); }
+done
 
 port=$("$redisctl" start)          # vectors and hammer
 events_port=$("$redisctl" start)   # killed and restarted by test_redis

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Go tests (`make test-go`): liblease is installed into target/lease-prefix
-# (found through its lease.pc), then gofmt, go vet, the README quick start,
-# and `go test -race` of bindings/go: conformance vectors on memory and a real
-# Redis, Redis integration with events, bad input, the net/http middleware.
+# (found through its lease.pc), then gofmt, go vet, every `package main`
+# example of the README (the quick start, gRPC, OpenTelemetry), and
+# `go test -race` of bindings/go: conformance vectors on memory and a real
+# Redis, Redis integration with events, bad input, the net/http middleware;
+# then of the modules beside it, grpcrl (gRPC interceptors on a real server)
+# and otelrl (OpenTelemetry, the SDK's ManualReader).
 # Ends with "Go: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,26 +30,41 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
+# Modules of their own (they need grpc / OpenTelemetry; the core module needs nothing).
+submodules="grpcrl otelrl"
+for sub in $submodules; do (cd "$sub" && go vet ./...); done
 
 passed=0
 failed=0
-# The README quick start (bindings/go/README.md), in a fresh module that points at this checkout.
+# Every `package main` example of bindings/go/README.md, each in a fresh module
+# that points at this checkout.
 work=$(mktemp -d "${TMPDIR:-/tmp}/quotalease-go.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-awk '/^```go$/{p=1;next} p&&/^```$/{exit} p' "$root/bindings/go/README.md" > "$work/main.go"
-if [ -s "$work/main.go" ]; then
-  echo "== README quick start (go run)"
-  if (cd "$work" && go mod init example.com/app >/dev/null 2>&1 &&
+awk -v dir="$work" '/^```go$/{n++; p=1; f=dir "/block" n ".go"; next} p&&/^```$/{p=0; next} p{print > f}' \
+  "$root/bindings/go/README.md"
+examples=0
+for block in "$work"/block*.go; do
+  [ -e "$block" ] || continue
+  head -n1 "$block" | grep -q '^package main$' || continue
+  examples=$((examples + 1))
+  ex="$work/example$examples"
+  mkdir -p "$ex"
+  cp "$block" "$ex/main.go"
+  echo "== README example $examples (go run)"
+  if (cd "$ex" && go mod init example.com/app >/dev/null 2>&1 &&
       go mod edit -require=github.com/quotalease/quotalease/bindings/go@v0.0.0 \
-        -replace=github.com/quotalease/quotalease/bindings/go="$root/bindings/go" &&
-      go run .); then
+        -replace=github.com/quotalease/quotalease/bindings/go="$root/bindings/go" \
+        -replace=github.com/quotalease/quotalease/bindings/go/grpcrl="$root/bindings/go/grpcrl" \
+        -replace=github.com/quotalease/quotalease/bindings/go/otelrl="$root/bindings/go/otelrl" &&
+      { go mod tidy >tidy.log 2>&1 || { cat tidy.log; false; }; } && go run .); then
     passed=$((passed + 1))
   else
-    echo "FAILED: README quick start"
+    echo "FAILED: README example $examples"
     failed=$((failed + 1))
   fi
-else
-  echo "FAILED: no \`\`\`go block in bindings/go/README.md"
+done
+if [ "$examples" = 0 ]; then
+  echo "FAILED: no \`\`\`go block with package main in bindings/go/README.md"
   failed=$((failed + 1))
 fi
 
@@ -54,6 +72,10 @@ log="$work/go-test.log"
 set +e
 go test -race -count=1 -v ./... 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+for sub in $submodules; do
+  (cd "$sub" && go test -race -count=1 -v ./...) 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+done
 set -e
 passed=$((passed + $(grep -cE '^\s*--- PASS' "$log" || true)))
 failed=$((failed + $(grep -cE '^\s*--- FAIL' "$log" || true)))

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# `make dist`: build every release artifact into dist/ (docs/release.md):
+#   quotalease-V-cp311-abi3-manylinux_2_17_x86_64.whl   Python, abi3, CPython >= 3.11
+#   quotalease-V.tar.gz                                  Python sdist (builds with cargo)
+#   quotalease-V.tgz                                     npm main package (JS, types,
+#                                                        optionalDependencies, Rust sources)
+#   quotalease-linux-x64-gnu-V.tgz                       npm platform package (.node)
+#   liblease-V-x86_64-linux-gnu.tar.gz                   C/Go: lib/, include/, lease.pc
+#   SHA256SUMS
+# Every native artifact is a release build linked by zig against glibc 2.17
+# (the manylinux2014 baseline), through one set of `maturin zig cc` wrappers
+# for the wheel (maturin build) and for liblease and the addon (one cargo
+# build): one environment, so one compiled dependency tree; then stripped.
+# Tools (maturin, ziglang, auditwheel, twine) go into $TARGET/dist-tools, a
+# venv of their own. Needs cargo, python3 >= 3.11, node/npm, strip, tar.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CARGO=${CARGO:-cargo}
+TRIPLE=x86_64-unknown-linux-gnu
+GLIBC=2.17
+ZIG_TARGET=x86_64-linux-gnu.$GLIBC
+# Pinned so that a release is reproducible from the tag.
+TOOLS_REQ=("maturin==1.16.0" "ziglang==0.17.1" "auditwheel==6.8.2" "twine==7.0.0")
+
+for tool in "$CARGO" python3 node npm strip tar sha256sum; do
+  command -v "$tool" >/dev/null || { echo "error: make dist needs $tool" >&2; exit 1; }
+done
+meta=$($CARGO metadata --format-version 1 --no-deps)
+target_dir=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])' <<<"$meta")
+version=$(python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"]=="quotalease-ffi"))' <<<"$meta")
+bash scripts/check-versions.sh >/dev/null
+
+tools=$target_dir/dist-tools
+if ! "$tools/bin/python" -c 'import ziglang' 2>/dev/null || [ "$("$tools/bin/maturin" --version 2>/dev/null)" != "maturin 1.16.0" ]; then
+  echo "dist: installing ${TOOLS_REQ[*]} into $tools" >&2
+  python3 -m venv "$tools"
+  "$tools/bin/python" -m pip install -q --disable-pip-version-check "${TOOLS_REQ[@]}"
+fi
+export PATH=$tools/bin:$PATH
+
+dist=$ROOT/dist
+stage=$target_dir/dist-stage
+rm -rf "$dist" "$stage"
+mkdir -p "$dist" "$stage"
+t0=$(date +%s)
+
+# One set of zig wrappers (maturin's own `maturin zig cc`, linking against
+# glibc 2.17's symbols) for the wheel, liblease and the addon: with the same
+# environment the three builds share one compiled dependency tree.
+wrap=$stage/zig
+mkdir -p "$wrap"
+for w in cc c++; do
+  cat >"$wrap/zig$w" <<SH
+#!/bin/sh
+exec "$tools/bin/maturin" zig $w -- -g -fno-sanitize=all -target $ZIG_TARGET "\$@"
+SH
+  chmod +x "$wrap/zig$w"
+done
+printf '#!/bin/sh\nexec "%s" zig ar -- "$@"\n' "$tools/bin/maturin" >"$wrap/zigar"
+chmod +x "$wrap/zigar"
+triple_env=${TRIPLE//-/_}
+export "CC_$triple_env=$wrap/zigcc" "CXX_$triple_env=$wrap/zigc++" "AR_$triple_env=$wrap/zigar" \
+  "CARGO_TARGET_${triple_env^^}_LINKER=$wrap/zigcc" \
+  CARGO_ZIGBUILD_ZIG_COMMAND="$tools/bin/python" CARGO_ZIGBUILD_ZIG_COMMAND_ARGS="-m ziglang"
+
+# 1. Python: the abi3 wheel (maturin strips it and checks the manylinux_2_17
+#    policy itself), then auditwheel's independent verdict, and the sdist.
+echo "dist: Python wheel (maturin through zig cc -target $ZIG_TARGET, manylinux2014 = manylinux_2_17)" >&2
+maturin build --quiet --release --strip --compatibility manylinux2014 --target "$TRIPLE" \
+  -m bindings/python/Cargo.toml -i python3 --out "$stage/py" >&2
+wheel=$(ls "$stage"/py/quotalease-"$version"-cp311-abi3-*manylinux_2_17_x86_64*.whl)
+auditwheel show "$wheel" >"$stage/auditwheel.txt"
+grep -q '"manylinux_2_17_x86_64"' "$stage/auditwheel.txt" || {
+  cat "$stage/auditwheel.txt" >&2
+  echo "error: auditwheel does not find the wheel consistent with manylinux_2_17_x86_64" >&2
+  exit 1
+}
+# One platform tag in the file name (pip and PyPI accept the compressed
+# double tag too; the single modern one is what auditwheel names).
+cp "$wheel" "$dist/quotalease-$version-cp311-abi3-manylinux_2_17_x86_64.whl"
+maturin sdist -m bindings/python/Cargo.toml --out "$dist" >&2
+twine check --strict "$dist"/quotalease-"$version"*.whl "$dist/quotalease-$version.tar.gz" >&2
+
+# 2. liblease and the Node addon: one release build for the same target with
+#    the same wrappers as the wheel (so the same glibc baseline).
+echo "dist: liblease and the Node addon (cargo build --release --target $TRIPLE, zig cc -target $ZIG_TARGET)" >&2
+$CARGO build --quiet --release --target "$TRIPLE" -p quotalease-ffi -p quotalease-node
+built=$target_dir/$TRIPLE/release
+libs=$stage/libs
+mkdir -p "$libs"
+strip --strip-unneeded -o "$libs/liblease.so" "$built/liblease.so"
+strip --strip-debug -o "$libs/liblease.a" "$built/liblease.a"
+node_file=quotalease.linux-x64-gnu.node
+strip --strip-unneeded -o "$libs/$node_file" "$built/libquotalease_node.so"
+max_glibc() { objdump -T "$1" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1; }
+for f in "$libs/liblease.so" "$libs/$node_file"; do
+  need=$(max_glibc "$f")
+  if [ "$(printf '%s\n%s\n' "$need" "$GLIBC" | sort -V | tail -n 1)" != "$GLIBC" ]; then
+    echo "error: $f needs glibc $need, above the $GLIBC baseline" >&2
+    exit 1
+  fi
+done
+
+# 3. The C/Go archive: scripts/install-c.sh lays it out (versioned .so with its
+#    SONAME links, .a, header, lease.pc with a prefix relative to itself).
+name=liblease-$version-x86_64-linux-gnu
+tree=$stage/archive/$name
+LEASE_LIB_DIR=$libs LEASE_PC_PREFIX='${pcfiledir}/../..' PREFIX=/ DESTDIR="$tree" \
+  bash scripts/install-c.sh >&2
+cp LICENSE "$tree/LICENSE"
+sed "s|@VERSION@|$version|g" ffi/archive-README.md >"$tree/README.md"
+epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -C "$stage/archive" -cf - "$name" |
+  gzip -9n >"$dist/$name.tar.gz"
+
+# 4. npm: the platform package (the stripped addon), then the main package with
+#    optionalDependencies on every platform package of package.json's napi
+#    targets (what `napi pre-publish` adds), packed from its own `npm pack`.
+echo "dist: npm packages" >&2
+plat=$stage/npm/linux-x64-gnu
+mkdir -p "$plat"
+cp bindings/node/npm/linux-x64-gnu/package.json bindings/node/npm/linux-x64-gnu/README.md "$plat/"
+cp "$libs/$node_file" "$plat/$node_file"
+cp LICENSE "$plat/LICENSE"
+(cd "$plat" && npm pack --ignore-scripts --loglevel=error --pack-destination "$dist" >/dev/null)
+(cd bindings/node && npm pack --loglevel=error --pack-destination "$stage/npm" >/dev/null)
+main=$stage/npm/main
+mkdir -p "$main"
+tar -xzf "$stage/npm/quotalease-$version.tgz" -C "$main" --strip-components=1
+cp LICENSE "$main/LICENSE"
+node - "$main/package.json" "$ROOT/bindings/node/npm" <<'JS'
+const fs = require('node:fs')
+const path = require('node:path')
+const [file, npmDir] = process.argv.slice(2)
+const pkg = JSON.parse(fs.readFileSync(file, 'utf8'))
+const optional = {}
+for (const dir of fs.readdirSync(npmDir).sort()) {
+  const p = JSON.parse(fs.readFileSync(path.join(npmDir, dir, 'package.json'), 'utf8'))
+  if (p.version !== pkg.version) throw new Error(`${p.name} is ${p.version}, quotalease is ${pkg.version}`)
+  optional[p.name] = p.version
+}
+if (Object.keys(optional).length !== pkg.napi.targets.length) {
+  throw new Error(`bindings/node/npm has ${Object.keys(optional).length} platform packages, napi.targets ${pkg.napi.targets.length}`)
+}
+pkg.optionalDependencies = optional
+delete pkg.devDependencies
+fs.writeFileSync(file, JSON.stringify(pkg, null, 2) + '\n')
+JS
+(cd "$main" && npm pack --ignore-scripts --loglevel=error --pack-destination "$dist" >/dev/null)
+for f in "quotalease-$version.tgz" "quotalease-linux-x64-gnu-$version.tgz"; do
+  [ -s "$dist/$f" ] || { echo "error: npm pack did not write dist/$f" >&2; exit 1; }
+done
+
+(cd "$dist" && sha256sum -- * >SHA256SUMS)
+echo "dist: built in $(($(date +%s) - t0)) s:" >&2
+(cd "$dist" && ls -l --time-style=+ -- *) >&2
+echo "dist: shipped binaries (stripped): $(stat -c '%n %s' "$libs/liblease.so" "$libs/$node_file" | sed "s|$libs/||g" | paste -sd ' ')" >&2
