@@ -4,6 +4,7 @@ package quotalease
 import "C"
 
 import (
+	"log"
 	"net"
 	"net/http"
 	"unsafe"
@@ -82,8 +83,9 @@ func WithDeniedHandler(h http.Handler) MiddlewareOption {
 
 // WithErrorHandler decides what happens when the limiter returns an error
 // (a closed limiter, a key that is not valid UTF-8, a cost above the
-// limit). The default answers 500 with the error; to fail open, call the
-// next handler yourself:
+// limit, an unknown tier). The default logs the error with the standard
+// logger and answers 500 with a fixed body, so no client sees the key, the
+// tier or the engine's message; to fail open, call the next handler yourself:
 //
 //	quotalease.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
 //		log.Print(err)
@@ -97,8 +99,9 @@ func defaultDenied(w http.ResponseWriter, _ *http.Request) {
 	http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
 }
 
-func defaultError(w http.ResponseWriter, _ *http.Request, err error) {
-	http.Error(w, "rate limiter: "+err.Error(), http.StatusInternalServerError)
+func defaultError(w http.ResponseWriter, r *http.Request, err error) {
+	log.Printf("quotalease: %s %s: %v", r.Method, r.URL.Path, err)
+	http.Error(w, "internal server error: rate limiter", http.StatusInternalServerError)
 }
 
 // Middleware limits every request by HTTPKey(key(r)) (a key over 512 bytes

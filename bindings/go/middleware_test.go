@@ -1,11 +1,14 @@
 package quotalease
 
 import (
+	"bytes"
 	"errors"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -129,9 +132,13 @@ func TestMiddlewareErrors(t *testing.T) {
 	l := mustNew(t, manual(10, 60000))
 	badKey := func(*http.Request) string { return "ab\xff" }
 	srv := serve(t, Middleware(l, badKey)(hello))
+	logged := captureLog(t)
 	resp, body := get(t, srv.URL, nil)
-	if resp.StatusCode != 500 || !strings.Contains(body, "UTF-8") {
+	if resp.StatusCode != 500 || body != "internal server error: rate limiter\n" {
 		t.Fatalf("non-UTF-8 key: %d %q", resp.StatusCode, body)
+	}
+	if !strings.Contains(logged.String(), "UTF-8") {
+		t.Fatalf("the error is logged, not sent: %q", logged.String())
 	}
 	var seen error
 	failOpen := WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
@@ -168,8 +175,41 @@ func TestMiddlewareWithTier(t *testing.T) {
 	if resp, _ := get(t, srv.URL, map[string]string{"X-Api-Key": "n"}); resp.Header.Get("RateLimit-Policy") != `"default";q=100;w=60` {
 		t.Fatalf("no tier: %v", resp.Header)
 	}
+	logged := captureLog(t)
 	resp, body := get(t, srv.URL, map[string]string{"X-Api-Key": "g", "X-Plan": "gold"})
-	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "gold") {
-		t.Fatalf("unknown tier: %d %q", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusInternalServerError || strings.Contains(body, "gold") {
+		t.Fatalf("unknown tier: %d %q (a header's value is not sent back)", resp.StatusCode, body)
 	}
+	if !strings.Contains(logged.String(), "gold") {
+		t.Fatalf("unknown tier, logged: %q", logged.String())
+	}
+}
+
+// captureLog sends the standard logger to a buffer until the test ends.
+func captureLog(t *testing.T) *syncBuffer {
+	t.Helper()
+	buf := &syncBuffer{}
+	prev, flags := log.Writer(), log.Flags()
+	log.SetOutput(buf)
+	t.Cleanup(func() { log.SetOutput(prev); log.SetFlags(flags) })
+	return buf
+}
+
+// syncBuffer is a bytes.Buffer that the server's goroutines may write to
+// while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

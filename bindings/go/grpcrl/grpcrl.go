@@ -22,6 +22,7 @@ package grpcrl
 import (
 	"context"
 	"fmt"
+	"log"
 	"net"
 	"strings"
 
@@ -118,9 +119,11 @@ func WithDeniedHandler(f func(ctx context.Context, fullMethod string, d quotalea
 }
 
 // WithErrorHandler decides what a limiter error (a closed limiter, a key
-// that is not UTF-8, a cost above the limit) becomes. The default is
-// codes.Internal with the error's message; returning nil lets the call
-// through (fail open).
+// that is not UTF-8, a cost above the limit, an unknown tier) becomes. The
+// default logs the error with the standard logger and ends the call with
+// codes.Internal and a fixed message (the client never sees the key, the
+// tier or the engine's message); returning nil lets the call through (fail
+// open).
 func WithErrorHandler(f func(ctx context.Context, fullMethod string, err error) error) Option {
 	return func(i *interceptor) { i.onError = f }
 }
@@ -154,8 +157,9 @@ func newInterceptor(lim *quotalease.Limiter, key KeyFunc, opts []Option) *interc
 		i.key = ByPeer
 	}
 	i.denied = func(_ context.Context, _ string, d quotalease.Decision) error { return DeniedError(d) }
-	i.onError = func(_ context.Context, _ string, err error) error {
-		return status.Error(codes.Internal, "rate limiter: "+err.Error())
+	i.onError = func(_ context.Context, fullMethod string, err error) error {
+		log.Printf("quotalease/grpcrl: %s: %v", fullMethod, err)
+		return status.Error(codes.Internal, "rate limiter error")
 	}
 	for _, o := range opts {
 		o(i)

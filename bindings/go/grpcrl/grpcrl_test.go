@@ -1,12 +1,15 @@
 package grpcrl_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	quotalease "github.com/quotalease/quotalease/bindings/go"
@@ -277,9 +280,16 @@ func TestLimiterErrors(t *testing.T) {
 	lim := limiter(t, 3)
 	tooMuch := grpcrl.WithCost(func(context.Context, string) uint64 { return 100 })
 	conn := serve(t, grpc.ChainUnaryInterceptor(grpcrl.UnaryServerInterceptor(lim, nil, tooMuch)))
+	var logged lockedBuffer
+	prev := log.Writer()
+	log.SetOutput(&logged)
+	defer log.SetOutput(prev)
 	_, err := unary(conn, context.Background(), new(metadata.MD))
-	if st, _ := status.FromError(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "rate limiter:") {
+	if st, _ := status.FromError(err); st.Code() != codes.Internal || st.Message() != "rate limiter error" {
 		t.Fatalf("a cost above the limit: %v", err)
+	}
+	if got := logged.String(); !strings.Contains(got, "/test.Echo/Unary") || !strings.Contains(got, "cost") {
+		t.Fatalf("the error is logged with the method, not sent: %q", got)
 	}
 
 	// Fail open through WithErrorHandler; a closed limiter is the error here.
@@ -355,12 +365,38 @@ func TestWithTierPicksThePlanPerCall(t *testing.T) {
 	if _, err := unary(conn, withKey("n"), &tr); err != nil || tr.Get("ratelimit-policy")[0] != `"default";q=100;w=60` {
 		t.Fatalf("no tier: %v %v", err, tr)
 	}
-	// An unknown tier is a limiter error (codes.Internal by default).
+	// An unknown tier is a limiter error: logged, and codes.Internal with a
+	// fixed message (the tier, from the caller's metadata, is not echoed).
+	var logged lockedBuffer
+	prev := log.Writer()
+	log.SetOutput(&logged)
+	defer log.SetOutput(prev)
 	_, err = unary(conn, plan("g", "gold"), new(metadata.MD))
-	if st, _ := status.FromError(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "gold") {
+	if st, _ := status.FromError(err); st.Code() != codes.Internal || st.Message() != "rate limiter error" {
 		t.Fatalf("unknown tier: %v", err)
+	}
+	if !strings.Contains(logged.String(), `unknown tier "gold"`) {
+		t.Fatalf("unknown tier, logged: %q", logged.String())
 	}
 	if strings.Join(methods[:2], ",") != "/test.Echo/Unary,/test.Echo/Count" {
 		t.Fatalf("the tier function sees the method: %v", methods)
 	}
+}
+
+// lockedBuffer takes the server goroutines' log lines while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

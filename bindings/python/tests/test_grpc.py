@@ -5,6 +5,7 @@ metadata, every kind of method limited once per call."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from concurrent import futures
 from typing import Any
@@ -139,7 +140,7 @@ def test_sync_streams_are_limited_once_per_call_and_cost() -> None:
         server.stop(None)
 
 
-def test_sync_default_key_limiter_errors_and_tier() -> None:
+def test_sync_default_key_limiter_errors_and_tier(caplog: pytest.LogCaptureFixture) -> None:
     seen: list[str | None] = []
 
     class TieredLimiter(Limiter):
@@ -164,13 +165,16 @@ def test_sync_default_key_limiter_errors_and_tier() -> None:
         channel.close()
         server.stop(None)
 
-    # A cost above the key's limit is the limiter's typed error: INTERNAL with its message.
+    # A cost above the key's limit is the limiter's typed error: logged, and INTERNAL
+    # with a fixed message for the client.
     server, channel = serve(RateLimitInterceptor(Limiter(limit=3), cost=lambda call: 100))
     try:
-        with pytest.raises(grpc.RpcError) as err:
+        with caplog.at_level(logging.ERROR, logger="quotalease.grpc"), pytest.raises(grpc.RpcError) as err:
             channel.unary_unary(f"/{SERVICE}/Unary")(b"a")
         assert err.value.code() == grpc.StatusCode.INTERNAL  # type: ignore[attr-defined]
-        assert "rate limiter:" in err.value.details() and "cost" in err.value.details()  # type: ignore[attr-defined]
+        assert err.value.details() == "rate limiter error"  # type: ignore[attr-defined]
+        logged = [r.getMessage() for r in caplog.records if r.name == "quotalease.grpc"]
+        assert len(logged) == 1 and logged[0].startswith(f"/{SERVICE}/Unary: invalid cost 100"), logged
     finally:
         channel.close()
         server.stop(None)

@@ -37,6 +37,7 @@ after the check (with the aio context), so keep aio handlers async.
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,10 @@ import grpc.aio
 
 from ._middleware import Rule, metadata_pairs
 from ._native import Decision, Limiter, QuotaLeaseError
+
+_log = logging.getLogger("quotalease.grpc")
+# What a client sees of a limiter error; the error itself goes to _log.
+_FAILED = "rate limiter error"
 
 __all__ = [
     "AsyncRateLimitInterceptor",
@@ -168,7 +173,8 @@ class RateLimitInterceptor(_Base, grpc.ServerInterceptor):
         try:
             decision = self.rule.acquire(_call(details, context))
         except QuotaLeaseError as e:
-            context.abort(grpc.StatusCode.INTERNAL, f"rate limiter: {e}")
+            _log.error("%s: %s", details.method, e)
+            context.abort(grpc.StatusCode.INTERNAL, _FAILED)
         if decision is not None and not decision.allowed:
             context.set_trailing_metadata(_denied_trailers(decision))
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _message(decision))
@@ -227,7 +233,8 @@ class AsyncRateLimitInterceptor(_Base, grpc.aio.ServerInterceptor):
         try:
             decision = await self.rule.acquire_async(_call(details, context))
         except QuotaLeaseError as e:
-            await context.abort(grpc.StatusCode.INTERNAL, f"rate limiter: {e}")
+            _log.error("%s: %s", details.method, e)
+            await context.abort(grpc.StatusCode.INTERNAL, _FAILED)
         if decision is not None and not decision.allowed:
             trailers = _denied_trailers(decision)
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _message(decision), trailing_metadata=trailers)
