@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"regexp"
 	"strings"
 	"unsafe"
 )
@@ -261,62 +260,21 @@ func (cfg *Config) options() []option {
 	return opts
 }
 
-// quotedText is one double-quoted part of an error message, escapes included.
-var quotedText = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
-
-func urlish(s string) bool { return strings.Contains(s, "@") || strings.Contains(s, "://") }
-
-// scrubbed is err (a *Error about the strings in values) with what looks like
-// a URL (it holds '@' or "://": a Redis URL given to the wrong field, say)
-// shown as RedactURL shows it: each such value where the message holds it,
-// and each quoted part of the message that holds '@' or "://" (the engine
-// quotes what it could not read, such as one rule of Tiers). A password is
-// never shown.
-func scrubbed(err error, values ...string) error {
-	e, ok := err.(*Error)
-	if !ok || e == nil {
-		return err
+// shownValue is how an error this package writes itself shows a value the
+// caller gave: redacted by the engine's rule (RedactURL) when it looks like
+// a URL (it holds '@' or "://": REDIS_URL given to the wrong field, say).
+// The engine's own errors need no such care: it redacts what it echoes.
+func shownValue(s string) string {
+	if strings.Contains(s, "@") || strings.Contains(s, "://") {
+		return RedactURL(s)
 	}
-	var urls []string
-	for _, v := range values {
-		if urlish(v) {
-			urls = append(urls, v)
-		}
-	}
-	if len(urls) == 0 {
-		return err
-	}
-	msg := e.Message
-	for _, v := range urls {
-		msg = strings.ReplaceAll(msg, v, RedactURL(v))
-	}
-	msg = quotedText.ReplaceAllStringFunc(msg, func(q string) string {
-		if inner := q[1 : len(q)-1]; urlish(inner) {
-			return `"` + RedactURL(inner) + `"`
-		}
-		return q
-	})
-	return &Error{Kind: e.Kind, Message: msg}
+	return s
 }
 
 // newFromOptions builds a limiter from options by name (lease_options): the
-// engine checks every name, value and rule between options. Its errors show
-// no URL's credentials, whichever option holds the URL (scrubbed).
+// engine checks every name, value and rule between options, and its errors
+// show no URL's credentials, whichever option holds the URL.
 func newFromOptions(opts []option) (*C.lease_limiter, error) {
-	p, err := newFromOptionsRaw(opts)
-	if err != nil {
-		values := make([]string, 0, len(opts))
-		for _, op := range opts {
-			if op.isStr {
-				values = append(values, op.str)
-			}
-		}
-		return nil, scrubbed(err, values...)
-	}
-	return p, nil
-}
-
-func newFromOptionsRaw(opts []option) (*C.lease_limiter, error) {
 	var o *C.lease_options
 	if r := C.ql_options_new(&o); r.status != C.LEASE_OK {
 		return nil, newError(r.status, r.err, ctxConfig)
@@ -327,7 +285,7 @@ func newFromOptionsRaw(opts []option) (*C.lease_limiter, error) {
 		switch {
 		case strings.IndexByte(op.str, 0) >= 0:
 			return nil, &Error{Kind: KindConfig, Message: fmt.Sprintf(
-				"invalid configuration: `%s` contains a NUL byte (%q)", op.name, op.str)}
+				"invalid configuration: `%s` contains a NUL byte (%q)", op.name, shownValue(op.str))}
 		case !op.isStr && op.num > math.MaxInt64:
 			return nil, &Error{Kind: KindConfig, Message: fmt.Sprintf(
 				"invalid configuration: `%s` must be at most %d (got %d)", op.name, int64(math.MaxInt64), op.num)}

@@ -47,8 +47,8 @@ func policyOf(text string) Policy {
 // inside would cut it short in C, so it is a KindConfig error naming arg.
 func cText(arg, s string) (*C.char, error) {
 	if strings.IndexByte(s, 0) >= 0 {
-		return nil, scrubbed(&Error{Kind: KindConfig, Message: fmt.Sprintf(
-			"invalid configuration: `%s` contains a NUL byte (%q)", arg, s)}, s)
+		return nil, &Error{Kind: KindConfig, Message: fmt.Sprintf(
+			"invalid configuration: `%s` contains a NUL byte (%q)", arg, shownValue(s))}
 	}
 	return C.CString(s), nil
 }
@@ -78,7 +78,7 @@ func (l *Limiter) PolicySetTier(name, rules string) (uint64, error) {
 	defer C.free(unsafe.Pointer(r))
 	res := C.ql_policy_set_tier(l.ptr, n, r)
 	runtime.KeepAlive(l)
-	return uint64(res.version), scrubbed(newError(res.status, res.err, ctxConfig), name, rules)
+	return uint64(res.version), newError(res.status, res.err, ctxConfig)
 }
 
 // PolicyDeleteTier removes tier name from the shared store (keys in it fall
@@ -114,7 +114,7 @@ func (l *Limiter) PolicyAssign(key, assignment string) (uint64, error) {
 	defer C.free(unsafe.Pointer(a))
 	res := C.ql_policy_assign(l.ptr, key, a)
 	runtime.KeepAlive(l)
-	return uint64(res.version), scrubbed(newError(res.status, res.err, ctxKey), assignment)
+	return uint64(res.version), newError(res.status, res.err, ctxKey)
 }
 
 // PolicyUnassign removes key's entry from the shared store (nil when it has

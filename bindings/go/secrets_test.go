@@ -137,6 +137,17 @@ func TestAURLInAStringFieldIsShownRedacted(t *testing.T) {
 	if _, err := New(Config{Rate: url}); err == nil || !strings.Contains(err.Error(), `"redis://***@h:1/0"`) {
 		t.Errorf("the value is not shown redacted with its host: %v", err)
 	}
+	// One without its scheme: the engine redacts a quoted value with an @.
+	bare := secretUser + ":" + secretPW + "@h:1"
+	for _, c := range []Config{{Rate: bare}, {Rate: "5/min", Tiers: "pro=" + bare}} {
+		_, err := New(c)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), `"***@h:1"`) {
+			t.Errorf("%+v: %v", c, err)
+		}
+		if err != nil {
+			assertClean(t, "a URL without its scheme", err.Error())
+		}
+	}
 	c := DefaultConfig()
 	c.URL = "memory://" + uniq("secret")
 	c.Rate = "5/min"

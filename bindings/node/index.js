@@ -136,28 +136,6 @@ function readRules(a, at, n) {
   return Object.freeze(out)
 }
 
-const URLISH = /@|:\/\//
-
-/**
- * `err` (an engine error about the strings in `values`) with what looks like a
- * URL (it holds `@` or `://`: a Redis URL given to the wrong option, say) shown
- * as `redactUrl` shows it: each such value where the message holds it, and
- * each quoted part of the message that holds `@` or `://` (the engine quotes
- * what it could not read, such as one rule of `tiers`). A password is never shown.
- */
-function scrubbed(err, values) {
-  if (!(err instanceof Error)) return err
-  const urls = values.filter((v) => typeof v === 'string' && URLISH.test(v))
-  if (urls.length === 0) return err
-  const scrub = (text) => {
-    for (const v of urls) text = text.split(v).join(native.redactUrl(v))
-    return text.replace(/"((?:[^"\\]|\\.)*)"/g, (m, inner) => (URLISH.test(inner) ? `"${native.redactUrl(inner)}"` : m))
-  }
-  err.message = scrub(err.message)
-  if (typeof err.stack === 'string') err.stack = scrub(err.stack)
-  return err
-}
-
 /** Settles a cold acquire: the native side resolves with the numbers or an Error. */
 function completed(r) {
   if (r instanceof Error) throw r
@@ -195,9 +173,9 @@ function callArgs(cost, options) {
   return [cost, tier]
 }
 
-/** The value of a store call, or its Error thrown (`values`: the call's strings, see `scrubbed`). */
-function stored(r, values = []) {
-  if (r instanceof Error) throw scrubbed(r, values)
+/** The value of a store call, or its Error thrown (the engine redacts a URL it echoes). */
+function stored(r) {
+  if (r instanceof Error) throw r
   return r
 }
 
@@ -317,11 +295,8 @@ class Limiter extends EventEmitter {
       const l = self.deref()
       if (l) l.emit(kind, event)
     }
-    try {
-      this.#native = new native.NativeLimiter(names, values, this.#scratch, deliver)
-    } catch (err) {
-      throw scrubbed(err, values)
-    }
+    // The engine's errors show a URL given to any option redacted.
+    this.#native = new native.NativeLimiter(names, values, this.#scratch, deliver)
     const hot = this.#native.hotPath()
     this.#acquire = hot.acquire
     this.#tryAcquire = hot.tryAcquire
@@ -418,7 +393,7 @@ class Limiter extends EventEmitter {
   async policySetTier(name, rules) {
     checkString('policySetTier', 'name', name)
     checkString('policySetTier', 'rules', rules)
-    return stored(await this.#native.policySetTier(name, rules), [name, rules])
+    return stored(await this.#native.policySetTier(name, rules))
   }
 
   /** Remove tier `name` from the store; resolves to the store's version. */
@@ -435,7 +410,7 @@ class Limiter extends EventEmitter {
   async policyAssign(key, assignment) {
     checkKey(key)
     checkString('policyAssign', 'assignment', assignment)
-    return stored(await this.#native.policyAssign(key, assignment), [assignment])
+    return stored(await this.#native.policyAssign(key, assignment))
   }
 
   /** Remove `key`'s entry from the store; resolves to the store's version. */
@@ -470,7 +445,7 @@ class Limiter extends EventEmitter {
   setLimit(key, limit, windowMs) {
     checkKey(key)
     if (typeof limit === 'string' && windowMs === undefined) {
-      ;[limit, windowMs] = parseRateNative(limit)
+      ;[limit, windowMs] = native.parseRate(limit)
     }
     if (typeof limit !== 'number') {
       throw fail(TypeError, codes.CONFIG, `setLimit: \`limit\` must be a number or a rate like "100/min" (got ${describe(limit)})`)
@@ -591,17 +566,8 @@ function parseRate(rate) {
   if (typeof rate !== 'string') {
     throw fail(TypeError, codes.CONFIG, `parseRate: \`rate\` must be a string like "600/min" (got ${describe(rate)})`)
   }
-  const [limit, windowMs] = parseRateNative(rate)
+  const [limit, windowMs] = native.parseRate(rate)
   return { limit, windowMs }
-}
-
-/** The engine's `[limit, windowMs]` of a rate string; its error shows no URL's credentials. */
-function parseRateNative(rate) {
-  try {
-    return native.parseRate(rate)
-  } catch (err) {
-    throw scrubbed(err, [rate])
-  }
 }
 
 module.exports = {

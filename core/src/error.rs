@@ -101,13 +101,14 @@ impl Error {
         }
     }
 
-    /// A configuration error. Any `scheme://...` in the reason is shown as
-    /// [`crate::redact_url`] shows it: a value echoed back (`got "..."`) may
-    /// be a Redis URL with its password, given to the wrong field.
+    /// A configuration error. Any `scheme://...` in the reason, and any
+    /// quoted value holding `@`, is shown as [`crate::redact_url`] shows it:
+    /// a value echoed back (`got "..."`) may be a Redis URL with its
+    /// password (with or without its scheme), given to the wrong field.
     pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
         Error::Config {
             field,
-            reason: crate::redact::redact_urls_in(&reason.into()),
+            reason: crate::redact::redact_config_text(&reason.into()),
         }
     }
 }

@@ -215,6 +215,47 @@ pub(crate) fn redact_urls_in(text: &str) -> String {
     out
 }
 
+/// `text` (a configuration error) with every `scheme://...` token redacted
+/// ([`redact_urls_in`]) and every `"..."`-quoted value that holds `@`
+/// passed through [`redact_url`]: a value the error echoes back may be a
+/// Redis URL without its scheme (`user:pw@host:6379`) given to the wrong
+/// option. Quotes are Rust's `{:?}` quotes (a `\"` inside does not end one).
+pub(crate) fn redact_config_text(text: &str) -> String {
+    let text = redact_urls_in(text);
+    if !text.contains('@') {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('"') {
+        let inner = &rest[open + 1..];
+        let mut escaped = false;
+        let close = inner.char_indices().find_map(|(i, c)| match (escaped, c) {
+            (false, '\\') => {
+                escaped = true;
+                None
+            }
+            (false, '"') => Some(i),
+            _ => {
+                escaped = false;
+                None
+            }
+        });
+        let Some(close) = close else { break };
+        let value = &inner[..close];
+        out.push_str(&rest[..=open]);
+        out.push_str(&if value.contains('@') {
+            redact_url(value)
+        } else {
+            value.to_string()
+        });
+        out.push('"');
+        rest = &inner[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 fn is_scheme_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')
 }
@@ -471,6 +512,21 @@ mod tests {
         assert_eq!(got, "x \"redis://***@h:1\" and (rediss://***@h2) end");
         assert_eq!(redact_urls_in("no url here"), "no url here");
         assert_eq!(redact_urls_in("://x"), "://x");
+    }
+
+    #[test]
+    fn quoted_values_with_an_at_sign_are_redacted() {
+        let got = redact_config_text(&format!(
+            "`rate` must look like \"600/min\" (got \"alice:{PW}@h:6379\"), \"a\\\"b\" and \"redis://u:{PW}@h\""
+        ));
+        assert_eq!(
+            got,
+            "`rate` must look like \"600/min\" (got \"***@h:6379\"), \"a\\\"b\" and \"redis://***@h\""
+        );
+        // An escaped quote does not end the value; an unclosed quote is left as is.
+        assert_eq!(redact_config_text(&format!("\"x\\\"{PW}@h\"")), "\"***@h\"");
+        assert_eq!(redact_config_text("an \"open quote"), "an \"open quote");
+        assert_eq!(redact_config_text("mail me@x"), "mail me@x");
     }
 
     #[test]

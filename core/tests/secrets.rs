@@ -237,10 +237,16 @@ fn a_wrong_password_on_a_real_server() {
 /// A Redis URL given to another string option (`rate`, `mode`, `tiers`,
 /// `default_tier`, `overshoot_budget`, `policy_file`, a tier's rules) is
 /// echoed back redacted in the config error: the error says what it got.
+/// So is one without its scheme (`user:pw@host:port`).
 #[test]
 fn a_url_given_to_another_option_is_shown_redacted() {
-    use quotalease::{OptionValue, Options};
     let url = format!("redis://{USER}:{PW}@db.example:6379/0");
+    url_given_to_another_option(&url);
+    url_given_to_another_option(&format!("{USER}:{PW}@db.example:6379"));
+}
+
+fn url_given_to_another_option(url: &str) {
+    use quotalease::{OptionValue, Options};
     for name in [
         "rate",
         "mode",
@@ -251,7 +257,7 @@ fn a_url_given_to_another_option_is_shown_redacted() {
         "clock",
     ] {
         let mut o = Options::new();
-        let set = o.set(name, OptionValue::Str(&url)).map(|_| ());
+        let set = o.set(name, OptionValue::Str(url)).map(|_| ());
         let built = set
             .and_then(|()| o.into_config())
             .and_then(|c| Limiter::new(c).map(|_| ()));
@@ -263,10 +269,11 @@ fn a_url_given_to_another_option_is_shown_redacted() {
         assert_clean(name, &text);
         assert_eq!(e.kind(), ErrorKind::Config, "{name}: {e}");
     }
-    let e = Limiter::builder().rate(&url).build().unwrap_err();
+    let e = Limiter::builder().rate(url).build().unwrap_err();
     assert_clean("builder rate", &format!("{e} {e:?}"));
+    assert!(e.to_string().contains("db.example"), "the host is still shown: {e}");
     let l = Limiter::builder().url("memory://").rate("10/s").build().unwrap();
-    let e = l.policy_assign("k", &url).unwrap_err();
+    let e = l.policy_assign("k", url).unwrap_err();
     assert_clean("policy_assign", &format!("{e} {e:?}"));
     assert!(e.to_string().contains("db.example"), "the host is still shown: {e}");
 }

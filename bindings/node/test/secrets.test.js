@@ -111,8 +111,16 @@ test('a URL given to a string option the engine quotes is shown redacted', async
     assertClean(what, `${err.message} ${err.stack} ${util.inspect(err)}`)
     assert.ok(err.message.includes('***'), `${what}: ${err.message}`)
   }
-  // The value itself, where the engine quotes it whole, keeps its host.
+  // The value itself, where the engine quotes it whole, keeps its host; so
+  // does one without its scheme (the engine redacts a quoted value with an @).
   assert.throws(() => new Limiter({ rate: url }), (e) => e.message.includes(shown))
+  const bare = `${USER}:${PW}@h:1`
+  for (const make of [() => new Limiter({ rate: bare }), () => new Limiter({ rate: '5/min', tiers: `pro=${bare}` })]) {
+    let err
+    assert.throws(make, (e) => ((err = e), e.code === codes.CONFIG))
+    assertClean('a URL without its scheme', `${err.message} ${err.stack}`)
+    assert.ok(err.message.includes('"***@h:1"'), err.message)
+  }
   const store = new Limiter({ url: `memory://${unique('sec')}`, rate: '5/min' })
   try {
     for (const [what, call] of [

@@ -67,6 +67,13 @@ def test_a_url_given_to_another_option() -> None:
     with pytest.raises(ConfigError) as e:
         Limiter(limit=f"redis://{USER}:{PW}@h:1")  # type: ignore[arg-type]
     assert_clean("the error", str(e.value))
+    # A string option the engine echoes back, with and without the URL's scheme.
+    for url in [f"redis://{USER}:{PW}@db.example:1", f"{USER}:{PW}@db.example:1"]:
+        for kw in [{"rate": url}, {"tiers": f"pro={url}"}]:
+            with pytest.raises(ConfigError) as e:
+                Limiter(**kw)  # type: ignore[arg-type]
+            assert_clean(f"the error for {kw}", f"{e.value} {e.value!r}")
+            assert "***@db.example:1" in str(e.value), str(e.value)
 
 
 def test_a_failing_connection(caplog: pytest.LogCaptureFixture) -> None:

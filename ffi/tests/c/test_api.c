@@ -999,6 +999,12 @@ static void urls_are_redacted(void) {
              "`limit`");
   NO_SECRET(lease_last_error());
   lease_options_free(o);
+  /* One without its scheme given to a string option the engine echoes back. */
+  o = new_options();
+  EXPECT(lease_options_set_str(o, "rate", SECRET_USER ":" SECRET_PW "@db.example:1"), LEASE_OK);
+  EXPECT_ERR(lease_limiter_new_from_options(o, &l), LEASE_ERR_CONFIG, "\"***@db.example:1\"");
+  NO_SECRET(lease_last_error());
+  lease_options_free(o);
 }
 
 static void error_kind_names_are_the_cores(void) {
