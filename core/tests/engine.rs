@@ -277,3 +277,97 @@ fn an_outage_on_a_drained_key_starts_from_what_the_bucket_held() {
     );
     assert!(quotalease::testing::memory_outage(name, false));
 }
+
+/// A circuit that flaps (the authority down a second, up two, ten times)
+/// on a drained key: each outage's shares start from their part of what the
+/// authority last said the bucket held plus the refill since, not from a
+/// fresh share each time the circuit opens (which gave the fleet a whole
+/// limit per outage: 6000 here). What the shares spend in an outage the
+/// authority's bucket also refills, so each outage can add its own refill
+/// (plus a token per instance, rounding) to the run's.
+#[test]
+fn a_flapping_circuit_admits_the_refill_plus_each_outages_refill() {
+    let (leased, fallback, bound) = flapping_run("outage-flapping-fixed", false);
+    assert!(
+        fallback > 0 && leased > 0,
+        "the circuit flapped: {leased} leased, {fallback} under the policy"
+    );
+    assert!(
+        leased + fallback <= bound,
+        "{leased} leased + {fallback} under the policy > {bound}"
+    );
+}
+
+/// The same with adaptive leases: known to fail. The authority tells each
+/// holder its fallback rate when it calls, and a holder that stopped
+/// calling (denied, its key held by a busier instance's rate) keeps the
+/// share it was told when there were fewer holders: here 600 + 300 + 200 +
+/// 150 per minute for a 600/min key, so the fleet admits about twice the
+/// bound over the run (634 against 452). Run with `-- --ignored`.
+#[test]
+#[ignore = "known: stale fallback rates of quiet holders sum above the key's rate"]
+fn a_flapping_circuit_admits_the_refill_plus_each_outages_refill_adaptive() {
+    let (leased, fallback, bound) = flapping_run("outage-flapping-adaptive", true);
+    assert!(
+        leased + fallback <= bound,
+        "{leased} leased + {fallback} under the policy > {bound}"
+    );
+}
+
+/// Four instances drain a 600/min key, then ten cycles of the authority
+/// down for 1 s and up for 2 s, each instance asking until denied in every
+/// phase: (admitted from leases, admitted under the failure policy, bound).
+fn flapping_run(name: &str, adaptive: bool) -> (u64, u64, u64) {
+    let (limit, window, instances) = (600u64, 60_000u64, 4u64);
+    let f: Vec<Limiter> = (0..instances)
+        .map(|_| {
+            let b = Limiter::builder()
+                .url(format!("memory://{name}"))
+                .limit(limit)
+                .window_ms(window)
+                .expected_replicas(instances)
+                .clock(ClockKind::Manual { start_ms: 1_000_000 });
+            let b = if adaptive { b } else { b.lease_size(10) };
+            b.build().unwrap()
+        })
+        .collect();
+    let drain = |f: &[Limiter]| {
+        let (mut leased, mut fallback) = (0u64, 0u64);
+        for l in f {
+            loop {
+                let d = l.acquire("k", 1).unwrap();
+                if !d.allowed {
+                    break;
+                }
+                match d.reason {
+                    Reason::Fallback => fallback += 1,
+                    _ => leased += 1,
+                }
+            }
+        }
+        (leased, fallback)
+    };
+    let advance = |f: &[Limiter], ms: u64| {
+        for l in f {
+            l.advance_clock(ms).unwrap();
+        }
+    };
+    let (first, _) = drain(&f);
+    assert!(first >= limit, "{first}");
+    let (cycles, down_ms, up_ms) = (10u64, 1_000u64, 2_000u64);
+    let (mut leased, mut fallback) = (0u64, 0u64);
+    for _ in 0..cycles {
+        for (down, ms) in [(true, down_ms), (false, up_ms)] {
+            assert!(quotalease::testing::memory_outage(name, down));
+            advance(&f, ms);
+            let (l, fb) = drain(&f);
+            leased += l;
+            fallback += fb;
+        }
+    }
+    // The run's refill; each outage's refill and a token per instance; the
+    // overshoot budget (2 % of the limit).
+    let refill = cycles * (down_ms + up_ms) * limit / window;
+    let outages = cycles * (down_ms * limit / window + instances);
+    (leased, fallback, refill + outages + limit / 50)
+}
