@@ -31,6 +31,8 @@ demo:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	# the build make demo runs (no Redis client)
+	$(CARGO) clippy -p quotalease-cli --no-default-features -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

@@ -93,6 +93,7 @@ pub struct PolicyTarget {
     pub key: Option<String>,
 }
 
+#[cfg(feature = "redis")]
 impl PolicyTarget {
     fn split(&self) -> (bool, String) {
         match (&self.tier, &self.key) {
