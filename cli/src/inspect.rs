@@ -76,11 +76,17 @@ pub fn run(o: &Options) -> Result<String, String> {
     let _ = writeln!(out, "key        {}", o.key);
     let _ = writeln!(out, "redis key  {redis_key} on {}", quotalease::RedactedUrl(&o.redis));
     match (&stored_policy, &resolved) {
-        (Some(entry), Some((rules, source))) => {
+        // Rules from this command's own config are not the applications':
+        // the entry's tier is defined where the store cannot show it.
+        (Some(entry), Some((rules, source))) if source.defined_by != quotalease::Origin::Config => {
             let _ = writeln!(out, "store      entry {entry}: {rules}, {source}");
         }
-        (Some(entry), None) => {
-            let _ = writeln!(out, "store      entry {entry} (its tier is not defined in the store)");
+        (Some(entry), _) => {
+            let _ = writeln!(
+                out,
+                "store      entry {entry} (its tier is not defined in the store: the limiters' \
+                 `tiers` option or policy file defines it)"
+            );
         }
         _ => {
             let _ = writeln!(

@@ -435,7 +435,7 @@ fn write_chart(path: &std::path::Path, svg: &str) -> Result<(), String> {
 
 #[cfg(not(feature = "redis"))]
 const NO_REDIS: &str = "this quotalease was built without Redis support (make demo builds it so); \
-     build it with `cargo build --release -p quotalease-cli` to use inspect, bench and simulate --redis";
+     build it with `cargo build --release -p quotalease-cli` to use inspect, policy, top, bench and simulate --redis";
 
 #[cfg(not(feature = "redis"))]
 fn inspect(_a: &InspectArgs) -> Result<(), String> {

@@ -80,6 +80,15 @@ pub fn run(redis: &str, key_prefix: &str, action: &Action) -> Result<String, Str
             };
             if entry.is_some() {
                 match l.policy(name, None) {
+                    // This command's own placeholder limit is not the
+                    // applications': the tier is defined where the store
+                    // cannot show it.
+                    Ok((_, source)) if source.defined_by == quotalease::Origin::Config => {
+                        let _ = writeln!(
+                            out,
+                            "rules      not in the store: the limiters' `tiers` option or policy file defines the tier"
+                        );
+                    }
                     Ok((rules, source)) => {
                         let _ = writeln!(out, "rules      {rules}: {source}");
                     }

@@ -465,6 +465,21 @@ fn policy_sets_gets_lists_and_deletes_in_the_shared_store() {
         line(&out, "store").contains("entry tier:pro: 6000/min, 1000000/day"),
         "{out}"
     );
+    // a tier the store does not define: the command cannot show its rules
+    // (its own placeholder limit is not the applications')
+    let (code, _, err) = run(&["set", "--key", "user:43", "tier:gold"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&["get", "--key", "user:43"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(line(&out, "rules").contains("not in the store"), "{out}");
+    let (code, out, err) = quotalease(&["inspect", "--redis", &url, "user:43", "--key-prefix", "p1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        line(&out, "store").contains("entry tier:gold (its tier is not defined in the store"),
+        "{out}"
+    );
+    let (code, _, _) = run(&["delete", "--key", "user:43"]);
+    assert_eq!(code, 0);
     let (code, out, _) = run(&["list"]);
     assert_eq!(code, 0);
     assert!(
