@@ -238,26 +238,8 @@ fn an_outage_on_a_drained_key_starts_from_what_the_bucket_held() {
     // Ten seconds on (the instances' rate grants and "empty until" answers
     // have run out, so their requests call the authority and find it down;
     // the key refilled 100 tokens), every instance asks until it is denied.
-    let drain = |f: &[Limiter]| {
-        let (mut from_leases, mut under_policy) = (0u64, 0u64);
-        for l in f {
-            loop {
-                let d = l.acquire("k", 1).unwrap();
-                if !d.allowed {
-                    break;
-                }
-                match d.reason {
-                    Reason::Fallback => under_policy += 1,
-                    _ => from_leases += 1,
-                }
-            }
-        }
-        (from_leases, under_policy)
-    };
-    for l in &f {
-        l.advance_clock(10_000).unwrap();
-    }
-    let (from_leases, under_policy) = drain(&f);
+    advance_all(&f, 10_000);
+    let (from_leases, under_policy) = drain_by_reason(&f);
     // The bucket held less than a token, then 100 came (what rates accrued
     // of them went out as leases): each share holds its part, rounded up
     // (one more each at most). Before, every share started full: 600.
@@ -267,10 +249,8 @@ fn an_outage_on_a_drained_key_starts_from_what_the_bucket_held() {
         "{from_leases} from leases, {under_policy} under the failure policy"
     );
     // The shares refill at the key's rate: a minute later, about a limit more.
-    for l in &f {
-        l.advance_clock(60_000).unwrap();
-    }
-    let (_, later) = drain(&f);
+    advance_all(&f, 60_000);
+    let (_, later) = drain_by_reason(&f);
     assert!(
         (590..=604).contains(&later),
         "{later} admitted after a minute of outage"
@@ -331,36 +311,15 @@ fn flapping_run(name: &str, adaptive: bool) -> (u64, u64, u64) {
             b.build().unwrap()
         })
         .collect();
-    let drain = |f: &[Limiter]| {
-        let (mut leased, mut fallback) = (0u64, 0u64);
-        for l in f {
-            loop {
-                let d = l.acquire("k", 1).unwrap();
-                if !d.allowed {
-                    break;
-                }
-                match d.reason {
-                    Reason::Fallback => fallback += 1,
-                    _ => leased += 1,
-                }
-            }
-        }
-        (leased, fallback)
-    };
-    let advance = |f: &[Limiter], ms: u64| {
-        for l in f {
-            l.advance_clock(ms).unwrap();
-        }
-    };
-    let (first, _) = drain(&f);
+    let (first, _) = drain_by_reason(&f);
     assert!(first >= limit, "{first}");
     let (cycles, down_ms, up_ms) = (10u64, 1_000u64, 2_000u64);
     let (mut leased, mut fallback) = (0u64, 0u64);
     for _ in 0..cycles {
         for (down, ms) in [(true, down_ms), (false, up_ms)] {
             assert!(quotalease::testing::memory_outage(name, down));
-            advance(&f, ms);
-            let (l, fb) = drain(&f);
+            advance_all(&f, ms);
+            let (l, fb) = drain_by_reason(&f);
             leased += l;
             fallback += fb;
         }
@@ -370,4 +329,30 @@ fn flapping_run(name: &str, adaptive: bool) -> (u64, u64, u64) {
     let refill = cycles * (down_ms + up_ms) * limit / window;
     let outages = cycles * (down_ms * limit / window + instances);
     (leased, fallback, refill + outages + limit / 50)
+}
+
+/// Every instance asks for key "k" until it is denied: (admitted from leases
+/// or the authority, admitted under the failure policy).
+fn drain_by_reason(f: &[Limiter]) -> (u64, u64) {
+    let (mut leased, mut fallback) = (0u64, 0u64);
+    for l in f {
+        loop {
+            let d = l.acquire("k", 1).unwrap();
+            if !d.allowed {
+                break;
+            }
+            match d.reason {
+                Reason::Fallback => fallback += 1,
+                _ => leased += 1,
+            }
+        }
+    }
+    (leased, fallback)
+}
+
+/// Every instance's manual clock `ms` on.
+fn advance_all(f: &[Limiter], ms: u64) {
+    for l in f {
+        l.advance_clock(ms).unwrap();
+    }
 }
