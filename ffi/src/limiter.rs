@@ -158,6 +158,28 @@ unsafe fn acquire_impl(
 ///
 /// # Safety
 /// `tier` is NULL or has `tier_len` readable bytes.
+/// `acquire_impl` for the `_tier` calls: the tier read first (`tier_str`).
+///
+/// # Safety
+/// As for `acquire_impl`; `tier` is NULL or has `tier_len` readable bytes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn acquire_tier_impl(
+    fname: &str,
+    limiter: *const lease_limiter,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    tier: *const u8,
+    tier_len: usize,
+    out: *mut lease_decision,
+    wait: bool,
+) -> lease_status {
+    match unsafe { tier_str(fname, tier, tier_len) } {
+        Ok(tier) => unsafe { acquire_impl(fname, limiter, key, key_len, cost, tier, out, wait) },
+        Err(st) => st,
+    }
+}
+
 pub(crate) unsafe fn tier_str<'a>(
     fname: &str,
     tier: *const u8,
@@ -265,12 +287,7 @@ pub unsafe extern "C" fn lease_acquire_tier(
     out: *mut lease_decision,
 ) -> lease_status {
     ffi_boundary! {
-        const F: &str = "lease_acquire_tier";
-        let tier = match unsafe { tier_str(F, tier, tier_len) } {
-            Ok(t) => t,
-            Err(st) => return st,
-        };
-        unsafe { acquire_impl(F, limiter, key, key_len, cost, tier, out, true) }
+        unsafe { acquire_tier_impl("lease_acquire_tier", limiter, key, key_len, cost, tier, tier_len, out, true) }
     }
 }
 
@@ -290,12 +307,7 @@ pub unsafe extern "C" fn lease_try_acquire_tier(
     out: *mut lease_decision,
 ) -> lease_status {
     ffi_boundary! {
-        const F: &str = "lease_try_acquire_tier";
-        let tier = match unsafe { tier_str(F, tier, tier_len) } {
-            Ok(t) => t,
-            Err(st) => return st,
-        };
-        unsafe { acquire_impl(F, limiter, key, key_len, cost, tier, out, false) }
+        unsafe { acquire_tier_impl("lease_try_acquire_tier", limiter, key, key_len, cost, tier, tier_len, out, false) }
     }
 }
 
