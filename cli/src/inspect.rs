@@ -46,7 +46,7 @@ pub fn run(o: &Options) -> Result<String, String> {
     // The shared policy store's say on the key (docs/policies.md).
     let stored_policy = limiter.policy_get(&o.key).ok().flatten();
     let _ = limiter.refresh_policies();
-    let resolved = limiter.policy(&o.key, None).ok();
+    let resolved = crate::policy::stored_rules(&limiter, &o.key).ok().flatten();
     let insp = limiter.inspect(&o.key).map_err(crate::explain)?;
     let now = redis_util::time_ms(&mut conn)?;
     let redis_key = format!("{}:{{{}}}", o.key_prefix, o.key);
@@ -76,12 +76,10 @@ pub fn run(o: &Options) -> Result<String, String> {
     let _ = writeln!(out, "key        {}", o.key);
     let _ = writeln!(out, "redis key  {redis_key} on {}", quotalease::RedactedUrl(&o.redis));
     match (&stored_policy, &resolved) {
-        // Rules from this command's own config are not the applications':
-        // the entry's tier is defined where the store cannot show it.
-        (Some(entry), Some((rules, source))) if source.defined_by != quotalease::Origin::Config => {
+        (Some(entry), Some((rules, source))) => {
             let _ = writeln!(out, "store      entry {entry}: {rules}, {source}");
         }
-        (Some(entry), _) => {
+        (Some(entry), None) => {
             let _ = writeln!(
                 out,
                 "store      entry {entry} (its tier is not defined in the store: the limiters' \

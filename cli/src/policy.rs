@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use quotalease::{Config, Limiter};
+use quotalease::{Config, Limiter, PolicySource, Rules};
 
 /// What the store is asked (`tier`: about a tier named `name`, else about the key `name`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,6 +31,15 @@ fn store(redis: &str, key_prefix: &str) -> Result<Limiter, String> {
         ..Config::default()
     })
     .map_err(crate::explain)
+}
+
+/// The rules the store gives `key` and where they come from, as a limiter
+/// of the applications resolves them; `None` when they would come from the
+/// config of `l` (a CLI limiter's placeholder limit: the entry names a tier
+/// the store does not define, which only the applications' config knows).
+pub fn stored_rules(l: &Limiter, key: &str) -> quotalease::Result<Option<(Rules, PolicySource)>> {
+    let (rules, source) = l.policy(key, None)?;
+    Ok((source.defined_by != quotalease::Origin::Config).then_some((rules, source)))
 }
 
 /// Run one action and describe its outcome.
@@ -79,17 +88,14 @@ pub fn run(redis: &str, key_prefix: &str, action: &Action) -> Result<String, Str
                 None => writeln!(out, "key {name:?}: no store entry (its callers' tier applies)"),
             };
             if entry.is_some() {
-                match l.policy(name, None) {
-                    // This command's own placeholder limit is not the
-                    // applications': the tier is defined where the store
-                    // cannot show it.
-                    Ok((_, source)) if source.defined_by == quotalease::Origin::Config => {
+                match stored_rules(&l, name) {
+                    Ok(None) => {
                         let _ = writeln!(
                             out,
                             "rules      not in the store: the limiters' `tiers` option or policy file defines the tier"
                         );
                     }
-                    Ok((rules, source)) => {
+                    Ok(Some((rules, source))) => {
                         let _ = writeln!(out, "rules      {rules}: {source}");
                     }
                     Err(e) => {
