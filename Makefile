@@ -97,8 +97,9 @@ bench-fleet: redis
 	bash scripts/bench-fleet.sh
 
 ## The hot path against a baseline revision, in one run (callgrind instruction
-## counts): BASELINE=<rev> (default: the last tag, else HEAD~1).
-bench-baseline:
+## counts), then the hot and the saturated key on Redis (ADAPTIVE_SECS per case,
+## default 20): BASELINE=<rev> (default: the last tag, else HEAD~1).
+bench-baseline: redis
 	bash scripts/bench-baseline.sh $(BASELINE)
 
 bench-rust:
