@@ -50,14 +50,6 @@ impl Circuit {
         self.open.load(Relaxed)
     }
 
-    /// How long the circuit has been open (0 when closed).
-    pub fn open_for(&self, now: u64) -> u64 {
-        if !self.is_open() {
-            return 0;
-        }
-        now.saturating_sub(self.opened_at.load(Relaxed))
-    }
-
     /// Milliseconds until the next probe may go out (0 when closed or due).
     pub fn ms_to_probe(&self, now: u64) -> u64 {
         if !self.is_open() {
@@ -115,7 +107,6 @@ mod tests {
         let c = Circuit::default();
         assert!(!c.take_probe(0));
         assert_eq!(c.on_failure(100), Some(Transition::Opened));
-        assert_eq!(c.open_for(130), 30);
         // the other answers of the same failed round trip change nothing
         assert_eq!(c.on_failure(100), None);
         assert_eq!(c.ms_to_probe(100), 50);
@@ -129,7 +120,6 @@ mod tests {
         assert!(c.take_probe(401));
         assert_eq!(c.on_success(), Some(Transition::Closed));
         assert!(!c.is_open());
-        assert_eq!(c.open_for(500), 0);
         assert_eq!(c.on_success(), None);
     }
 }

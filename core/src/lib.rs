@@ -21,7 +21,6 @@
 //! instances × lease_size.
 #![warn(missing_docs)]
 
-pub mod adaptive;
 mod authority;
 mod broker;
 pub mod bucket;
@@ -35,6 +34,7 @@ mod error;
 mod events;
 mod fork;
 pub mod guard;
+pub mod ledger;
 mod limiter;
 mod metrics;
 pub mod options;

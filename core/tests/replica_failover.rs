@@ -57,7 +57,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::{unique, SentinelGroup};
-use quotalease::adaptive::{GRACE_MS, MAX_PERIOD_MS};
+use quotalease::ledger::TUNING;
 use quotalease::{EventKind, Limiter, Reason};
 
 const INSTANCES: usize = 4;
@@ -334,7 +334,7 @@ fn a_promoted_replica_that_missed_writes_gives_no_second_allowance() {
     // ...and then for the longest rate grant it can have made meanwhile, so
     // that what it granted is spent within the run. (The load's length, not
     // a wait for anything.)
-    let tail = Instant::now() + Duration::from_millis(MAX_PERIOD_MS + GRACE_MS);
+    let tail = Instant::now() + Duration::from_millis(TUNING.max_period_ms);
     while Instant::now() < tail {
         peak.sample(&counts);
         std::thread::sleep(Duration::from_millis(5));

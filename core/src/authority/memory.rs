@@ -4,17 +4,60 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use super::embedded::{Host, Store};
 use super::{Call, PolicyOp, PolicyReply, Reply, Stored};
-use crate::adaptive::{Ask, KeyState};
-use crate::bucket::{Grant, Policy};
-use crate::guard::Seen;
+use crate::bucket::{BucketState, Grant, Policy};
+use crate::guard::{Guard, Seen, Stamp};
+use crate::ledger;
+
+/// A fixed-lease (or fallback) bucket and its failover stamp.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeyState {
+    pub bucket: BucketState,
+    pub stamp: Stamp,
+}
+
+impl KeyState {
+    fn new(policy: Policy, now: u64) -> Self {
+        KeyState {
+            bucket: BucketState::full(policy, now),
+            stamp: Stamp::new(now),
+        }
+    }
+
+    fn refill(&mut self, p: Policy, now: u64) {
+        self.bucket.refill(p, now);
+    }
+
+    /// The failover guard of fixed leases: a lost state re-debits the
+    /// holder's recent grants (see `guard.rs`).
+    fn guard(&mut self, p: Policy, g: &Guard, now: u64) -> bool {
+        if !self.stamp.lost(g) {
+            return false;
+        }
+        self.refill(p, now);
+        self.bucket.debit(p, g.recent.min(p.limit), now, 0, 0);
+        true
+    }
+
+    fn alive_ms(&self, p: Policy, now: u64) -> u64 {
+        self.bucket.ms_until_full(p) + self.bucket.ts.saturating_sub(now)
+    }
+
+    fn is_idle(&self, p: Policy, now: u64) -> bool {
+        let mut probe = self.clone();
+        probe.refill(p, now);
+        probe.bucket.ms_until_full(p) == 0
+    }
+}
 
 /// Keys kept before idle ones are swept (an idle key equals a missing one).
 const SWEEP_EVERY: usize = 4096;
 
-#[derive(Default)]
 pub(crate) struct MemoryAuthority {
     buckets: Mutex<Buckets>,
+    /// Adaptive keys: the ledger script in the embedded Lua.
+    ledger: Mutex<Host>,
     /// The policy store of this authority (`memory://NAME`: shared by the
     /// process's limiters with that NAME), the same as Redis' `{prefix:policy}`.
     policies: Mutex<PolicyStore>,
@@ -25,12 +68,29 @@ pub(crate) struct MemoryAuthority {
 /// Every key's state of a memory authority at one moment (for tests of the
 /// failover guard: [`crate::testing::memory_snapshot`]).
 #[derive(Clone, Debug)]
-pub struct Snapshot(HashMap<String, (KeyState, Policy)>);
+pub struct Snapshot(HashMap<String, (KeyState, Policy)>, Store);
+
+impl Default for MemoryAuthority {
+    fn default() -> Self {
+        MemoryAuthority {
+            buckets: Mutex::default(),
+            ledger: Mutex::new(Host::new(ledger::SCRIPT)),
+            policies: Mutex::default(),
+            down: Default::default(),
+        }
+    }
+}
+
+/// The two keys the ledger keeps for `key`: its state and its expiries.
+pub(crate) fn ledger_keys(key: &str) -> Vec<String> {
+    vec![key.to_string(), format!("{key}:x")]
+}
 
 #[derive(Default)]
 struct Buckets {
     map: HashMap<String, (KeyState, Policy)>,
     sweep_at: usize,
+    ledger_sweep_at: usize,
 }
 
 /// The in-process policy store: what the Redis store's four keys hold.
@@ -124,11 +184,20 @@ impl MemoryAuthority {
         if self.down.load(std::sync::atomic::Ordering::Acquire) {
             return Err("the memory authority is unreachable (simulated outage)".into());
         }
-        Ok(self.answer_up(call))
+        self.answer_up(call)
     }
 
-    fn answer_up(&self, call: Call) -> Reply {
-        match call {
+    /// Drop expired ledger states now and then (Redis' active expiry).
+    fn sweep_ledger(&self, host: &Host, now: u64) {
+        let mut st = host.store.lock().unwrap_or_else(|p| p.into_inner());
+        if st.len() >= lock(&self.buckets).ledger_sweep_at {
+            st.sweep(now);
+            lock(&self.buckets).ledger_sweep_at = st.len() + SWEEP_EVERY;
+        }
+    }
+
+    fn answer_up(&self, call: Call) -> Result<Reply, String> {
+        Ok(match call {
             Call::Policy { op, .. } => Reply::Policy(lock(&self.policies).answer(op)),
             Call::Lease {
                 key,
@@ -136,47 +205,64 @@ impl MemoryAuthority {
                 want,
                 need,
                 now,
-                adaptive,
+                adaptive: Some(ask),
+                guard,
+            } => {
+                let argv = ledger::args(
+                    "l",
+                    policy.limit,
+                    policy.window_ms,
+                    Some(now.ms),
+                    &ask,
+                    want,
+                    need,
+                    (guard.epoch, guard.version, guard.alive_ms),
+                );
+                let host = lock(&self.ledger);
+                let r = host.eval(&ledger_keys(&key), &argv, now.ms)?;
+                self.sweep_ledger(&host, now.ms);
+                let ((granted, remaining, wait_ms), answer, (epoch, version, alive_ms, lost)) =
+                    ledger::parse(&r).ok_or_else(|| format!("unexpected reply from the ledger script: {r:?}"))?;
+                let seen = Seen {
+                    epoch,
+                    version,
+                    alive_ms,
+                    lost,
+                };
+                Reply::Grant(
+                    Grant {
+                        granted,
+                        remaining,
+                        wait_ms,
+                    },
+                    Some(answer),
+                    seen,
+                )
+            }
+            Call::Lease {
+                key,
+                policy,
+                want,
+                need,
+                now,
+                adaptive: None,
                 guard,
             } => {
                 let mut b = lock(&self.buckets);
-                let (grant, answer, seen) = b.with_key(&key, policy, now.ms, |st| {
-                    let lost = st.guard(policy, &guard, adaptive.map(|a| a.holder), now.ms);
-                    let (grant, answer) = match adaptive {
-                        Some(a) => {
-                            // Tokens handed back from grants of the lost state
-                            // were paid by it, not by this one.
-                            let returned = if lost { 0 } else { a.returned };
-                            let (g, ans) = st.lease(
-                                policy,
-                                Ask {
-                                    want,
-                                    need,
-                                    returned,
-                                    ..a
-                                },
-                                now.ms,
-                            );
-                            (g, Some(ans))
-                        }
-                        None => {
-                            st.refill(policy, now.ms);
-                            (st.bucket.take(policy, want, need, now.ms), None)
-                        }
-                    };
+                let (grant, seen) = b.with_key(&key, policy, now.ms, |st| {
+                    let lost = st.guard(policy, &guard, now.ms);
+                    st.refill(policy, now.ms);
+                    let grant = st.bucket.take(policy, want, need, now.ms);
                     st.stamp.version += 1;
-                    if let Some(h) = adaptive.and_then(|a| st.holders.get_mut(&a.holder)) {
-                        h.version = st.stamp.version;
-                    }
                     let seen = Seen {
                         epoch: st.stamp.epoch,
                         version: st.stamp.version,
                         alive_ms: st.alive_ms(policy, now.ms),
                         lost,
                     };
-                    (grant, answer, seen)
+                    (grant, seen)
                 });
-                Reply::Grant(grant, answer, seen)
+                Reply::Grant(grant, None, seen)
             }
             Call::GiveBack {
                 key,
@@ -184,17 +270,50 @@ impl MemoryAuthority {
                 tokens,
                 now,
                 holder,
+                adaptive: true,
+            } => {
+                let ask = ledger::Ask {
+                    holder,
+                    held: tokens,
+                    ..Default::default()
+                };
+                let argv = ledger::args("g", policy.limit, policy.window_ms, Some(now.ms), &ask, 0, 0, (0, 0, 0));
+                let host = lock(&self.ledger);
+                host.eval(&ledger_keys(&key), &argv, now.ms)?;
+                Reply::Returned
+            }
+            Call::GiveBack {
+                key,
+                policy,
+                tokens,
+                now,
+                ..
             } => {
                 let mut b = lock(&self.buckets);
                 if b.map.contains_key(&key) {
                     b.with_key(&key, policy, now.ms, |st| {
-                        st.give_back(policy, holder, tokens, now.ms);
+                        st.refill(policy, now.ms);
+                        st.bucket.give_back(policy, tokens, now.ms);
                         st.stamp.version += 1;
                     });
                 }
                 Reply::Returned
             }
             Call::Inspect { key, policy, now } => {
+                let fields = lock(&self.ledger)
+                    .store
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .hash(&key, now.ms);
+                if let Some(h) = fields {
+                    let num = |f: &str| h.get(f).and_then(|v| v.parse::<i64>().ok());
+                    let (c, w) = (num("c").unwrap_or(0).max(0) as u64, num("w").unwrap_or(1).max(1) as u64);
+                    return Ok(Reply::Stored(Stored {
+                        tokens: Some((c / w).min(policy.limit)),
+                        refilled_at_ms: num("t").map(|t| t.max(0) as u64),
+                        ttl_ms: None,
+                    }));
+                }
                 let b = lock(&self.buckets);
                 Reply::Stored(match b.map.get(&key) {
                     Some((st, _)) => {
@@ -209,7 +328,7 @@ impl MemoryAuthority {
                     None => Stored::default(),
                 })
             }
-        }
+        })
     }
 
     /// Start or end a simulated outage of the authority registered under `name`.
@@ -230,6 +349,7 @@ impl MemoryAuthority {
         match lock(registry()).get(name).and_then(Weak::upgrade) {
             Some(a) => {
                 lock(&a.buckets).map.clear();
+                lock(&lock(&a.ledger).store).clear();
                 true
             }
             None => false,
@@ -242,7 +362,8 @@ impl MemoryAuthority {
     pub fn snapshot(name: &str) -> Option<Snapshot> {
         let a = lock(registry()).get(name).and_then(Weak::upgrade)?;
         let map = lock(&a.buckets).map.clone();
-        Some(Snapshot(map))
+        let store = lock(&lock(&a.ledger).store).clone();
+        Some(Snapshot(map, store))
     }
 
     /// Put back a [`MemoryAuthority::snapshot`]. False when no such authority is open.
@@ -250,6 +371,7 @@ impl MemoryAuthority {
         match lock(registry()).get(name).and_then(Weak::upgrade) {
             Some(a) => {
                 lock(&a.buckets).map = snap.0.clone();
+                *lock(&lock(&a.ledger).store) = snap.1.clone();
                 true
             }
             None => false,

@@ -10,12 +10,13 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
-use crate::adaptive::{Answer, Ask};
 use crate::broker::{self, Broker, Target};
 use crate::bucket::{Grant, Policy};
 use crate::error::{Error, Result};
 use crate::guard::{Guard, Seen};
+use crate::ledger::{Answer, Ask};
 
+pub(crate) mod embedded;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
@@ -29,8 +30,7 @@ pub(crate) use memory::MemoryAuthority;
 #[derive(Clone, Debug)]
 pub(crate) enum Call {
     /// Take up to `want` tokens if at least `need` are there; with
-    /// `adaptive`, sized by the holder's demand under the key's budget, or a
-    /// rate when the bucket is dry (see [`crate::adaptive`]).
+    /// `adaptive`, the ledger decides (see [`crate::ledger`]).
     Lease {
         key: String,
         policy: Policy,
@@ -41,13 +41,15 @@ pub(crate) enum Call {
         /// What the caller saw of the bucket (the failover guard).
         guard: Guard,
     },
-    /// Return `tokens` (capped at capacity) from `holder` (0: none).
+    /// Return `tokens` (capped at capacity) from `holder` (0: none); with
+    /// `adaptive`, to the holder's commitment in the ledger.
     GiveBack {
         key: String,
         policy: Policy,
         tokens: u64,
         now: Now,
         holder: u64,
+        adaptive: bool,
     },
     /// Read the stored bucket without changing it.
     Inspect { key: String, policy: Policy, now: Now },

@@ -23,7 +23,6 @@ use redis::{
 };
 
 use super::{Call, PolicyOp, PolicyReply, Reply, Stored};
-use crate::adaptive::Answer;
 use crate::bucket::Grant;
 use crate::config::{tls_files, BackendSpec, SentinelSpec};
 use crate::guard::Seen;
@@ -31,7 +30,6 @@ use crate::guard::Seen;
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
 const GIVE_BACK: &str = include_str!("lua/give_back.lua");
-const ADAPTIVE_LEASE: &str = include_str!("lua/adaptive_lease.lua");
 const POLICY_POLL: &str = include_str!("lua/policy_poll.lua");
 const POLICY_WRITE: &str = include_str!("lua/policy_write.lua");
 
@@ -53,7 +51,7 @@ impl Lua {
 struct Scripts {
     lease: Lua,
     give_back: Lua,
-    adaptive_lease: Lua,
+    ledger: Lua,
     policy_poll: Lua,
     policy_write: Lua,
 }
@@ -63,7 +61,7 @@ impl Scripts {
         Scripts {
             lease: Lua::new(&[PRELUDE, LEASE]),
             give_back: Lua::new(&[PRELUDE, GIVE_BACK]),
-            adaptive_lease: Lua::new(&[PRELUDE, ADAPTIVE_LEASE]),
+            ledger: Lua::new(&[crate::ledger::SCRIPT]),
             policy_poll: Lua::new(&[POLICY_POLL]),
             policy_write: Lua::new(&[POLICY_WRITE]),
         }
@@ -360,15 +358,38 @@ impl Connection {
                     policy,
                     tokens,
                     now,
-                    ..
+                    holder,
+                    adaptive,
                 } => backs.push((
                     i,
-                    ScriptCall::new(
-                        &scripts.give_back,
-                        vec![key.clone()],
-                        [policy.limit, policy.window_ms, *tokens, 0],
-                        now.for_script(),
-                    ),
+                    if *adaptive {
+                        let ask = crate::ledger::Ask {
+                            holder: *holder,
+                            held: *tokens,
+                            ..Default::default()
+                        };
+                        ScriptCall {
+                            script: scripts.ledger.clone(),
+                            keys: ledger_keys(key),
+                            args: crate::ledger::args(
+                                "g",
+                                policy.limit,
+                                policy.window_ms,
+                                now.for_script(),
+                                &ask,
+                                0,
+                                0,
+                                (0, 0, 0),
+                            ),
+                        }
+                    } else {
+                        ScriptCall::new(
+                            &scripts.give_back,
+                            vec![key.clone()],
+                            [policy.limit, policy.window_ms, *tokens, 0],
+                            now.for_script(),
+                        )
+                    },
                 )),
                 Call::Lease {
                     key,
@@ -379,43 +400,33 @@ impl Connection {
                     adaptive,
                     guard,
                 } => {
-                    // want 0 tells the adaptive script `Ask::single`.
-                    let want = if adaptive.is_some_and(|a| a.single) { 0 } else { *want };
-                    let args = [policy.limit, policy.window_ms, want, *need];
                     let call = match adaptive {
-                        None => ScriptCall::new(&scripts.lease, vec![key.clone()], args, now.for_script()),
-                        Some(a) => {
-                            let mut call = ScriptCall::new(
-                                &scripts.adaptive_lease,
-                                vec![key.clone(), format!("{key}:h")],
-                                args,
-                                now.for_script(),
-                            );
+                        None => {
+                            let args = [policy.limit, policy.window_ms, *want, *need];
+                            let mut call = ScriptCall::new(&scripts.lease, vec![key.clone()], args, now.for_script());
+                            // The failover guard's view, always the last four
+                            // arguments (the prelude's `guard()` reads them there).
                             call.args.extend(
-                                [
-                                    a.holder,
-                                    a.demand,
-                                    a.held,
-                                    a.budget,
-                                    a.returned,
-                                    crate::adaptive::PERIOD_MS,
-                                    crate::adaptive::GRANT_TOKENS,
-                                    crate::adaptive::MAX_PERIOD_MS,
-                                    crate::adaptive::HOLDER_TTL_MS,
-                                    crate::adaptive::GRACE_MS,
-                                ]
-                                .map(|v| v.to_string()),
+                                [guard.holders, guard.epoch, guard.version, guard.alive_ms, guard.recent]
+                                    .map(|v| v.to_string()),
                             );
                             call
                         }
+                        Some(a) => ScriptCall {
+                            script: scripts.ledger.clone(),
+                            keys: ledger_keys(key),
+                            args: crate::ledger::args(
+                                "l",
+                                policy.limit,
+                                policy.window_ms,
+                                now.for_script(),
+                                a,
+                                *want,
+                                *need,
+                                (guard.epoch, guard.version, guard.alive_ms),
+                            ),
+                        },
                     };
-                    // The failover guard's view, always the last four
-                    // arguments (the prelude's `guard()` reads them there).
-                    let mut call = call;
-                    call.args.extend(
-                        [guard.holders, guard.epoch, guard.version, guard.alive_ms, guard.recent]
-                            .map(|v| v.to_string()),
-                    );
                     leases.push((i, call, adaptive.is_some()));
                 }
                 Call::Inspect { key, .. } => inspects.push((i, key.clone())),
@@ -572,6 +583,8 @@ impl Connection {
         get.arg(key);
         let mut pttl = redis::cmd("PTTL");
         pttl.arg(key);
+        let mut hmget = redis::cmd("HMGET");
+        hmget.arg(key).arg("c").arg("t").arg("w");
         let timeout = self.timeout;
         let conn = match tokio::time::timeout(timeout, self.connect()).await {
             Ok(conn) => conn?,
@@ -580,12 +593,24 @@ impl Connection {
         let query = async {
             match conn {
                 Conn::Single(c) => {
-                    let v: Option<String> = get.query_async(c).await?;
+                    let ty: String = redis::cmd("TYPE").arg(key).query_async(c).await?;
+                    let v: Option<String> = if ty == "hash" {
+                        let f: Vec<Option<String>> = hmget.query_async(c).await?;
+                        ledger_value(&f)
+                    } else {
+                        get.query_async(c).await?
+                    };
                     let t: i64 = pttl.query_async(c).await?;
                     Ok::<_, RedisError>((v, t))
                 }
                 Conn::Cluster(c) => {
-                    let v: Option<String> = get.query_async(c).await?;
+                    let ty: String = redis::cmd("TYPE").arg(key).query_async(c).await?;
+                    let v: Option<String> = if ty == "hash" {
+                        let f: Vec<Option<String>> = hmget.query_async(c).await?;
+                        ledger_value(&f)
+                    } else {
+                        get.query_async(c).await?
+                    };
                     let t: i64 = pttl.query_async(c).await?;
                     Ok((v, t))
                 }
@@ -735,38 +760,32 @@ impl ScriptCall {
     }
 }
 
-/// A lease script's reply: `{granted, remaining, wait_ms}`, for the adaptive
-/// script then `{rate, bonus, rate_ms, fallback, holders, delay_ms}`, and last the
-/// failover guard's `{epoch, version, alive_ms, lost}`.
+/// A lease script's reply: `{granted, remaining, wait_ms, epoch, version,
+/// alive_ms, lost}`, or the ledger's (see [`crate::ledger::parse`]).
 fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
     let bad = |e: redis::ParsingError| format!("unexpected reply from the lease script: {e}");
-    let r: Vec<u64> = redis::from_redis_value(v).map_err(bad)?;
-    let (head, stamp) = r.split_at(r.len().saturating_sub(4));
-    let &[epoch, version, alive_ms, lost] = stamp else {
-        return Err(format!("unexpected reply from the lease script: {r:?}"));
-    };
-    let seen = Seen {
-        epoch,
-        version,
-        alive_ms,
-        lost: lost == 1,
-    };
-    if !adaptive {
-        let &[granted, remaining, wait_ms] = head else {
-            return Err(format!("unexpected reply from the lease script: {r:?}"));
-        };
+    if adaptive {
+        let r: Vec<i64> = redis::from_redis_value(v).map_err(bad)?;
+        let ((granted, remaining, wait_ms), answer, (epoch, version, alive_ms, lost)) =
+            crate::ledger::parse(&r).ok_or_else(|| format!("unexpected reply from the ledger script: {r:?}"))?;
         return Ok(Reply::Grant(
             Grant {
                 granted,
                 remaining,
                 wait_ms,
             },
-            None,
-            seen,
+            Some(answer),
+            Seen {
+                epoch,
+                version,
+                alive_ms,
+                lost,
+            },
         ));
     }
-    let &[granted, remaining, wait_ms, rate, bonus, rate_ms, fallback, holders, delay_ms] = head else {
-        return Err(format!("unexpected reply from the adaptive lease script: {r:?}"));
+    let r: Vec<u64> = redis::from_redis_value(v).map_err(bad)?;
+    let &[granted, remaining, wait_ms, epoch, version, alive_ms, lost] = r.as_slice() else {
+        return Err(format!("unexpected reply from the lease script: {r:?}"));
     };
     Ok(Reply::Grant(
         Grant {
@@ -774,16 +793,26 @@ fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
             remaining,
             wait_ms,
         },
-        Some(Answer {
-            rate,
-            bonus,
-            rate_ms,
-            delay_ms,
-            fallback,
-            holders,
-        }),
-        seen,
+        None,
+        Seen {
+            epoch,
+            version,
+            alive_ms,
+            lost: lost == 1,
+        },
     ))
+}
+
+/// The ledger's two Redis keys for a bucket key: the state and its expiries
+/// (the same hash tag, so one cluster slot).
+fn ledger_keys(key: &str) -> Vec<String> {
+    vec![key.to_string(), format!("{key}:x")]
+}
+
+/// A ledger state's `c t w` fields as a stored bucket value (debt reads as 0).
+fn ledger_value(f: &[Option<String>]) -> Option<String> {
+    let n = |i: usize| f.get(i)?.as_deref()?.parse::<i64>().ok();
+    Some(format!("{} {} {}", n(0)?.max(0), n(1)?.max(0), n(2)?.max(1)))
 }
 
 /// The first fields of a stored bucket value `"c t w e v"` (credit, refilled

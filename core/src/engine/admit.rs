@@ -25,7 +25,7 @@ impl Engine {
             if self.single(p) {
                 return need;
             }
-            let span = (crate::adaptive::PERIOD_MS + self.rtt_ms.load(Relaxed)) as u128;
+            let span = (crate::ledger::TUNING.target_ms + self.rtt_ms.load(Relaxed)) as u128;
             need + (d * span).div_ceil(1_000_000) as u64
         } else {
             let (lease, _) = self.lease_params(p);

@@ -14,6 +14,7 @@ use crate::authority::Reply;
 use crate::config::{validate_key, Mode};
 use crate::decision::{Decision, Reason};
 use crate::error::{Error, Result};
+use crate::ledger::TUNING;
 use crate::policy::RuleSet;
 
 /// Where an exact-mode answer lands.
@@ -160,7 +161,7 @@ impl Engine {
     /// authority (mode exact), or to the failure policy's share.
     pub(super) fn refund(&self, e: &Arc<Entry>, d: &Decision, cost: u64) {
         match d.reason {
-            Reason::Exact => self.give_back(&e.key, e.policy(), cost),
+            Reason::Exact => self.give_back(e, e.policy(), cost),
             Reason::Fallback => self.refund_fallback(e, cost),
             _ => {
                 e.tokens.fetch_add(cost, AcqRel);
@@ -282,8 +283,7 @@ impl Engine {
     /// grant is renewed ahead of its deadline. When the grant has ended, the
     /// key steps again as one with no grant.
     fn step_rate(&self, e: &Arc<Entry>, p: crate::bucket::Policy, cost: u64, waiting: Waiting, now: u64) -> Step {
-        let carry = self.carry(e, p).max(cost);
-        self.accrue(e, p, now, carry);
+        self.accrue(e, now, e.commit.load(Relaxed).max(cost));
         if let Some(left) = e.try_take(cost) {
             return Step::Done(self.admit(e, p, left, self.admit_reason(), now));
         }
@@ -294,8 +294,8 @@ impl Engine {
         }
         // Renew from a little before the period's end (the grace after it
         // keeps accruing meanwhile).
-        let lead = (2 * self.rtt_ms.load(Relaxed)).max(crate::adaptive::PERIOD_MS / 100);
-        if now + lead + crate::adaptive::GRACE_MS >= until && !self.circuit.is_open() {
+        let lead = (2 * self.rtt_ms.load(Relaxed)).max(TUNING.min_period_ms / 100);
+        if now + lead >= until && !self.circuit.is_open() {
             let local = e.tokens.load(Relaxed).min(cost - 1);
             self.start_lease(e, self.want(e, p, cost - local, local), cost - local);
             if let Some(left) = e.try_take(cost) {
@@ -316,7 +316,7 @@ impl Engine {
         // costs no call per denial.
         let remaining = e.auth_remaining.load(Relaxed);
         let last_call = e.in_flight_since.load(Relaxed);
-        let due = now.saturating_sub(last_call) >= crate::adaptive::PERIOD_MS / 4;
+        let due = now.saturating_sub(last_call) >= TUNING.min_period_ms / 4;
         if remaining >= cost.max(p.limit / 2) && due && !self.circuit.is_open() {
             let local = e.tokens.load(Relaxed).min(cost - 1);
             let started = self.start_lease(e, self.want(e, p, cost - local, local), cost - local);
@@ -334,7 +334,8 @@ impl Engine {
         let local = e.tokens.load(Relaxed);
         let short = cost.saturating_sub(local);
         let carried = e.accrued.lock().map_or(0, |a| a.1);
-        let retry = (short * p.window_ms).saturating_sub(carried).div_ceil(rate);
+        let w = e.rate_window.load(Relaxed).max(1);
+        let retry = (short * w).saturating_sub(carried).div_ceil(rate);
         Step::Done(self.deny(e, p, local, Reason::Exhausted, retry))
     }
 

@@ -73,17 +73,24 @@ pub(crate) struct Entry {
     pub rate: AtomicU64,
     pub accrued: Mutex<(u64, u64)>,
     pub rate_until: AtomicU64,
-    /// The part of `rate` the authority paid up front (see `adaptive::Answer`).
-    pub rate_bonus: AtomicU64,
+    /// The window of the rate's credit units (the policy may change meanwhile).
+    pub rate_window: AtomicU64,
     /// Clock reading when the last adaptive lease call was sent.
     pub sent_at: AtomicU64,
-    /// Accrued rate tokens that did not fit under the carry cap: handed back
-    /// to the authority with the next lease call.
+    /// Accrued rate tokens that did not fit under the commitment (counted only).
     pub rate_dropped: AtomicU64,
-    /// The authority's fallback rate for this instance (credit units per ms;
-    /// 0: not known yet) and the key's live holders at the last answer.
+    /// The ledger's commitment (I3): local tokens are valid until
+    /// `lease_until` (0: until given back), and a rate fills them up to `commit`.
+    pub lease_until: AtomicU64,
+    pub commit: AtomicU64,
+    /// The authority's fallback share for this instance (credit units per ms,
+    /// i.e. tokens per window; 0: none), valid until `fallback_until`; the
+    /// key's live holders at the last answer; tokens admitted under the
+    /// failure policy not yet reported (debited at the next answer, I4).
     pub fallback: AtomicU64,
+    pub fallback_until: AtomicU64,
     pub holders: AtomicU64,
+    pub fallback_used: AtomicU64,
     /// The failover guard (`crate::guard`): the bucket's epoch and version
     /// at the last answer, the clock reading until which that answer said
     /// the bucket is kept, and the tokens granted here recently.
@@ -130,11 +137,15 @@ impl Entry {
             rate: AtomicU64::new(0),
             accrued: Mutex::new((0, 0)),
             rate_until: AtomicU64::new(0),
-            rate_bonus: AtomicU64::new(0),
+            rate_window: AtomicU64::new(policy.window_ms),
             sent_at: AtomicU64::new(0),
             rate_dropped: AtomicU64::new(0),
+            lease_until: AtomicU64::new(0),
+            commit: AtomicU64::new(0),
             fallback: AtomicU64::new(0),
+            fallback_until: AtomicU64::new(0),
             holders: AtomicU64::new(0),
+            fallback_used: AtomicU64::new(0),
             auth_epoch: AtomicU64::new(0),
             auth_version: AtomicU64::new(0),
             auth_alive_until: AtomicU64::new(0),
@@ -168,9 +179,10 @@ impl Entry {
     }
 
     /// Add what a rate grant accrued up to `now` (at most `cap` tokens held
-    /// locally; whole tokens beyond it are counted in `rate_dropped`, to be
-    /// handed back). Returns tokens added.
-    pub fn accrue(&self, p: Policy, now: u64, cap: u64) -> u64 {
+    /// locally; whole tokens beyond it are counted in `rate_dropped`).
+    /// Returns tokens added.
+    pub fn accrue(&self, now: u64, cap: u64) -> u64 {
+        let w = self.rate_window.load(Acquire).max(1);
         let rate = self.rate.load(Acquire);
         if rate == 0 {
             return 0;
@@ -181,8 +193,8 @@ impl Entry {
             return 0;
         }
         let units = rate * (end - acc.0) + acc.1;
-        *acc = (end, units % p.window_ms);
-        let tokens = units / p.window_ms;
+        *acc = (end, units % w);
+        let tokens = units / w;
         drop(acc);
         let held = self.tokens.load(Relaxed);
         let add = tokens.min(cap.saturating_sub(held));
@@ -193,13 +205,16 @@ impl Entry {
         add
     }
 
-    /// Start accruing a new rate grant at `now` (what the last one accrued
-    /// must be taken first; its fraction of a token carries over).
-    pub fn start_rate(&self, rate: u64, bonus: u64, until: u64, now: u64) {
+    /// Start accruing a new rate grant of `rate` units of 1/`window` token
+    /// per ms at `now` (what the last one accrued must be taken first; its
+    /// fraction of a token carries over when the window is the same).
+    pub fn start_rate(&self, rate: u64, window: u64, until: u64, now: u64) {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
         acc.0 = now;
+        if self.rate_window.swap(window.max(1), AcqRel) != window.max(1) {
+            acc.1 = 0;
+        }
         self.rate_until.store(until, Release);
-        self.rate_bonus.store(bonus, Release);
         self.rate.store(rate, Release);
     }
 
@@ -293,12 +308,12 @@ mod tests {
         };
         let e = Entry::new("k", p, 1, 0);
         // 3 credit units per ms: a token every 333.3 ms, until 2000
-        e.start_rate(3, 0, 2_000, 0);
-        assert_eq!(e.accrue(p, 333, 5), 0, "999 units: not a whole token yet");
-        assert_eq!(e.accrue(p, 334, 5), 1, "1002 units");
-        assert_eq!(e.accrue(p, 1_000, 5), 2, "3000 units in all, no fraction lost");
-        // cap 1: the rest is counted to hand back
-        assert_eq!(e.accrue(p, 5_000, 1), 0, "3 tokens held already");
+        e.start_rate(3, p.window_ms, 2_000, 0);
+        assert_eq!(e.accrue(333, 5), 0, "999 units: not a whole token yet");
+        assert_eq!(e.accrue(334, 5), 1, "1002 units");
+        assert_eq!(e.accrue(1_000, 5), 2, "3000 units in all, no fraction lost");
+        // cap 1: the rest is counted
+        assert_eq!(e.accrue(5_000, 1), 0, "3 tokens held already");
         assert_eq!(
             e.rate_dropped.load(Relaxed),
             3,

@@ -2,7 +2,7 @@
 //! counted, sent to listeners) and the failure policy that decides once
 //! local tokens are spent. Also the static share used by mode `local`.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::Arc;
 
 use super::entry::Entry;
@@ -19,7 +19,10 @@ impl Engine {
     pub(super) fn fallback(&self, e: &Arc<Entry>, cost: u64, now: u64) -> Decision {
         let p = e.policy();
         match self.r.cfg.on_backend_failure {
-            FailurePolicy::Allow => self.admit(e, p, 0, Reason::Fallback, now),
+            FailurePolicy::Allow => {
+                e.fallback_used.fetch_add(cost, AcqRel);
+                self.admit(e, p, 0, Reason::Fallback, now)
+            }
             FailurePolicy::Deny => {
                 let retry = self.circuit.ms_to_probe(now);
                 Self::left(self.deny(e, p, 0, Reason::Fallback, retry), 0, p)
@@ -29,6 +32,8 @@ impl Engine {
                 self.fallback.cap(&e.key, share, self.share_left(e, p, share, now), now);
                 let g = self.fallback.lease(&e.key, share, cost, cost, now);
                 let d = if g.granted >= cost {
+                    // reported with the next lease call and debited (I4)
+                    e.fallback_used.fetch_add(cost, AcqRel);
                     self.admit(e, p, 0, Reason::Fallback, now)
                 } else {
                     self.deny(e, p, 0, Reason::Fallback, g.wait_ms)
@@ -81,33 +86,25 @@ impl Engine {
                 tokens: cost,
                 now: self.now(),
                 holder: 0,
+                adaptive: false,
             });
+            let _ = e
+                .fallback_used
+                .fetch_update(AcqRel, Acquire, |u| Some(u.saturating_sub(cost)));
         }
     }
 
     /// What this instance may admit on a key while the authority is away:
-    /// with adaptive leasing, the fallback rate the authority last gave it
-    /// (the live holders' rates sum to the key's rate), moving towards the
-    /// key's limit over its live holders once the outage lasts
-    /// ([`crate::adaptive::fallback_rate`]); for a key never answered, the
-    /// key's limit over the most holders any key reported; before any
-    /// answer, the static share `limit / expected_replicas`.
+    /// with adaptive leasing, the fallback share of its last answer while it
+    /// is valid (the valid shares of all holders sum to at most the key's
+    /// rate, I4); else the static share `limit / expected_replicas`.
     fn fallback_share(&self, e: &Entry, p: Policy, now: u64) -> Policy {
         if self.r.adaptive {
-            // A rate of `r` credit units per ms is `r` tokens per window.
             let fb = e.fallback.load(Relaxed);
-            if fb > 0 {
-                let holders = e.holders.load(Relaxed).max(1);
-                let equal = (p.limit / holders).max(1);
-                let open_for = self.circuit.open_for(now);
+            if fb > 0 && now < e.fallback_until.load(Relaxed) {
+                // A share of `r` credit units per ms is `r` tokens per window.
                 return Policy {
-                    limit: crate::adaptive::fallback_rate(fb, equal, open_for).max(1),
-                    window_ms: p.window_ms,
-                };
-            }
-            if let Some(limit) = p.limit.checked_div(self.fleet.load(Relaxed)) {
-                return Policy {
-                    limit: limit.max(1),
+                    limit: fb,
                     window_ms: p.window_ms,
                 };
             }

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use super::entry::Entry;
 use super::Engine;
-use crate::adaptive::{Answer, Ask};
 use crate::authority::{Call, Done, Now, Reply};
 use crate::bucket::{Grant, Policy};
 use crate::config::Mode;
 use crate::error::Result;
+use crate::ledger::{Answer, Ask, TUNING};
 use crate::metrics::Counters;
 
 impl Engine {
@@ -83,13 +83,15 @@ impl Engine {
         };
         let now = self.now();
         let policy = self.authority_policy(e.policy());
+        let used = e.fallback_used.load(Acquire);
         let adaptive = self.r.adaptive.then(|| {
-            // A renewal replaces the grant as of now at the authority: the old
-            // one accrues up to now and stops, its unspent bonus goes back,
-            // and the new one will accrue from now (`sent_at`).
-            let unused = self.unused_bonus(e, policy, now.ms);
-            if e.rate.load(Acquire) > 0 {
-                self.accrue(e, policy, now.ms, self.carry(e, policy));
+            // A renewal replaces the grant at the authority: the old rate
+            // stops accruing as the call leaves (the authority stops paying
+            // for it when the call arrives, later), and the new one accrues
+            // from when its answer lands (the authority pays from before).
+            let rate = e.rate.load(Acquire);
+            if rate > 0 {
+                self.accrue(e, now.ms, e.commit.load(Relaxed));
                 e.rate_until.store(now.ms, Release);
             }
             e.sent_at.store(now.ms, Relaxed);
@@ -97,11 +99,11 @@ impl Engine {
                 holder: self.holder.load(Relaxed),
                 demand: e.demand.load(Relaxed),
                 held: e.tokens.load(Relaxed),
-                want,
-                need,
-                budget: self.r.cfg.overshoot_budget.tokens(policy.limit),
-                returned: e.rate_dropped.swap(0, AcqRel) + unused,
+                rate,
+                carry: e.commit.load(Relaxed),
+                fallback_used: used,
                 single: self.single(policy),
+                commit_ms: self.commit_ms(),
             }
         });
         let call = Call::Lease {
@@ -114,7 +116,7 @@ impl Engine {
             guard: e.guard(now.ms, self.r.cfg.overshoot_budget.tokens(policy.limit)),
         };
         let entry = e.clone();
-        let done: Done = Box::new(move |r| me.lease_done(&entry, need, r));
+        let done: Done = Box::new(move |r| me.lease_done(&entry, need, used, r));
         if self.submit(call, done).is_err() {
             e.in_flight.store(false, Release);
         }
@@ -151,7 +153,19 @@ impl Engine {
         e.demand.load(Relaxed)
     }
 
-    fn lease_done(&self, e: &Entry, need: u64, r: std::result::Result<Reply, String>) {
+    /// How long the authority keeps an adaptive commitment: until it is given
+    /// back for the memory authority on the system clock (its holders live
+    /// and die with it, and nothing ticks their expiry), else
+    /// [`TUNING`]`.commit_ms`.
+    pub(super) fn commit_ms(&self) -> u64 {
+        if self.is_inline() && !self.clock.is_manual() {
+            0
+        } else {
+            TUNING.commit_ms
+        }
+    }
+
+    fn lease_done(&self, e: &Entry, need: u64, used: u64, r: std::result::Result<Reply, String>) {
         let now = self.clock.precise();
         if !self.is_inline() {
             // Round trip, from the coarse reading the request went out at.
@@ -162,6 +176,12 @@ impl Engine {
         }
         let r = match r {
             Ok(Reply::Grant(g, answer, seen)) => {
+                if answer.is_some() && used > 0 {
+                    // the authority debited them
+                    let _ = e
+                        .fallback_used
+                        .fetch_update(AcqRel, Acquire, |u| Some(u.saturating_sub(used)));
+                }
                 self.seen(e, seen, now);
                 if let Some(a) = answer {
                     self.apply_answer(e, a, now);
@@ -186,41 +206,37 @@ impl Engine {
             tracing::warn!(
                 key = %e.key,
                 "quotalease: the authority had lost this key's state (restarted empty, or a replica that \
-                 missed writes promoted); the tokens granted here in the last window were debited again"
+                 missed writes promoted); it grants no new tokens until every commitment of the lost state \
+                 has expired"
             );
         }
         e.seen(seen, now);
     }
 
-    /// Bonus tokens of the current rate grant not yet accrued: the renewal
-    /// replaces the grant, so they go back (the authority paid them up front).
-    fn unused_bonus(&self, e: &Entry, p: Policy, now: u64) -> u64 {
-        let bonus = e.rate_bonus.load(Acquire);
-        let until = e.rate_until.load(Acquire);
-        if bonus == 0 || e.rate.load(Acquire) == 0 || until <= now {
-            return 0;
-        }
-        bonus * (until - now) / p.window_ms
-    }
-
-    /// The adaptive part of an answer: fallback rate, holders, a rate grant
-    /// (or the end of one), and the prefetch threshold for the demand.
+    /// The adaptive part of an answer: the commitment's expiry and cap, the
+    /// fallback share, a rate grant (or the end of one), and the prefetch
+    /// threshold for the demand. Durations count from when the call was
+    /// sent (`sent_at`, on this clock): the authority's count starts later,
+    /// so this holder's expiries come first (I3).
     fn apply_answer(&self, e: &Entry, a: Answer, now: u64) {
         let p = e.policy();
+        let sent = e.sent_at.load(Relaxed).min(now);
+        e.commit.store(a.commit, Relaxed);
+        let until = if a.commit_ms == 0 {
+            0
+        } else {
+            (sent + a.commit_ms).saturating_sub(TUNING.expiry_margin_ms).max(1)
+        };
+        e.lease_until.store(until, Release);
         e.fallback.store(a.fallback, Relaxed);
+        e.fallback_until.store(sent + a.fallback_ms, Relaxed);
         e.holders.store(a.holders, Relaxed);
-        self.fleet.fetch_max(a.holders, Relaxed);
         if a.rate > 0 {
-            // What the old grant accrued is kept; the new one starts now.
-            self.accrue(e, p, now, self.carry(e, p));
-            // The authority counts the grant from when the call was made.
-            // (later, by `delay_ms`, when the bucket is in debt)
-            let from = e.sent_at.load(Relaxed).min(now) + a.delay_ms;
-            e.start_rate(a.rate, a.bonus, from + a.rate_ms, from);
+            // What the old grant accrued was taken when the call left; the
+            // new one accrues from now (its answer), until its end.
+            e.start_rate(a.rate, p.window_ms, sent + a.rate_ms, now);
             e.exhausted_until.store(0, Relaxed);
         } else if e.rate.load(Acquire) > 0 {
-            // The grant ends now: what it accrued until now is kept.
-            self.accrue(e, p, now, self.carry(e, p));
             e.rate.store(0, Release);
         }
         // Prefetch a round trip's worth (twice) ahead of running dry; an
@@ -237,30 +253,12 @@ impl Engine {
 
     /// Take what a rate grant accrued up to `now` (at most `cap` held):
     /// those tokens came from the authority, so they count as leased.
-    pub(super) fn accrue(&self, e: &Entry, p: Policy, now: u64, cap: u64) {
-        let got = e.accrue(p, now, cap);
+    pub(super) fn accrue(&self, e: &Entry, now: u64, cap: u64) {
+        let got = e.accrue(now, cap);
         if got > 0 {
             Counters::add(&self.counters.tokens_leased, got);
             e.granted(got, now);
         }
-    }
-
-    /// Tokens a rate grant may leave accrued and unspent: this holder's part
-    /// of the budget by rate (at least one token).
-    pub(super) fn carry(&self, e: &Entry, p: Policy) -> u64 {
-        let budget = self.r.cfg.overshoot_budget.tokens(p.limit) as u128;
-        let rate = e.rate.load(Relaxed) as u128;
-        // Its share of the budget by rate, or 250 ms of its rate: random
-        // arrivals at about the rate need that much slack not to waste it.
-        let by_budget = budget * rate / p.limit.max(1) as u128;
-        let by_time = rate * 250 / p.window_ms.max(1) as u128;
-        // The key's only holder: its rate is the whole refill, so what it
-        // accrues is what one exact bucket would hold, up to the limit (a
-        // burst after a pause is served as that bucket would serve it).
-        if e.holders.load(Relaxed) <= 1 {
-            return p.limit.max(1);
-        }
-        (by_budget.max(by_time) as u64).max(1)
     }
 
     fn apply_grant(&self, e: &Entry, g: Grant, need: u64, now: u64) {
@@ -289,7 +287,7 @@ impl Engine {
             e.tokens.fetch_add(g.granted, AcqRel);
             if e.retired.load(Acquire) || self.closed.load(Acquire) {
                 let back = e.tokens.swap(0, AcqRel);
-                self.give_back(&e.key, e.policy(), back);
+                self.give_back(e, e.policy(), back);
             }
         }
     }
@@ -302,18 +300,24 @@ impl Engine {
         (until > now && need >= known).then(|| until - now + p.ms_for_tokens(need - known))
     }
 
-    /// Return `tokens` of `key` to the authority.
-    pub(super) fn give_back(&self, key: &str, policy: Policy, tokens: u64) {
+    /// Return `tokens` of `e` to the authority. With adaptive leasing this
+    /// also ends the entry's rate grant (the ledger stops paying for it).
+    pub(super) fn give_back(&self, e: &Entry, policy: Policy, tokens: u64) {
         if tokens == 0 {
             return;
         }
+        if self.r.adaptive {
+            e.rate.store(0, Release);
+        }
+        let key = &e.key;
         let Some(me) = self.me.upgrade() else { return };
         let call = Call::GiveBack {
-            key: key.to_owned(),
+            key: key.to_string(),
             policy: self.authority_policy(policy),
             tokens,
             now: self.now(),
             holder: self.holder.load(Relaxed),
+            adaptive: self.r.adaptive,
         };
         let done: Done = Box::new(move |r| {
             let r = match r {

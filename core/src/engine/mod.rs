@@ -77,8 +77,6 @@ pub(crate) struct Engine {
     holder: AtomicU64,
     /// Moving average of the authority's round trip (ms).
     rtt_ms: AtomicU64,
-    /// Most live holders any key reported (fallback share for unseen keys).
-    fleet: AtomicU64,
 }
 
 /// A holder id no other instance will pick: random bits from the standard
@@ -133,7 +131,6 @@ impl Engine {
             last_sweep: AtomicU64::new(0),
             holder: AtomicU64::new(new_holder_id()),
             rtt_ms: AtomicU64::new(0),
-            fleet: AtomicU64::new(0),
             r,
         }))
     }
@@ -231,7 +228,7 @@ impl Engine {
         // Local tokens above the new limit go back.
         if e.tokens.load(Relaxed) > p.limit {
             let extra = e.tokens.swap(p.limit, AcqRel).saturating_sub(p.limit);
-            self.give_back(&e.key, p, extra);
+            self.give_back(e, p, extra);
         }
     }
 

@@ -146,7 +146,7 @@ impl Engine {
         e.retired.store(true, SeqCst);
         let t = e.tokens.swap(0, AcqRel);
         Counters::add(&self.counters.tokens_expired, t);
-        self.give_back(&e.key, e.policy(), t);
+        self.give_back(e, e.policy(), t);
         if !e.sub {
             // Swapped, so a request counted on it from here on is moved by
             // `Engine::count` instead (counted once either way).
@@ -158,13 +158,20 @@ impl Engine {
     /// Lease TTL, applied lazily on the cold path as well as by the sweeper.
     pub(super) fn expire_if_idle(&self, e: &Entry, p: Policy, now: u64) -> u64 {
         let last = e.last_used.load(Relaxed);
-        if now.saturating_sub(last) < self.r.cfg.lease_ttl_ms || e.tokens.load(Relaxed) == 0 {
+        // The ledger's commitment ends at `lease_until` (I3): the tokens go
+        // back before the authority forgets them.
+        let until = e.lease_until.load(Acquire);
+        let expired = until != 0 && now >= until;
+        if (now.saturating_sub(last) < self.r.cfg.lease_ttl_ms && !expired) || e.tokens.load(Relaxed) == 0 {
+            if expired && e.rate.load(Acquire) > 0 && now >= e.rate_until.load(Acquire) {
+                e.rate.store(0, Release);
+            }
             return 0;
         }
         let t = e.tokens.swap(0, AcqRel);
         if t > 0 {
             Counters::add(&self.counters.tokens_expired, t);
-            self.give_back(&e.key, p, t);
+            self.give_back(e, p, t);
         }
         t
     }
@@ -199,7 +206,7 @@ impl Engine {
         let guard = self.table.map.pin();
         for (_, e) in guard.iter() {
             let t = e.tokens.swap(0, AcqRel);
-            self.give_back(&e.key, e.policy(), t);
+            self.give_back(e, e.policy(), t);
         }
         drop(guard);
         self.wait_idle(bound)

@@ -1,0 +1,327 @@
+-- The ledger: adaptive leasing for one key (docs/design.md, "The ledger").
+-- Runs in Redis and, unchanged, in the memory authority's embedded Lua 5.1.
+--
+-- KEYS[1] the key's state (a hash), KEYS[2] its expiries (a sorted set of
+-- "c<holder>" commitment and "f<holder>" fallback-share expiries).
+-- ARGV: op ("l" lease, "g" give back), limit, window_ms, now ("" for Redis
+-- TIME), holder, demand (milli-tokens/s), held (tokens; for "g": tokens
+-- returned), want, need, single, rate_now, carry_now, fallback_used, the
+-- guard's epoch, version and alive_ms, then the tuning (core/src/ledger.rs):
+-- commit_ms, fallback_ms, learn_ms, min_period_ms, max_period_ms,
+-- grant_tokens, carry_ms, rate_cap_pct, saturation_pct.
+--
+-- Units: credit `c` in 1/w token (w the stored window), rates in those
+-- units per ms (the key's refill rate is `l`), commitments in tokens.
+-- Invariants kept by every step (the bound's proof in docs/design.md):
+--   I1  R (sum of active rates) <= l
+--   I2  max(c, 0) + L * w <= l * w (L: sum of live commitments)
+--   I3  a holder spends a commitment only before its expiry (engine)
+--   I4  F (sum of valid fallback shares) <= l
+local K, Z = KEYS[1], KEYS[2]
+local op = ARGV[1]
+local limit, window = tonumber(ARGV[2]), tonumber(ARGV[3])
+local holder = ARGV[5]
+local demand, held = tonumber(ARGV[6]), tonumber(ARGV[7])
+local want, need, single = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10] == '1'
+local rate_now, carry_now, used = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+local g_epoch, g_version, g_alive = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
+local commit_ms, fallback_ms, learn_ms = tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
+local min_period, max_period = tonumber(ARGV[20]), tonumber(ARGV[21])
+local grant_tokens, carry_ms = tonumber(ARGV[22]), tonumber(ARGV[23])
+local rate_cap_pct, saturation_pct = tonumber(ARGV[24]), tonumber(ARGV[25])
+
+local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+-- numbers go to Redis as integer text (Lua's own text is %.14g)
+local function S(x) return string.format('%.0f', x) end
+local NEVER = 4503599627370496 -- 2^52: a commitment that expires only when given back
+
+local now, pad
+if ARGV[4] ~= '' then
+  -- a caller's clock is not Redis' clock: keep the state longer
+  now, pad = tonumber(ARGV[4]), 600000
+else
+  local t = redis.call('TIME')
+  now, pad = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000), 0
+end
+
+-- load: the key's state, created empty of commitments with a full bucket
+local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z' }
+local s = {}
+local fresh = false
+local ty = redis.call('TYPE', K)
+if type(ty) == 'table' then ty = ty.ok end
+if ty == 'string' then
+  -- a bucket stored before the ledger ("c t w ..."): take its credit over
+  local old = redis.call('GET', K)
+  local c0, t0, w0 = string.match(old or '', '^(%d+) (%d+) (%d+)')
+  redis.call('DEL', K)
+  if c0 then
+    s = { l = limit, w = tonumber(w0), c = tonumber(c0), t = tonumber(t0), L = 0, R = 0, F = 0, D = 0, n = 0,
+      e = now + 2, v = 0, u = 0, z = 0 }
+  end
+elseif ty == 'hash' then
+  local vals = redis.call('HMGET', K, unpack(FIELDS))
+  for i, f in ipairs(FIELDS) do s[f] = tonumber(vals[i]) end
+end
+if s.c == nil or s.t == nil or s.w == nil or s.w <= 0 or s.l == nil then
+  fresh = true
+  s = { l = limit, w = window, c = limit * window, t = now, L = 0, R = 0, F = 0, D = 0, n = 0,
+    e = now + 2, v = 0, u = 0, z = 0 }
+end
+
+-- policy: a call under another limit or window converts the state exactly
+-- enough never to mix units (rounding only ever lowers what can be granted)
+if s.w ~= window or s.l ~= limit then
+  local r = window / s.w
+  s.c = floor(s.c * r)
+  s.R = ceil(s.R * r)
+  s.F = ceil(s.F * r)
+  s.l, s.w = limit, window
+end
+local cap = limit * window
+
+-- refill to `to`: the key's rate less what active rates take, clamped at
+-- capacity less what is committed (I2); none while learning after a loss
+local function refill(to)
+  if to <= s.t then return end
+  local from = max(s.t, s.z)
+  if to > from then
+    local dt = min(to - from, window)
+    s.c = s.c + max(limit - s.R, 0) * dt
+  end
+  s.c = min(s.c, cap - s.L * window)
+  s.t = to
+end
+
+-- records: "L r d f w v k" (commitment tokens, rate and fallback share in
+-- units of 1/w token per ms, demand, the window w of those units, version,
+-- and 1 while its commitment is live and counted in `n`)
+local recs = {}
+local function record(id)
+  if recs[id] == nil then
+    local raw = redis.call('HGET', K, 'h' .. id)
+    local r = { L = 0, r = 0, d = 0, f = 0, w = window, v = 0, live = false }
+    if raw then
+      local a, b, c, d, e, f, k = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d)$')
+      if a then
+        r = { L = tonumber(a), r = tonumber(b), d = tonumber(c), f = tonumber(d), w = tonumber(e), v = tonumber(f),
+          live = k == '1', known = true }
+      end
+    end
+    recs[id] = r
+  end
+  return recs[id]
+end
+local function conv(x, w)
+  return floor(x * window / w)
+end
+local function save(id, r)
+  if r.L == 0 and r.f == 0 and not r.live then
+    redis.call('HDEL', K, 'h' .. id)
+  else
+    local k = 0
+    if r.live then k = 1 end
+    redis.call('HSET', K, 'h' .. id,
+      string.format('%.0f %.0f %.0f %.0f %.0f %.0f %d', r.L, r.r, r.d, r.f, r.w, r.v, k))
+  end
+end
+
+-- reap: expired commitments and fallback shares leave the sums, in expiry
+-- order, each after the refill up to its expiry (its rate ran until then)
+local function reap()
+  local due = redis.call('ZRANGEBYSCORE', Z, '-inf', S(now), 'WITHSCORES')
+  if #due == 0 then return end
+  for i = 1, #due, 2 do
+    local m, at = due[i], tonumber(due[i + 1])
+    refill(at)
+    local id = string.sub(m, 2)
+    local r = record(id)
+    if string.sub(m, 1, 1) == 'c' then
+      s.L = s.L - r.L
+      s.R = s.R - conv(r.r, r.w)
+      s.D = s.D - r.d
+      s.n = s.n - 1
+      r.L, r.r, r.d, r.live = 0, 0, 0, false
+    else
+      s.F = s.F - conv(r.f, r.w)
+      r.f = 0
+    end
+    r.dirty = true
+  end
+  redis.call('ZREMRANGEBYSCORE', Z, '-inf', S(now))
+  if s.n <= 0 then s.n, s.L, s.R, s.D = 0, 0, 0, 0 end
+  s.L, s.R, s.F, s.D = max(s.L, 0), max(s.R, 0), max(s.F, 0), max(s.D, 0)
+  for id, r in pairs(recs) do
+    if r.dirty and id ~= holder then save(id, r) end
+  end
+end
+
+-- store: the state and this holder's record; both keys live at least as
+-- long as any answer said (`u`), so a quiet key never reads as lost
+local alive = 0
+local function store(me, c_until, f_until)
+  s.v = s.v + 1
+  if me then
+    me.v = s.v
+    save(holder, me)
+    if c_until then redis.call('ZADD', Z, S(c_until), 'c' .. holder) end
+    if f_until then redis.call('ZADD', Z, S(f_until), 'f' .. holder) end
+  end
+  local full = ceil((cap - min(s.c, cap)) / limit) + max(s.z - now, 0)
+  alive = max(full, max(s.u - now, 0))
+  if s.n > 0 or s.F > 0 then
+    local last = redis.call('ZRANGE', Z, '-1', '-1', 'WITHSCORES')
+    if last[2] then alive = max(alive, min(tonumber(last[2]), NEVER) - now) end
+  end
+  s.u = now + alive
+  redis.call('HSET', K, 'l', S(s.l), 'w', S(s.w), 'c', S(s.c), 't', S(s.t), 'L', S(s.L), 'R', S(s.R),
+    'F', S(s.F), 'D', S(s.D), 'n', S(s.n), 'e', S(s.e), 'v', S(s.v), 'u', S(s.u), 'z', S(s.z))
+  local px = S(alive + 1000 + pad)
+  redis.call('PEXPIRE', K, px)
+  redis.call('PEXPIRE', Z, px)
+end
+
+local function whole()
+  return floor(max(s.c, 0) / window)
+end
+
+reap()
+refill(now)
+
+if op == 'g' then
+  -- give back: unspent tokens of this holder's commitment return to the
+  -- bucket, and its rate (if any) ends; tokens of an expired commitment
+  -- were already forgotten and are not credited
+  if fresh then return whole() end
+  local me = record(holder)
+  if me.live then
+    local back = min(held, me.L)
+    me.L = me.L - back
+    s.L = s.L - back
+    s.c = s.c + back * window
+    s.R = max(s.R - conv(me.r, me.w), 0)
+    me.r = 0
+  end
+  store(me.live and me or nil, nil, nil)
+  return whole()
+end
+
+-- guard: state lost (Redis restarted empty, a stale replica promoted) is
+-- told from what this holder saw: an epoch that changed while the state
+-- had to exist, or a version older than one it was answered with
+local me = record(holder)
+local lost = 0
+if g_epoch > 0 then
+  if g_epoch ~= s.e then
+    if g_alive > 0 then lost = 1 end
+  elseif g_version > s.v or (me.known and g_version > me.v) then
+    lost = 1
+  end
+end
+if lost == 1 then
+  -- restart empty and learn for the longest commitment: no refill, no new
+  -- tokens; holders keep (and are re-granted) what they report
+  s.c = 0
+  s.t = now
+  s.z = max(s.z, now + learn_ms)
+end
+
+-- the holder's sums before this call
+local old_L, old_r, old_f = me.L, conv(me.r, me.w), conv(me.f, me.w)
+if not me.live then s.n = s.n + 1 end
+s.D = s.D - me.d + demand
+me.d = demand
+s.L = s.L - old_L
+s.R = s.R - old_r
+s.F = s.F - old_f
+me.w = window
+me.live = true
+
+if need < 1 then need = 1 end
+if need > limit then need = limit end
+if single then want = need end
+
+-- a holder's part of the key's rate, proportional to its demand
+local function share()
+  if s.D <= 0 then return floor(limit / max(s.n, 1)) end
+  return floor(limit * max(demand, 0) / s.D)
+end
+
+local granted, wait, rate, period = 0, 0, 0, 0
+local learning = s.z > now
+local h = min(held, old_L)
+if learning then
+  -- learning: trust what the holder reports (its commitment to the lost
+  -- state), re-grant its rate as it was, and no new tokens
+  h = min(held, limit)
+  if rate_now > 0 then
+    rate = min(rate_now, max(limit - s.R, 0))
+    period = min(max_period, s.z - now)
+  end
+  if rate > 0 then
+    me.L = h + min(carry_now, limit)
+  else
+    me.L = h
+  end
+  wait = s.z - now
+else
+  -- fallback admissions since the last answer are debited (I4)
+  if used > 0 then s.c = max(s.c - used * window, -cap) end
+  local avail = whole()
+  local saturated = (s.D * window / 1000000) * 100 >= limit * saturation_pct
+  if avail >= need then
+    -- chunk: what the holder asks for, from what the bucket holds; the
+    -- `need` part is spent by the request that asked as it lands. On a
+    -- saturated key, at most its share of the refill over the period.
+    if saturated and not single then
+      want = min(want, need + floor(share() * min_period / window))
+    end
+    granted = min(max(want, need), avail)
+    s.c = s.c - granted * window
+    me.L = h + granted - need
+  else
+    me.L = h
+    local units = demand * window / 1000000
+    if saturated and not single then
+      -- rate: its share, near its demand, within what others' rates leave (I1)
+      local cap_r = floor(units * rate_cap_pct / 100)
+      if demand <= 0 then cap_r = floor(limit / max(s.n, 1)) end
+      local sh = share()
+      rate = max(min(sh, cap_r, limit - s.R), 0)
+      if rate * 2 >= sh and rate > 0 then
+        period = min(max(ceil(grant_tokens * window / rate), min_period), max_period)
+      else
+        period = min_period
+      end
+      -- carry: tokens it may hold from the rate, within capacity (I2)
+      local carry = max(need, ceil(rate * carry_ms / window))
+      local room = floor((cap - max(s.c, 0)) / window) - s.L - h
+      carry = min(carry, room)
+      if carry < need or rate <= 0 then
+        rate, period = 0, 0
+        wait = min_period
+      else
+        me.L = h + carry
+      end
+    end
+    if rate == 0 and wait == 0 then
+      local free = max(limit - s.R, 1)
+      wait = ceil(max(need * window - s.c, 0) / free)
+    end
+  end
+end
+me.r = rate
+s.L = s.L + me.L
+s.R = s.R + rate
+
+-- fallback share: proportional to demand, within what other valid shares
+-- leave of the key's rate (I4)
+me.f = max(min(share(), limit - s.F), 0)
+s.F = s.F + me.f
+
+local c_until = NEVER
+if commit_ms > 0 then c_until = now + commit_ms end
+store(me, c_until, now + fallback_ms)
+local z_left = max(s.z - now, 0)
+return { granted, whole(), wait, rate, period, me.L, commit_ms, me.f, fallback_ms, s.n, z_left,
+  s.e, s.v, alive, lost }

@@ -1,0 +1,198 @@
+//! Adaptive leasing as a ledger: what a holder asks, what the authority
+//! answers, and the tuning, for the one algorithm in `authority/lua/ledger.lua`
+//! that Redis and the memory authority's embedded Lua both run.
+//!
+//! Every commitment the authority makes (a chunk, a rate with its carry, a
+//! fallback share) is recorded with its expiry; the holder honours the same
+//! expiry on its own clock. The invariants I1-I4 and the bound they give are
+//! in docs/design.md ("The ledger").
+
+/// The script: one text for Redis and for the memory authority.
+pub(crate) const SCRIPT: &str = include_str!("authority/lua/ledger.lua");
+
+/// Every tuned number of adaptive leasing, in one place; docs/design.md
+/// ("Tuning") gives each its reason and the benchmark that set it. None of
+/// them can change the bound, only calls, false denials and latency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// How long a commitment lasts at the authority (0: until given back).
+    pub commit_ms: u64,
+    /// A holder stops spending this long before the authority's expiry
+    /// (its maintenance runs at least this often).
+    pub expiry_margin_ms: u64,
+    /// How long a fallback share stays valid (and counted in F).
+    pub fallback_ms: u64,
+    /// After a loss: no new tokens for this long (every commitment of the
+    /// lost state has expired by then).
+    pub learn_ms: u64,
+    /// Shortest rate grant.
+    pub min_period_ms: u64,
+    /// Longest rate grant (at most `commit_ms - expiry_margin_ms`).
+    pub max_period_ms: u64,
+    /// A full share's grant lasts long enough to deliver this many tokens.
+    pub grant_tokens: u64,
+    /// A rate's carry: tokens it may leave unspent, this many ms of it.
+    pub carry_ms: u64,
+    /// A rate is at most this percentage of the holder's demand.
+    pub rate_cap_pct: u64,
+    /// Rates start when the fleet's demand reaches this percentage of the
+    /// key's rate and the bucket cannot serve a request.
+    pub saturation_pct: u64,
+    /// Chunks are sized for this many ms of demand (plus a round trip).
+    pub target_ms: u64,
+}
+
+/// The tuning of every limiter.
+pub const TUNING: Tuning = Tuning {
+    commit_ms: 5_000,
+    expiry_margin_ms: 1_000,
+    fallback_ms: 300_000,
+    learn_ms: 6_000,
+    min_period_ms: 1_000,
+    max_period_ms: 4_000,
+    grant_tokens: 40,
+    carry_ms: 250,
+    rate_cap_pct: 125,
+    saturation_pct: 90,
+    target_ms: 1_000,
+};
+
+/// What a holder sends with an adaptive lease call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ask {
+    /// The holder's id (one per limiter instance and process).
+    pub holder: u64,
+    /// Its offered load on the key, milli-tokens per second.
+    pub demand: u64,
+    /// Tokens it holds locally now.
+    pub held: u64,
+    /// Its current rate (credit units per ms; 0: none): re-granted as it is
+    /// while the authority learns after a loss.
+    pub rate: u64,
+    /// Its current commitment cap in tokens (what a rate may fill up to).
+    pub carry: u64,
+    /// Tokens it admitted under the failure policy since its last answer:
+    /// debited from the bucket.
+    pub fallback_used: u64,
+    /// Decide one request at a time: grant `need` only, never a rate.
+    pub single: bool,
+    /// Commitments expire at the authority (0: only when given back).
+    pub commit_ms: u64,
+}
+
+/// The authority's answer beyond the chunk grant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Answer {
+    /// A rate grant in credit units per ms (0: none).
+    pub rate: u64,
+    /// How long the rate runs, from when the call was sent.
+    pub rate_ms: u64,
+    /// The holder's commitment in tokens: what it may hold at most.
+    pub commit: u64,
+    /// How long its tokens stay valid, from when the call was sent (0: until
+    /// given back).
+    pub commit_ms: u64,
+    /// Its fallback share (credit units per ms, i.e. tokens per window).
+    pub fallback: u64,
+    /// How long the fallback share stays valid, from when the call was sent.
+    pub fallback_ms: u64,
+    /// Live holders of the key, this one included.
+    pub holders: u64,
+    /// The authority is learning after a loss for this many more ms.
+    pub learning_ms: u64,
+}
+
+/// The script's arguments after `KEYS` for one lease (`op` "l") or give-back
+/// (`op` "g", `held` = tokens returned). `now`: `None` for Redis `TIME`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn args(
+    op: &str,
+    limit: u64,
+    window_ms: u64,
+    now: Option<u64>,
+    ask: &Ask,
+    want: u64,
+    need: u64,
+    guard: (u64, u64, u64),
+) -> Vec<String> {
+    let t = TUNING;
+    let mut v = vec![
+        op.to_string(),
+        limit.to_string(),
+        window_ms.to_string(),
+        now.map(|n| n.to_string()).unwrap_or_default(),
+        ask.holder.to_string(),
+    ];
+    v.extend(
+        [
+            ask.demand,
+            ask.held,
+            want,
+            need,
+            ask.single as u64,
+            ask.rate,
+            ask.carry,
+            ask.fallback_used,
+            guard.0,
+            guard.1,
+            guard.2,
+            ask.commit_ms,
+            t.fallback_ms,
+            t.learn_ms,
+            t.min_period_ms,
+            t.max_period_ms
+                .min(ask.commit_ms.saturating_sub(t.expiry_margin_ms).max(t.min_period_ms)),
+            t.grant_tokens,
+            t.carry_ms,
+            t.rate_cap_pct,
+            t.saturation_pct,
+        ]
+        .map(|n| n.to_string()),
+    );
+    v
+}
+
+/// A lease answer: `(granted, remaining, wait_ms)`, the [`Answer`], and the
+/// failover stamp `(epoch, version, alive_ms, lost)`.
+pub(crate) type Parsed = ((u64, u64, u64), Answer, (u64, u64, u64, bool));
+
+/// Read the script's lease reply (15 integers).
+pub(crate) fn parse(r: &[i64]) -> Option<Parsed> {
+    let u = |i: usize| r.get(i).map(|&v| v.max(0) as u64);
+    if r.len() != 15 {
+        return None;
+    }
+    let answer = Answer {
+        rate: u(3)?,
+        rate_ms: u(4)?,
+        commit: u(5)?,
+        commit_ms: u(6)?,
+        fallback: u(7)?,
+        fallback_ms: u(8)?,
+        holders: u(9)?,
+        learning_ms: u(10)?,
+    };
+    Some(((u(0)?, u(1)?, u(2)?), answer, (u(11)?, u(12)?, u(13)?, u(14)? == 1)))
+}
+
+/// Tokens per window that a demand of `demand` milli-tokens per second is,
+/// for a key with window `window_ms` (the unit of rates and shares).
+pub fn demand_units(demand: u64, window_ms: u64) -> u64 {
+    ((demand as u128 * window_ms as u128) / 1_000_000) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tuning_keeps_rates_within_a_commitment() {
+        let t = TUNING;
+        assert!(t.max_period_ms + t.expiry_margin_ms <= t.commit_ms);
+        assert!(
+            t.learn_ms >= t.commit_ms,
+            "learning outlasts every commitment of the lost state"
+        );
+        assert!(t.min_period_ms <= t.max_period_ms);
+    }
+}
