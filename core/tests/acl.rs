@@ -1,4 +1,4 @@
-//! Least privilege: the Redis ACL README.md ("Redis permissions") documents
+//! Least privilege: the Redis ACL docs/redis.md ("Redis permissions") documents
 //! is all a limiter needs. A user restricted to it (`ACL SETUSER` on a real
 //! redis-server and Redis Cluster) leases, gives back, inspects, gets
 //! adaptive rates, has stale holders forgotten, flushes and closes with no
@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use common::{await_cond, stored_tokens, unique, RedisCluster, RedisServer};
 use quotalease::{Error, ErrorKind, Limiter, Reason};
 
-/// The commands of README's rule, in its order: every script call
+/// The commands of docs/redis.md's rule, in its order: every script call
 /// (EVALSHA, EVAL when a server does not have the script yet), what the
 /// scripts run, `inspect`'s PTTL, and the policy store's commands.
 const COMMANDS: [&str; 15] = [
@@ -24,7 +24,7 @@ const COMMANDS: [&str; 15] = [
 /// Redis Cluster adds these (the redis crate's topology discovery and redirections).
 const CLUSTER_COMMANDS: [&str; 3] = ["ping", "cluster|slots", "asking"];
 
-/// README's rule, for the default key prefix `ql`.
+/// docs/redis.md's rule, for the default key prefix `ql`.
 fn documented_rule() -> String {
     let cmds: Vec<String> = COMMANDS.iter().map(|c| format!("+{c}")).collect();
     format!(
@@ -72,10 +72,10 @@ fn messages(l: &Limiter) -> Arc<Mutex<Vec<String>>> {
 #[test]
 fn the_documented_rule_covers_every_command_the_scripts_run() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("../README.md")).unwrap();
+    let readme = std::fs::read_to_string(root.join("../docs/redis.md")).unwrap();
     assert!(
         readme.contains(&documented_rule()),
-        "README.md does not give the tested rule:\n{}",
+        "docs/redis.md does not give the tested rule:\n{}",
         documented_rule()
     );
     let mut seen = Vec::new();
@@ -92,7 +92,7 @@ fn the_documented_rule_covers_every_command_the_scripts_run() {
                     .to_ascii_lowercase();
                 assert!(
                     COMMANDS.contains(&name.as_str()),
-                    "a script runs {name}, which README's ACL rule does not allow"
+                    "a script runs {name}, which docs/redis.md's ACL rule does not allow"
                 );
                 if !seen.contains(&name) {
                     seen.push(name);

@@ -43,7 +43,7 @@ fn leases_from_the_primary_with_the_urls_user_and_database() {
     let group = SentinelGroup::start();
     let primary = group.primary(None);
     assert_eq!(primary, group.ports[0]);
-    // README's least-privilege rule plus what Sentinel and a database need
+    // docs/redis.md's least-privilege rule plus what Sentinel and a database need
     // (ROLE, SELECT), on the primary only (ACLs are per server); and a user
     // on every sentinel allowed only what the limiter asks them.
     let p = unique("sn");

@@ -252,7 +252,7 @@ fn vectors_redis_sentinel() {
 
 #[test]
 fn vectors_redis_as_a_restricted_user() {
-    // README's "Redis permissions" rule (core/tests/acl.rs checks it against
+    // docs/redis.md's "Redis permissions" rule (core/tests/acl.rs checks it against
     // the scripts), for the prefixes this runner uses (`v…`).
     let server = common::RedisServer::start();
     let rule = "ACL SETUSER ql-vectors on >vec-pw resetkeys ~v* resetchannels -@all \
