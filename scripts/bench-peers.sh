@@ -65,8 +65,8 @@ instances × lease_size for lease (one instance here) and 0 for exact and gcra.
 
 Command: \`make bench-peers\` (= \`scripts/bench-peers.sh\`: starts a redis-server with
 \`tests/harness/redisctl start\`, builds with \`cargo build --release -p quotalease-cli\`,
-runs the commands below, stops the server). Measured $(date -u +%Y-%m-%d) on $(nproc) shared cores
-(load average $load at the end, other engineers' builds running), Redis $redis_version on the
+runs the commands below, stops the server). Measured $(date -u +%Y-%m-%d) on $(nproc) cores
+(load average $load at the end, other work running), Redis $redis_version on the
 same cores.
 
 \`\`\`sh

@@ -31,7 +31,7 @@ def main():
         "",
         "Command: `make bench` (runs `scripts/bench-rust.sh`: `cargo bench -p quotalease --bench hot_path`,",
         "then callgrind on `core/examples/hot_loop.rs`). Median ns per admitted request, all contenders",
-        "measured in the same run; the machine is a shared 2-core VM, so read the ratios.",
+        "measured in the same run; wall-clock figures move with the machine's load, so read the ratios.",
         f"Run: {datetime.date.today()} on {platform.machine()}, `{subprocess.run(['rustc', '--version'], capture_output=True, text=True).stdout.strip()}`.",
         "",
         "| case | quotalease ns | governor ns | Mutex<HashMap> ns | quotalease / governor |",

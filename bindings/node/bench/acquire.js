@@ -107,7 +107,7 @@ async function main() {
       ...lines,
       '',
       ...summary,
-      '- Wall-clock figures move with the load on this shared 2-core machine: compare the ratios within one run.',
+      '- Wall-clock figures move with the machine\'s load: compare the ratios within one run.',
     ], { heading: '## Node' })
     console.error(`wrote ${DOCS}`)
   }

@@ -406,8 +406,8 @@ function docBlock(result, tables, redisVersion) {
     '',
     `Command: \`${result.command}\` (= \`scripts/bench-node.sh\`, which runs \`bindings/node/bench/acquire.js\` ` +
       'then `bindings/node/bench/peers.js`; peers.js starts a redis-server with `tests/harness/redisctl start` and ' +
-      `stops it at the end). Measured ${result.date} on ${os.cpus().length} shared cores (load average ${load} at the end, ` +
-      `other engineers' work running), ${versions}, the redis-server on the same cores.`,
+      `stops it at the end). Measured ${result.date} on ${os.cpus().length} cores (load average ${load} at the end, ` +
+      `other work running), ${versions}, the redis-server on the same cores.`,
     '',
     ...tables.split('\n'),
     '',
@@ -424,7 +424,7 @@ function docBlock(result, tables, redisVersion) {
       "quotalease's broker thread) is the limit. ioredis keeps all of its workers' requests in flight on its one connection; " +
       "quotalease's exact mode sends them through the limiter's broker, which pipelines the requests queued so far into one " +
       'batch and waits for it before sending the next, so it has fewer round trips in flight and runs one more command per ' +
-      'request. Figures move with the load on this shared machine from run to run; the ratios within one run are the result.',
+      'request. Figures move with the load on the machine from run to run; the ratios within one run are the result.',
   ]
 }
 

@@ -245,7 +245,7 @@ def main() -> int:
         f"redis-server {lim_red:,.0f} ns ({lim_red / red_hot:.0f}×).",
         "With the default lease_size (20), a single tight loop on one key drains a lease faster than one Redis "
         "round trip, so it waits for leases: size leases for rate × round trip.",
-        "Wall-clock figures move with the load on this shared 2-core machine (the warm-key acquire measured "
+        "Wall-clock figures move with the machine's load (the warm-key acquire measured "
         "115–195 ns across runs on 2026-11-30); the instruction counts do not.",
     ]
     host = f"Python {platform.python_version()}, quotalease {quotalease.__version__}, limits {limits.__version__}"

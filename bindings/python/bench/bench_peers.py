@@ -552,7 +552,7 @@ redis-py's) releases it, so the per-request designs overlap their round trips.
 Command: `{LONG_COMMAND}` (bench_peers.py starts its own redis-server with
 `tests/harness/redisctl start`, stops it at the end, and writes
 `target/bench/peers-python.json`, this block and the chart). Measured {date} on {m["nproc"]}
-shared cores (load average {m["load"]} at the end{busy}), Python {m["python"]},
+cores (load average {m["load"]} at the end{busy}), Python {m["python"]},
 quotalease {m["quotalease"]}, limits {m["limits"]}, redis-py {m["redis_py"]},
 Redis {m["redis_server"]} on the same cores.
 
