@@ -36,12 +36,12 @@ for sub in $submodules; do (cd "$sub" && go vet ./...); done
 
 passed=0
 failed=0
-# Every `package main` example of bindings/go/README.md, each in a fresh module
-# that points at this checkout.
+# Every `package main` example of bindings/go/README.md and of the project
+# README.md (its Go quick start), each in a fresh module that points at this checkout.
 work=$(mktemp -d "${TMPDIR:-/tmp}/quotalease-go.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 awk -v dir="$work" '/^```go$/{n++; p=1; f=dir "/block" n ".go"; next} p&&/^```$/{p=0; next} p{print > f}' \
-  "$root/bindings/go/README.md"
+  "$root/bindings/go/README.md" "$root/README.md"
 examples=0
 for block in "$work"/block*.go; do
   [ -e "$block" ] || continue
@@ -64,7 +64,7 @@ for block in "$work"/block*.go; do
   fi
 done
 if [ "$examples" = 0 ]; then
-  echo "FAILED: no \`\`\`go block with package main in bindings/go/README.md"
+  echo "FAILED: no \`\`\`go block with package main in bindings/go/README.md or README.md"
   failed=$((failed + 1))
 fi
 

@@ -1,6 +1,7 @@
 'use strict'
 // The package README's examples (bindings/node/README.md) work when copied:
-// the JavaScript ones run, the TypeScript one type-checks.
+// the JavaScript ones run, the TypeScript one type-checks. So does the project
+// README's Node example (README.md at the root of the repository).
 
 const test = require('node:test')
 const assert = require('node:assert/strict')
@@ -15,6 +16,16 @@ const DIR = path.join(__dirname, '.readme')
 function blocks() {
   const readme = fs.readFileSync(path.join(PKG, 'README.md'), 'utf8')
   return [...readme.matchAll(/```(js|ts)\n([\s\S]*?)```/g)].map((m) => ({ lang: m[1], code: m[2] }))
+}
+
+// The first ```js block under `### Node` of the project README (README.md at the root).
+function projectReadmeBlock() {
+  const readme = fs.readFileSync(path.join(PKG, '..', '..', 'README.md'), 'utf8')
+  const section = readme.match(/^### Node\n([\s\S]*?)(?=^##)/m)
+  assert.ok(section, "the project README has no '### Node' section")
+  const block = section[1].match(/```js\n([\s\S]*?)```/)
+  assert.ok(block, "the project README's '### Node' section has no ```js block")
+  return block[1]
 }
 
 function write(name, code) {
@@ -176,4 +187,10 @@ test('the Express example with tiers gives a pro key both rules and others the f
   assert.deepEqual(await free.json(), { limit: 100, rules: 1 })
   child.kill('SIGTERM')
   assert.equal(await child.exited, 0, child.err)
+})
+
+test("the project README's Node example runs", async () => {
+  const child = run(write('project-readme.js', projectReadmeBlock()))
+  assert.equal(await child.exited, 0, child.err)
+  assert.deepEqual(child.out.trim().split('\n'), ['0 true 4 lease', '1 true 3 lease', '2 true 2 lease', '3 true 1 lease', '4 true 0 lease', '5 false 0 exhausted'])
 })

@@ -1,5 +1,5 @@
 """The package README's examples work when copied: each ```python block of
-bindings/python/README.md runs as written."""
+bindings/python/README.md runs as written; so does the project README's Python example."""
 
 from __future__ import annotations
 
@@ -225,3 +225,28 @@ def test_tiers_in_the_integrations_example() -> None:
         denied = client.get("/export", headers={"x-api-key": "cat"})
         assert denied.status_code == 429 and "retry-after" in denied.headers
         assert denied.headers.get_list("ratelimit-policy") == ['"default";q=1;w=86400']  # the route's 1/day
+
+
+def project_readme_block(heading: str, lang: str) -> str:
+    """The first ```lang block under `### heading` of the project README.md."""
+    text = (ROOT / "README.md").read_text()
+    section = re.search(rf"^### {re.escape(heading)}\n(.*?)(?=^##)", text, re.S | re.M)
+    assert section, f"README.md has no '### {heading}' section"
+    found = re.search(rf"```{lang}\n(.*?)```", section.group(1), re.S)
+    assert found, f"README.md's '### {heading}' has no ```{lang} block"
+    return found.group(1)
+
+
+def test_project_readme_python_quick_start() -> None:
+    """The project README's Python example (memory://, 5/min) runs as written."""
+    lines = printed(project_readme_block("Python", "python"), "project_readme_python")
+    assert lines[:6] == [
+        "0 True 4 lease",
+        "1 True 3 lease",
+        "2 True 2 lease",
+        "3 True 1 lease",
+        "4 True 0 lease",
+        "5 False 0 exhausted",
+    ]
+    headers = ast.literal_eval(lines[6])
+    assert headers["RateLimit-Policy"] == '"default";q=5;w=60' and int(headers["Retry-After"]) >= 1
