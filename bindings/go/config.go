@@ -71,7 +71,7 @@ type Config struct {
 	// that NAME), "redis://[user:pass@]host:port[/db]", "rediss://" (TLS),
 	// "redis+cluster://host:port[,host:port...]",
 	// "redis+sentinel://host:port[,host:port...]/service_name[/db]" (the
-	// primary Redis Sentinel names; URL forms: the project README).
+	// primary Redis Sentinel names; URL forms: docs/redis.md).
 	URL string
 	// Limit is the number of tokens per window for every key (required,
 	// unless Rate is set).

@@ -14,7 +14,7 @@ use crate::error::{c_str, fail, fail_with, lease_status, lease_status::*, null_a
 /// `lease_options_set_int`, build limiters with
 /// `lease_limiter_new_from_options`, release it with `lease_options_free`.
 ///
-/// The names are those of the project README's configuration table, in
+/// The names are those of docs/configuration.md's options table, in
 /// snake_case ("lease_size") or camelCase ("leaseSize"): `url`, `limit`,
 /// `window_ms`, `rate`, `lease_size`, `refill_threshold`, `lease_ttl_ms`,
 /// `on_backend_failure`, `expected_replicas`, `backend_timeout_ms`,
