@@ -17,9 +17,29 @@ use quotalease::{Error, ErrorKind, Limiter, Reason};
 /// The commands of docs/redis.md's rule, in its order: every script call
 /// (EVALSHA, EVAL when a server does not have the script yet), what the
 /// scripts run, `inspect`'s PTTL, and the policy store's commands.
-const COMMANDS: [&str; 15] = [
-    "evalsha", "eval", "time", "get", "set", "pttl", "hgetall", "hset", "hdel", "pexpire", "hlen", "hmget", "lrange",
-    "lpush", "ltrim",
+const COMMANDS: [&str; 22] = [
+    "evalsha",
+    "eval",
+    "time",
+    "get",
+    "set",
+    "pttl",
+    "hgetall",
+    "hset",
+    "hdel",
+    "pexpire",
+    "hlen",
+    "hmget",
+    "lrange",
+    "lpush",
+    "ltrim",
+    "type",
+    "del",
+    "hget",
+    "zadd",
+    "zrange",
+    "zrangebyscore",
+    "zremrangebyscore",
 ];
 /// Redis Cluster adds these (the redis crate's topology discovery and redirections).
 const CLUSTER_COMMANDS: [&str; 3] = ["ping", "cluster|slots", "asking"];
@@ -101,7 +121,7 @@ fn the_documented_rule_covers_every_command_the_scripts_run() {
         }
     }
     // The parse found the scripts' commands (it cannot pass on nothing).
-    for c in ["time", "get", "set", "hgetall", "hset", "hdel", "pexpire"] {
+    for c in ["time", "get", "set", "hset", "hdel", "pexpire", "zadd", "zrangebyscore"] {
         assert!(seen.iter().any(|s| s == c), "no script runs {c}? seen {seen:?}");
     }
 }
@@ -133,8 +153,9 @@ fn a_restricted_user_runs_limiters() {
         assert_eq!(l.metrics().backend_errors, 0, "{protocol}: {:?}", ev.lock().unwrap());
 
         // Adaptive leasing: three holders saturating a key get rates (the
-        // holders' hash is read and written), then the two that stop are
-        // forgotten (HDEL) while the third goes on.
+        // ledger's hash and sorted set are read and written), then the two
+        // that stop are forgotten when their commitments expire (reaped from
+        // the sorted set) while the third goes on.
         let fleet: Vec<Limiter> = (0..3)
             .map(|_| build().limit(200).window_ms(1_000).build().unwrap())
             .collect();
@@ -147,7 +168,13 @@ fn a_restricted_user_runs_limiters() {
             }
             fleet.iter().any(|l| l.inspect("hot").unwrap().rate_per_window > 0)
         });
-        let holders = || -> u64 { server.cli(&["HLEN", &format!("{p}:{{hot}}:h")]).parse().unwrap() };
+        let holders = || -> u64 {
+            server
+                .cli(&["HGET", &format!("{p}:{{hot}}"), "n"])
+                .trim()
+                .parse()
+                .unwrap()
+        };
         assert_eq!(holders(), 3, "{protocol}");
         for l in &fleet[1..] {
             l.close().unwrap();

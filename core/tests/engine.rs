@@ -278,14 +278,12 @@ fn a_flapping_circuit_admits_the_refill_plus_each_outages_refill() {
     );
 }
 
-/// The same with adaptive leases: known to fail. The authority tells each
-/// holder its fallback rate when it calls, and a holder that stopped
-/// calling (denied, its key held by a busier instance's rate) keeps the
-/// share it was told when there were fewer holders: here 600 + 300 + 200 +
-/// 150 per minute for a 600/min key, so the fleet admits about twice the
-/// bound over the run (634 against 452). Run with `-- --ignored`.
+/// The same with adaptive leases (schedule F of the ledger issue). Before
+/// the ledger, each holder kept the fallback rate it was told when it last
+/// called, and nobody summed them (600 + 300 + 200 + 150 per minute for a
+/// 600/min key: 634 admitted against 452). The ledger keeps the valid
+/// shares' sum within the key's rate (I4).
 #[test]
-#[ignore = "known: stale fallback rates of quiet holders sum above the key's rate"]
 fn a_flapping_circuit_admits_the_refill_plus_each_outages_refill_adaptive() {
     let (leased, fallback, bound) = flapping_run("outage-flapping-adaptive", true);
     assert!(

@@ -92,6 +92,19 @@ struct Bucket {
 }
 
 fn bucket(group: &SentinelGroup, port: u16, key: &str) -> Option<Bucket> {
+    // an adaptive key's ledger is a hash: its credit, window, epoch and version
+    if group.cli(port, &["TYPE", key]).trim() == "hash" {
+        let v = group.cli(port, &["HMGET", key, "c", "w", "e", "v"]);
+        let f: Vec<i64> = v.lines().map(|x| x.trim().parse().unwrap_or(0)).collect();
+        if f.len() != 4 {
+            return None;
+        }
+        return Some(Bucket {
+            tokens: (f[0].max(0) / f[1].max(1)) as u64,
+            epoch: f[2] as u64,
+            version: f[3] as u64,
+        });
+    }
     let v = group.cli(port, &["GET", key]);
     if v.is_empty() {
         return None;
