@@ -1,12 +1,13 @@
-//! `quotalease inspect`: a key's authoritative bucket in Redis, read with
-//! `Limiter::inspect`, and what it means for "why was this denied?".
+//! `quotalease inspect`: a key's authoritative state in Redis (crate::stored:
+//! a fixed-lease bucket string or an adaptive key's ledger, with its holders),
+//! and what it means for "why was this denied?".
 
 use std::fmt::Write as _;
 
 use quotalease::{Config, Limiter};
 
 use crate::redis_util;
-use crate::stored::{self, Bucket};
+use crate::stored;
 
 /// What `inspect` takes.
 #[derive(Clone, Debug)]
@@ -50,22 +51,25 @@ pub fn run(o: &Options) -> Result<String, String> {
     let insp = limiter.inspect(&o.key).map_err(crate::explain)?;
     let now = redis_util::time_ms(&mut conn)?;
     let redis_key = format!("{}:{{{}}}", o.key_prefix, o.key);
-    // The stored value is "credit refilled_at window epoch version" (crate::stored).
-    let stored_window: Option<u64> = redis::cmd("GET")
-        .arg(&redis_key)
-        .query::<Option<String>>(&mut conn)
-        .map_err(|e| format!("GET failed: {e}"))?
-        .and_then(|v| Bucket::parse(&v).window_ms);
-    let pttl = redis_util::pttl(&mut conn, &redis_key)?;
-    // Adaptive leasing's holder records (crate::stored), without the failover
-    // guard's '~' fields.
-    let (holders, _quarantine) = stored::split_holders(
-        redis::cmd("HGETALL")
-            .arg(format!("{redis_key}:h"))
-            .query(&mut conn)
-            .map_err(|e| format!("HGETALL failed: {e}"))?,
-    );
-    let elsewhere = if insp.authority_tokens.is_none() {
+    // The key's state in either form, and the ledger's expiries (crate::stored).
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    stored::pipe_read(&mut pipe, &redis_key);
+    pipe.cmd("ZRANGE")
+        .arg(format!("{redis_key}:x"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES");
+    let answers: Vec<redis::Value> = pipe.query(&mut conn).map_err(|e| format!("read failed: {e}"))?;
+    let (state, pttl) = stored::from_reads(&answers[..stored::READS.min(answers.len())]);
+    let expiries: Vec<(String, u64)> = answers
+        .get(stored::READS)
+        .and_then(|v| redis::from_redis_value(v.clone()).ok())
+        .unwrap_or_default();
+    let expiry = |member: String| expiries.iter().find(|(m, _)| *m == member).map(|(_, at)| *at);
+    let stored_window = state.as_ref().and_then(|s| s.bucket.window_ms);
+    let tokens = state.as_ref().and_then(|s| s.bucket.tokens()).or(insp.authority_tokens);
+    let elsewhere = if tokens.is_none() {
         redis_util::find_prefixes(&mut conn, &o.key)?
     } else {
         Vec::new()
@@ -104,7 +108,7 @@ pub fn run(o: &Options) -> Result<String, String> {
             );
         }
     }
-    let Some(tokens) = insp.authority_tokens else {
+    let Some(tokens) = tokens else {
         let full = match o.policy {
             Some((l, _)) => format!(" ({l} tokens)"),
             None => String::new(),
@@ -126,45 +130,75 @@ pub fn run(o: &Options) -> Result<String, String> {
         out.push_str(&hints());
         return Ok(out);
     };
-    if !holders.is_empty() {
+    if let Some(l) = state.as_ref().and_then(|s| s.ledger) {
         let w = stored_window.unwrap_or(window_ms).max(1) as f64;
+        let per_s = |units: u64| units as f64 * 1000.0 / w;
         let _ = writeln!(
             out,
-            "holders    {} live (adaptive leasing): demand and rate per second; rates are paid from the refill",
-            holders.len()
+            "ledger     adaptive leasing, limit {} per {}: {} tokens committed, rates {:.2}/s, fallback shares \
+             {:.2}/s (epoch {}, version {})",
+            l.limit,
+            secs(w as u64),
+            l.committed,
+            per_s(l.rates),
+            per_s(l.fallback),
+            l.epoch,
+            l.version
         );
-        let mut paid = 0.0;
-        for (id, v, parsed) in &holders {
-            let Some(h) = parsed else {
-                let _ = writeln!(out, "           {id}: unreadable record {v:?}");
-                continue;
-            };
-            let (demand, held, expires, rate, until) = (h.demand, h.held, h.expires, h.rate, h.rate_until);
-            let active = until > now && rate > 0;
-            let per_s = rate as f64 * 1000.0 / w;
-            if active {
-                paid += per_s;
-            }
+        if l.learning(now) {
             let _ = writeln!(
                 out,
-                "           {id}: demand {:.1}/s, holds up to {held}, {}, forgotten in {}",
-                demand as f64 / 1000.0,
-                if active {
-                    format!("rate {per_s:.2}/s for {}", secs(until - now))
-                } else {
-                    "chunks (no rate)".to_string()
-                },
-                secs(expires.saturating_sub(now))
-            );
-        }
-        if paid > 0.0 {
-            let _ = writeln!(
-                out,
-                "           rates running: {paid:.2} tokens/s in all (the bucket refills by the key's rate less this)"
+                "learning   the state was found lost: no new tokens for {} more (holders keep what they report)",
+                secs(l.learning_until - now)
             );
         }
     }
-    let refilled_at = insp.authority_refilled_at_ms.unwrap_or(now);
+    let holders = state.as_ref().map_or(&[][..], |s| &s.holders[..]);
+    if !holders.is_empty() {
+        let live = state.as_ref().and_then(|s| s.ledger).map_or(0, |l| l.holders);
+        let _ = writeln!(
+            out,
+            "holders    {live} live (adaptive leasing): demand and rate per second; rates come out of the refill"
+        );
+        let until = |at: Option<u64>| match at {
+            None => "no expiry stored".to_string(),
+            Some(at) if at >= 1 << 52 => "until given back".to_string(),
+            Some(at) => format!("in {}", secs(at.saturating_sub(now))),
+        };
+        for h in holders {
+            let Some(r) = h.record else {
+                let _ = writeln!(out, "           {}: unreadable record {:?}", h.id, h.raw);
+                continue;
+            };
+            let share = format!(
+                "fallback share {:.2}/s (valid {})",
+                r.fallback_per_s(),
+                until(expiry(format!("f{}", h.id)))
+            );
+            if !r.live {
+                let _ = writeln!(out, "           {}: no live commitment, {share}", h.id);
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "           {}: demand {:.1}/s, holds up to {}, {}, {share}, forgotten {}",
+                h.id,
+                r.demand as f64 / 1000.0,
+                r.commitment,
+                if r.has_rate() {
+                    format!("rate {:.2}/s", r.rate_per_s())
+                } else {
+                    "chunks (no rate)".to_string()
+                },
+                until(expiry(format!("c{}", h.id)))
+            );
+        }
+    }
+    let refilled_at = state
+        .as_ref()
+        .and_then(|s| s.bucket.refilled_at)
+        .or(insp.authority_refilled_at_ms)
+        .unwrap_or(now);
     let age = now.saturating_sub(refilled_at);
     let _ = writeln!(
         out,

@@ -231,7 +231,7 @@ pub struct TopArgs {
     /// Redis URL (redis://host:port or rediss://).
     #[arg(long)]
     pub redis: String,
-    /// The keys' policy, for granted/s, denied/s and fallback/s (Redis stores no limit).
+    /// The keys' policy: granted/s and denied/s of fixed-lease keys (adaptive keys store their limit).
     #[command(flatten)]
     #[allow(missing_docs)]
     pub policy: PolicyArgs,

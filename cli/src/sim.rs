@@ -408,7 +408,7 @@ impl Fleet {
         self.result.bound = match self.strategy {
             Strategy::Leased => Some(max_running * lease_size),
             // Chunks held ≤ the budget; each rate holder's carry ≤ its budget
-            // share, at least one token (see quotalease::adaptive).
+            // share, at least one token (see quotalease::ledger).
             Strategy::Adaptive => Some(2 * self.base.overshoot_budget.tokens(self.base.limit) + max_running),
             Strategy::Exact => Some(0),
             _ => None,

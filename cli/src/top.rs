@@ -1,41 +1,46 @@
 //! `quotalease top`: a live view of the busiest keys in one Redis, from what
-//! the authority stores (crate::stored): each key's bucket and its adaptive
-//! holders. Bounded cost per frame: at most `scan_calls` `SCAN ... COUNT
-//! scan_count` steps (the cursor carries over between frames, so a large
-//! keyspace is covered over several frames, never with `KEYS *`), and at most
-//! `budget` keys read, in one pipeline (`GET`, `PTTL`, `HGETALL` per key).
+//! the authority stores (crate::stored): each key's bucket and, for adaptive
+//! keys, the ledger's sums and holder records. Bounded cost per frame: at
+//! most `scan_calls` `SCAN ... COUNT scan_count` steps (the cursor carries
+//! over between frames, so a large keyspace is covered over several frames,
+//! never with `KEYS *`), and at most `budget` keys read, in one pipeline
+//! (`GET`, `HGETALL`, `PTTL` per key). SCAN's finds of the ledger's expiries
+//! (`:x`) and of old holders hashes (`:h`) are not keys and are skipped.
 //!
 //! What the columns measure (all derived from Redis; rates between the key's
 //! read now and its oldest of the last `HISTORY` reads, about 4 s):
-//! - `granted/s`: tokens that left the bucket per second: stored credit at the
-//!   earlier read (refill is accounted at every write, so the sum telescopes), plus the refill between the two writes those reads saw
-//!   (capped at capacity), less stored credit at the later read, over the
-//!   longer of that span and the time between the reads; chunks and rate
-//!   grants, net of give-backs. A key not written since its last read keeps
-//!   its figure (rate grants accrue on the instances and are paid at their
-//!   next call). Needs the keys' policy (`--rate`): Redis stores the credit,
-//!   not the limit. Summed over time it is exactly what the bucket gave out:
-//!   what the fleet admitted plus what its instances hold unspent (at most the
-//!   key's budget). When the bucket reached capacity in between (a key under
-//!   its limit), the refill it could not hold hides the takes: then the
-//!   holders' demand is shown if it is larger, and `denied/s` is 0.
-//! - `offered/s`: the live holders' reported demand (admitted + denied per second,
-//!   each holder's one-second average as of its last call). Adaptive leasing only.
-//! - `denied/s`: offered less granted, at least 0 (0 when the bucket reached capacity).
-//! - `holders`, `rates`: live holder records, and those running a rate grant.
+//! - `granted/s`: tokens given out per second: stored credit at the earlier
+//!   read (refill is accounted at every write, so the sum telescopes), plus
+//!   the refill between the two writes those reads saw (the key's rate less
+//!   the active rates `R`, none while learning, capped at capacity less the
+//!   commitments `L`), less stored credit at the later read, plus what the
+//!   active rates (as of the earlier read) delivered over that span; over the
+//!   longer of that span and the time between the reads. Chunks, rates and
+//!   fallback debits, net of give-backs. A key not written since that read
+//!   gave out no chunk: only its rates delivered (on the instances, which
+//!   report at their next call).
+//!   The limit is the ledger's `l`; a fixed-lease key needs the keys' policy
+//!   (`--rate`): its string stores the credit, not the limit. When the bucket
+//!   reached its cap in between (a key under its limit), the refill it could
+//!   not hold hides the takes: then the holders' demand is shown if it is
+//!   larger, and `denied/s` is 0.
+//! - `offered/s`: the live holders' reported demand (the ledger's `D`,
+//!   admitted + denied per second as of each holder's last call). Adaptive
+//!   leasing only.
+//! - `denied/s`: offered less granted, at least 0 (0 when the bucket reached its cap).
+//! - `holders`: live holders (`n`); `rates`: holder records running a rate.
 //! - `stored`: whole tokens in the bucket as of its last write; `ttl`: its PTTL.
-//! - `fallback/s`: each live holder's share of the key's rate, the rate it
-//!   runs its static share at if Redis becomes unreachable now (min-max over
-//!   the holders); `guard`: the failover guard's quarantine is set.
+//! - `fallback/s`: the holders' stored fallback shares, the rate each runs its
+//!   failure policy at if Redis becomes unreachable now (min-max over the
+//!   holder records); `guard`: `learning` while the ledger, found lost, grants
+//!   no new tokens.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 
-use quotalease::adaptive::{demand_units, water_fill};
-use quotalease::bucket::Policy;
 use quotalease::RedactedUrl;
 
-use crate::stored::{self, Bucket};
+use crate::stored::{self, Bucket, Ledger, Stored};
 
 /// What `top` takes.
 #[derive(Clone, Debug)]
@@ -63,14 +68,10 @@ pub struct Options {
 pub struct Sample {
     /// The application's key.
     pub key: String,
-    /// The bucket string (None: no bucket stored, reads as full).
-    pub bucket: Option<Bucket>,
-    /// PTTL of the bucket (ms).
+    /// What is stored (None: nothing, reads as full).
+    pub stored: Option<Stored>,
+    /// PTTL of the key (ms).
     pub ttl_ms: Option<u64>,
-    /// Live holder records (expired ones left out).
-    pub holders: Vec<quotalease::adaptive::Holder>,
-    /// The failover guard's quarantine is set.
-    pub quarantine: bool,
 }
 
 /// One row of the view.
@@ -78,24 +79,24 @@ pub struct Sample {
 pub struct Row {
     /// The application's key.
     pub key: String,
-    /// Tokens granted per second (None: unknown: first read, or no policy).
+    /// Tokens granted per second (None: unknown: first read, or no limit).
     pub granted_per_s: Option<f64>,
-    /// Holders' offered load per second (None: no holder records).
+    /// Holders' offered load per second (None: no live holders).
     pub offered_per_s: Option<f64>,
     /// Offered less granted.
     pub denied_per_s: Option<f64>,
     /// Live holders.
-    pub holders: usize,
+    pub holders: u64,
     /// Holders running a rate grant.
     pub rates: usize,
-    /// Whole tokens stored (None: no bucket, i.e. full).
+    /// Whole tokens stored (None: nothing stored, i.e. full).
     pub stored: Option<u64>,
     /// PTTL (ms).
     pub ttl_ms: Option<u64>,
-    /// Per-holder fallback rates, tokens per second (min, max).
+    /// Per-holder fallback shares, tokens per second (min, max).
     pub fallback_per_s: Option<(f64, f64)>,
-    /// Quarantined by the failover guard.
-    pub quarantine: bool,
+    /// The ledger is learning after a loss.
+    pub learning: bool,
 }
 
 /// One frame: what `render` draws.
@@ -119,71 +120,81 @@ pub struct Frame {
 /// `HISTORY` - 1 frame intervals (about 4 s at the default interval).
 pub const HISTORY: usize = 5;
 
+/// What a read keeps for the rates: the bucket and the ledger's sums.
+pub type Kept = Option<(Bucket, Option<Ledger>)>;
+
 /// What a key's previous reads left.
 #[derive(Clone, Debug, Default)]
 struct Track {
     /// The last `HISTORY` reads, oldest first.
-    reads: VecDeque<(u64, Option<Bucket>)>,
+    reads: VecDeque<(u64, Kept)>,
     row: Row,
     read_frame: u64,
 }
 
+/// What a sample keeps for later rates.
+pub fn kept(s: &Sample) -> Kept {
+    s.stored.as_ref().map(|st| (st.bucket, st.ledger))
+}
+
+/// Tokens given out per second between two reads of a key, and whether its
+/// bucket reached its cap in between (the refill it could not hold hides
+/// takes). `limit`: the key's limit per window, `wall_ms`: between the reads.
+fn granted(limit: u64, policy_window: u64, before: &Kept, now: &Kept, wall_ms: f64) -> Option<(f64, bool)> {
+    let Some((b2, l2)) = now else {
+        // Gone: it expired full, nothing was taken (or it was never there).
+        return Some((0.0, true));
+    };
+    let w = b2.window_ms.unwrap_or(policy_window).max(1);
+    let cap = limit as f64 * w as f64;
+    let Some((b1, l1)) = before else {
+        // New since the last read: it started full.
+        let c = b2.credit.map_or(cap, |c| c as f64);
+        return Some(((cap - c).max(0.0) / w as f64 / (wall_ms / 1000.0), true));
+    };
+    let (Some(c1), Some(t1), Some(c2), Some(t2)) = (b1.credit, b1.refilled_at, b2.credit, b2.refilled_at) else {
+        return None;
+    };
+    if b1.window_ms != b2.window_ms {
+        return None; // the policy changed: credit in other units
+    }
+    let (rates, learning_until) = l1.map_or((0, 0), |l| (l.rates.min(limit), l.learning_until));
+    if t2 == t1 && c2 == c1 {
+        // No write since the last read: no chunk left the bucket, and the
+        // rates it reserved (none for a fixed-lease key) kept delivering on
+        // the instances, which report at their next call.
+        return Some((rates as f64 * 1000.0 / w as f64, false));
+    }
+    // Refill is accounted between the two writes, so the tokens given out are
+    // those of [t1, t2]: the bucket's refill (the key's rate less the active
+    // rates, none while learning) up to its cap less the commitments, and
+    // what the rates themselves delivered.
+    let committed = l2.map_or(0, |l| l.committed);
+    let span = t2.saturating_sub(t1);
+    let refill_span = t2.saturating_sub(t1.max(learning_until.max(l2.map_or(0, |l| l.learning_until))));
+    let full = c1 as f64 + (limit - rates) as f64 * refill_span as f64;
+    let room = cap - committed as f64 * w as f64;
+    let taken = (full.min(room) - c2 as f64).max(0.0) + rates as f64 * span as f64;
+    Some((taken / w as f64 / (wall_ms.max(span as f64) / 1000.0), full > room))
+}
+
 /// Derive a key's row from its previous and current reads.
-pub fn row(
-    policy: Option<(u64, u64)>,
-    prev: Option<(u64, &Option<Bucket>, Option<f64>)>,
-    now_ms: u64,
-    s: &Sample,
-) -> Row {
-    let live: Vec<_> = s.holders.iter().filter(|h| h.expires > now_ms).collect();
-    let rates = live.iter().filter(|h| h.rate > 0 && h.rate_until > now_ms).count();
-    let window = s.bucket.and_then(|b| b.window_ms).or(policy.map(|p| p.1));
-    let offered = (!live.is_empty()).then(|| live.iter().map(|h| h.demand as f64).sum::<f64>() / 1000.0);
-    let granted = match (policy, prev) {
-        (Some((limit, w)), Some((then_ms, before, last_rate))) if now_ms > then_ms => {
-            let cap = (limit * w) as f64;
-            let wu = window.unwrap_or(w).max(1) as f64;
-            let wall_ms = (now_ms - then_ms) as f64;
-            match (before, s.bucket) {
-                // Gone: it expired full, nothing was taken (or it was never there).
-                (_, None) => Some((0.0, true)),
-                // New since the last read: it started full.
-                (None, Some(b)) => {
-                    let c = b.credit.map_or(cap, |c| c as f64);
-                    Some(((cap - c).max(0.0) / wu / (wall_ms / 1000.0), true))
-                }
-                (Some(b1), Some(b2)) => match (b1.credit, b1.refilled_at, b2.credit, b2.refilled_at) {
-                    // No write since the last read: the last figure stands (rate
-                    // grants accrue on the instances and are paid at their next call).
-                    (Some(c1), Some(t1), Some(c2), Some(t2)) if t2 == t1 && c2 == c1 => last_rate.map(|r| (r, false)),
-                    (Some(c1), Some(t1), Some(c2), Some(t2)) => {
-                        // Refill is accounted between the two writes, so the
-                        // tokens taken are those of [t1, t2]; over at least
-                        // the time between the reads.
-                        let span = t2.saturating_sub(t1);
-                        let full = c1 as f64 + limit as f64 * span as f64;
-                        let taken = (full.min(cap) - c2 as f64).max(0.0);
-                        Some((taken / wu / (wall_ms.max(span as f64) / 1000.0), full > cap))
-                    }
-                    _ => None,
-                },
-            }
+pub fn row(policy: Option<(u64, u64)>, prev: Option<(u64, &Kept)>, now_ms: u64, s: &Sample) -> Row {
+    let ledger = s.stored.as_ref().and_then(|st| st.ledger);
+    let records: Vec<stored::Record> = s.stored.iter().flat_map(|st| st.records().copied()).collect();
+    let holders = ledger.map_or(0, |l| l.holders);
+    let offered = ledger.filter(|l| l.holders > 0).map(|l| l.demand as f64 / 1000.0);
+    let limit = ledger.map(|l| l.limit).filter(|&l| l > 0).or(policy.map(|p| p.0));
+    let granted = match (limit, prev) {
+        (Some(limit), Some((then_ms, before))) if now_ms > then_ms => {
+            let w = policy.map_or(1, |p| p.1);
+            granted(limit, w, before, &kept(s), (now_ms - then_ms) as f64)
         }
         _ => None,
     };
-    let fallback = match (policy, live.is_empty()) {
-        (Some((limit, w)), false) => {
-            let p = Policy { limit, window_ms: w };
-            let demands: Vec<u64> = live.iter().map(|h| demand_units(h.demand, p)).collect();
-            let shares = water_fill(&demands, limit);
-            let per_s = |u: u64| u as f64 * 1000.0 / w as f64;
-            let lo = shares.iter().copied().min().map(per_s);
-            let hi = shares.iter().copied().max().map(per_s);
-            lo.zip(hi)
-        }
-        _ => None,
-    };
-    // A bucket that reached capacity between the reads had tokens to spare:
+    let shares = records.iter().map(|r| r.fallback_per_s());
+    let fallback = shares.clone().reduce(f64::min).zip(shares.reduce(f64::max));
+    // A bucket that reached its cap between the reads had tokens to spare:
     // nothing was denied for want of them, and the refill it could not hold
     // hides what was taken, so the holders' demand is the better figure.
     let (granted, denied) = match (granted, offered) {
@@ -196,12 +207,12 @@ pub fn row(
         granted_per_s: granted,
         offered_per_s: offered,
         denied_per_s: denied,
-        holders: live.len(),
-        rates,
-        stored: s.bucket.and_then(|b| b.tokens()),
+        holders,
+        rates: records.iter().filter(|r| r.has_rate()).count(),
+        stored: s.stored.as_ref().and_then(|st| st.bucket.tokens()),
         ttl_ms: s.ttl_ms,
         fallback_per_s: fallback,
-        quarantine: s.quarantine,
+        learning: ledger.is_some_and(|l| l.learning(now_ms)),
     }
 }
 
@@ -273,46 +284,30 @@ impl Sampler {
         pick.truncate(self.o.budget);
 
         let mut pipe = redis::pipe();
+        pipe.ignore_errors();
         for k in &pick {
-            let rk = format!("{}:{{{k}}}", self.o.key_prefix);
-            pipe.cmd("GET")
-                .arg(&rk)
-                .cmd("PTTL")
-                .arg(&rk)
-                .cmd("HGETALL")
-                .arg(format!("{rk}:h"));
+            stored::pipe_read(&mut pipe, &format!("{}:{{{k}}}", self.o.key_prefix));
         }
-        type One = (Option<String>, i64, Vec<(String, String)>);
-        let answers: Vec<One> = if pick.is_empty() {
+        let answers: Vec<(Option<Stored>, Option<u64>)> = if pick.is_empty() {
             Vec::new()
         } else {
             let flat: Vec<redis::Value> = pipe.query(&mut self.conn).map_err(|e| self.err("read", &e))?;
-            flat.chunks(3)
-                .map(|c| {
-                    let get: Option<String> = redis::from_redis_value(c[0].clone()).unwrap_or(None);
-                    let ttl: i64 = redis::from_redis_value(c[1].clone()).unwrap_or(-2);
-                    let h: Vec<(String, String)> = redis::from_redis_value(c[2].clone()).unwrap_or_default();
-                    (get, ttl, h)
-                })
-                .collect()
+            flat.chunks(stored::READS).map(stored::from_reads).collect()
         };
-        for (k, (get, ttl, fields)) in pick.iter().zip(answers) {
-            let (holders, quarantine) = stored::split_holders(fields);
+        for (k, (stored, ttl_ms)) in pick.iter().zip(answers) {
             let s = Sample {
                 key: k.clone(),
-                bucket: get.as_deref().map(Bucket::parse),
-                ttl_ms: (ttl >= 0).then_some(ttl as u64),
-                holders: holders.into_iter().filter_map(|(_, _, h)| h).collect(),
-                quarantine,
+                stored,
+                ttl_ms,
             };
             let t = self.tracked.entry(k.clone()).or_default();
             // Rates over the oldest read kept: a moving window of HISTORY reads.
-            let prev = t.reads.front().map(|(at, b)| (*at, b, t.row.granted_per_s));
+            let prev = t.reads.front().map(|(at, b)| (*at, b));
             t.row = row(self.o.policy, prev, now, &s);
             if t.reads.len() == HISTORY {
                 t.reads.pop_front();
             }
-            t.reads.push_back((now, s.bucket));
+            t.reads.push_back((now, kept(&s)));
             t.read_frame = self.frame;
         }
         // Forget keys with nothing stored any more.
@@ -397,7 +392,7 @@ pub fn render(o: &Options, f: &Frame, width: usize) -> String {
     let mut out = String::new();
     let policy = match o.policy {
         Some((l, w)) => format!("{l} per {} s", w as f64 / 1000.0),
-        None => "unknown (pass --rate for granted/s, denied/s, fallback/s)".into(),
+        None => "unknown (adaptive keys store theirs; pass --rate for fixed-lease keys' granted/s)".into(),
     };
     let _ = writeln!(
         out,
@@ -431,8 +426,7 @@ pub fn render(o: &Options, f: &Frame, width: usize) -> String {
             Some((lo, hi)) if (hi - lo).abs() < 0.05 => format!("{lo:.1}"),
             Some((lo, hi)) => format!("{lo:.1}-{hi:.1}"),
         };
-        let _ = writeln!(
-            out,
+        let line = format!(
             "{key:<key_w$}  {:>9}  {:>9}  {:>8}  {:>7}  {:>5}  {:>6}  {:>4}  {:>10}  {}",
             rate(r.granted_per_s),
             rate(r.offered_per_s),
@@ -442,8 +436,9 @@ pub fn render(o: &Options, f: &Frame, width: usize) -> String {
             r.stored.map_or("full".to_string(), |t| t.to_string()),
             ttl(r.ttl_ms),
             fb,
-            if r.quarantine { "quarantine" } else { "-" },
+            if r.learning { "learning" } else { "" },
         );
+        let _ = writeln!(out, "{}", line.trim_end());
     }
     if f.rows.is_empty() {
         out.push_str("(no keys under this prefix yet)\n");
@@ -454,95 +449,157 @@ pub fn render(o: &Options, f: &Frame, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use quotalease::adaptive::Holder;
+    use crate::stored::{Holder, Record};
 
-    fn bucket(credit: u64, at: u64, w: u64) -> Option<Bucket> {
-        Some(Bucket {
+    fn bucket(credit: i64, at: u64, w: u64) -> Bucket {
+        Bucket {
             credit: Some(credit),
             refilled_at: Some(at),
             window_ms: Some(w),
+        }
+    }
+
+    fn fixed(credit: i64, at: u64, w: u64) -> Option<Stored> {
+        Some(Stored {
+            bucket: bucket(credit, at, w),
+            ..Stored::default()
         })
+    }
+
+    fn sample(stored: Option<Stored>) -> Sample {
+        Sample {
+            key: "k".into(),
+            stored,
+            ttl_ms: None,
+        }
+    }
+
+    fn kept_of(s: Option<Stored>) -> Kept {
+        kept(&sample(s))
     }
 
     #[test]
     fn granted_is_credit_before_plus_refill_less_credit_after() {
         // 600/min: 600 units per ms, a token is 60 000 units.
         let p = Some((600, 60_000));
-        let before = bucket(300 * 60_000, 1_000, 60_000);
-        let s = Sample {
-            key: "k".into(),
-            bucket: bucket(295 * 60_000, 2_000, 60_000),
-            ..Sample::default()
-        };
+        let before = kept_of(fixed(300 * 60_000, 1_000, 60_000));
+        let s = sample(fixed(295 * 60_000, 2_000, 60_000));
         // 300 tokens + 10 refilled in 1 s - 295 = 15 tokens taken in 1 s.
-        let r = row(p, Some((1_000, &before, None)), 2_000, &s);
+        let r = row(p, Some((1_000, &before)), 2_000, &s);
         assert_eq!(r.granted_per_s, Some(15.0));
         assert_eq!(r.stored, Some(295));
-        // Without the policy the refill is unknown.
-        assert_eq!(row(None, Some((1_000, &before, None)), 2_000, &s).granted_per_s, None);
+        // Without the policy a fixed-lease key's refill is unknown.
+        assert_eq!(row(None, Some((1_000, &before)), 2_000, &s).granted_per_s, None);
         // First read: no rate yet.
         assert_eq!(row(p, None, 2_000, &s).granted_per_s, None);
         // Written 900 ms before the first read and 300 ms before the second: the
         // 1 600 ms between the writes refilled 16 tokens, all taken (credit
         // unchanged): 10 per second, not 16 per (1 s) read interval.
-        let stale = bucket(4_750, 1_100, 60_000);
-        let later = Sample {
-            bucket: bucket(4_750, 2_700, 60_000),
-            ..s.clone()
-        };
+        let stale = kept_of(fixed(4_750, 1_100, 60_000));
+        let later = sample(fixed(4_750, 2_700, 60_000));
+        assert_eq!(row(p, Some((2_000, &stale)), 3_000, &later).granted_per_s, Some(10.0));
+        // No write since: nothing left a fixed-lease bucket.
+        let same = sample(fixed(4_750, 1_100, 60_000));
+        assert_eq!(row(p, Some((2_000, &stale)), 3_000, &same).granted_per_s, Some(0.0));
+        // A key gone since (expired full): nothing taken.
         assert_eq!(
-            row(p, Some((2_000, &stale, None)), 3_000, &later).granted_per_s,
-            Some(10.0)
-        );
-        // No write since: the last figure stands.
-        let same = Sample {
-            bucket: stale,
-            ..s.clone()
-        };
-        assert_eq!(
-            row(p, Some((2_000, &stale, Some(7.5))), 3_000, &same).granted_per_s,
-            Some(7.5)
-        );
-        // A bucket gone since (expired full): nothing taken.
-        let gone = Sample {
-            bucket: None,
-            ..s.clone()
-        };
-        assert_eq!(
-            row(p, Some((2_000, &stale, Some(7.5))), 3_000, &gone).granted_per_s,
+            row(p, Some((2_000, &stale)), 3_000, &sample(None)).granted_per_s,
             Some(0.0)
         );
     }
 
+    /// A 10/s ledger key: credit `c` (in 1/1000 token), rates `r` (tokens per
+    /// second), commitments `l`, live holders' demand `d` (tokens/s) over
+    /// `holders` records of "L r d f w v k".
+    fn ledger(c: i64, at: u64, r: u64, l: u64, d: u64, holders: &[&str]) -> Option<Stored> {
+        Some(Stored {
+            bucket: bucket(c, at, 1_000),
+            ledger: Some(Ledger {
+                limit: 10,
+                rates: r,
+                committed: l,
+                demand: d * 1000,
+                holders: holders.iter().filter(|h| h.ends_with(" 1")).count() as u64,
+                ..Ledger::default()
+            }),
+            holders: holders
+                .iter()
+                .enumerate()
+                .map(|(i, raw)| Holder {
+                    id: i.to_string(),
+                    raw: raw.to_string(),
+                    record: Record::parse(raw),
+                })
+                .collect(),
+        })
+    }
+
     #[test]
-    fn offered_and_denied_from_holders() {
-        let h = |demand, expires| Holder {
-            demand,
-            expires,
-            ..Holder::default()
-        };
-        let before = bucket(0, 1_000, 1_000);
-        let s = Sample {
-            key: "k".into(),
-            bucket: bucket(0, 2_000, 1_000),
-            holders: vec![h(30_000, 9_999), h(10_000, 9_999), h(50_000, 10)],
-            ..Sample::default()
-        };
-        // 10/s key, empty before and after: 10 granted per second; 40 offered.
-        let r = row(Some((10, 1_000)), Some((1_000, &before, None)), 2_000, &s);
-        assert_eq!(r.holders, 2, "an expired holder is not live");
+    fn a_ledger_gives_its_limit_rates_demand_and_shares() {
+        let hs = ["0 6 30000 6 1000 3 1", "2 0 10000 2 1000 3 1", "0 0 0 2 1000 1 0"];
+        // Saturated: empty before and after, rates of 6/s running: the bucket
+        // refilled 4 tokens (10 - 6) and gave them out, the rates 6 more.
+        let before = kept_of(ledger(0, 1_000, 6, 2, 40, &hs));
+        let s = sample(ledger(0, 2_000, 6, 2, 40, &hs));
+        // No policy needed: the ledger stores its limit.
+        let r = row(None, Some((1_000, &before)), 2_000, &s);
         assert_eq!(r.granted_per_s, Some(10.0));
-        assert_eq!(r.offered_per_s, Some(40.0));
-        assert_eq!(r.denied_per_s, Some(30.0));
-        // A bucket near capacity hides its takes: demand stands, nothing denied.
-        let nearly_full = bucket(9_000, 1_000, 1_000);
-        let later = Sample {
-            bucket: bucket(9_500, 2_000, 1_000),
-            ..s.clone()
-        };
-        let r2 = row(Some((10, 1_000)), Some((1_000, &nearly_full, None)), 2_000, &later);
+        assert_eq!((r.offered_per_s, r.denied_per_s), (Some(40.0), Some(30.0)));
+        // No write since: the rates alone delivered, 6 per second.
+        let quiet = sample(ledger(0, 1_000, 6, 2, 40, &hs));
+        assert_eq!(
+            row(None, Some((1_000, &before)), 2_000, &quiet).granted_per_s,
+            Some(6.0)
+        );
+        assert_eq!(
+            (r.holders, r.rates),
+            (2, 1),
+            "a record without a live commitment is no holder"
+        );
+        // Stored fallback shares: 6, 2 and 2 per second.
+        assert_eq!(r.fallback_per_s, Some((2.0, 6.0)));
+        assert!(!r.learning);
+        // A debt stores no tokens.
+        assert_eq!(
+            row(None, None, 2_000, &sample(ledger(-500, 2_000, 0, 0, 0, &[]))).stored,
+            Some(0)
+        );
+        // A bucket at its cap (capacity less commitments) hides its takes:
+        // demand stands, nothing denied.
+        let nearly = kept_of(ledger(7_000, 1_000, 0, 2, 40, &hs));
+        let later = sample(ledger(7_500, 2_000, 0, 2, 40, &hs));
+        let r2 = row(None, Some((1_000, &nearly)), 2_000, &later);
         assert_eq!((r2.granted_per_s, r2.denied_per_s), (Some(40.0), Some(0.0)));
-        // Water-filled shares of 10/s over demands 30 and 10: 5 and 5.
-        assert_eq!(r.fallback_per_s, Some((5.0, 5.0)));
+        // Learning after a loss: no refill until z, and the guard says so.
+        let mut lost = ledger(0, 2_000, 0, 0, 40, &hs);
+        lost.as_mut().unwrap().ledger.as_mut().unwrap().learning_until = 5_000;
+        let r3 = row(
+            None,
+            Some((1_000, &kept_of(ledger(0, 1_000, 0, 0, 40, &hs)))),
+            2_000,
+            &sample(lost),
+        );
+        assert_eq!(r3.granted_per_s, Some(0.0));
+        assert!(r3.learning);
+        let text = render(
+            &Options {
+                redis: "redis://h:1".into(),
+                key_prefix: "ql".into(),
+                policy: None,
+                rows: 5,
+                scan_count: 1,
+                scan_calls: 1,
+                budget: 5,
+                max_tracked: 5,
+            },
+            &Frame {
+                rows: vec![r, r3],
+                ..Frame::default()
+            },
+            100,
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[4].ends_with("2.0-6.0"), "{text}");
+        assert!(lines[5].ends_with("learning"), "{text}");
     }
 }
