@@ -322,7 +322,7 @@ impl Host {
         };
         let v = run().map_err(|e| e.to_string())?;
         let num = |v: &Value| match v {
-            Value::Integer(i) => Some(*i as i64),
+            Value::Integer(i) => Some(*i),
             Value::Number(n) => Some(*n as i64),
             _ => None,
         };
