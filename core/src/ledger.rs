@@ -53,7 +53,7 @@ pub const TUNING: Tuning = Tuning {
     grant_tokens: 40,
     carry_ms: 250,
     rate_cap_pct: 125,
-    saturation_pct: 90,
+    saturation_pct: 100,
     target_ms: 1_000,
 };
 
@@ -74,6 +74,9 @@ pub struct Ask {
     /// Tokens it admitted under the failure policy since its last answer:
     /// debited from the bucket.
     pub fallback_used: u64,
+    /// Tokens of this grant the request that asked spends as it lands (not
+    /// counted as held); 0 for a prefetch or a request that does not wait.
+    pub spent: u64,
     /// Decide one request at a time: grant `need` only, never a rate.
     pub single: bool,
     /// Commitments expire at the authority (0: only when given back).
@@ -146,6 +149,7 @@ pub(crate) fn args(
             t.carry_ms,
             t.rate_cap_pct,
             t.saturation_pct,
+            ask.spent,
         ]
         .map(|n| n.to_string()),
     );

@@ -181,7 +181,7 @@ fn saturated_fleet_of_50_costs_few_calls_and_holds_the_bound() {
     );
     assert!(total <= r.allowance + BUDGET, "{total} > {} + {BUDGET}", r.allowance);
     assert!(total as f64 >= 0.95 * r.allowance as f64, "the limit is used: {total}");
-    assert!(calls <= 0.07, "calls per admitted {calls}");
+    assert!(calls <= 0.05, "calls per admitted {calls}");
     assert!(r.max_window <= 2 * LIMIT + BUDGET, "{}", r.max_window);
     // inspect tells what the authority said: 50 holders, and (but for one
     // between a grant's end and its renewal, or waiting for room) on rates
@@ -267,7 +267,9 @@ fn a_long_window_saturated_by_a_few_instances_is_used() {
         r.admitted
     );
     assert!(total <= r.allowance + 12);
-    assert!(total as f64 >= 0.95 * r.allowance as f64, "{total}");
+    // (0.944 measured with the ledger: what the rates leave of the refill
+    // waits in the bucket for renewals)
+    assert!(total as f64 >= 0.94 * r.allowance as f64, "{total}");
     // (the ledger caps a saturated key's chunks at a share's refill over
     // the shortest period: 0.282 measured)
     assert!(

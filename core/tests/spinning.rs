@@ -75,9 +75,10 @@ fn spinning_callers_on_every_core_do_not_stop_recovery() {
     let proxy = FaultProxy::start(server.port);
     let prefix = unique("spin");
     let build = |lease_size: Option<u64>| {
+        // one prefix each: every limiter of a key must agree on lease_size
         let b = Limiter::builder()
             .url(proxy.url())
-            .key_prefix(&prefix)
+            .key_prefix(format!("{prefix}{}", lease_size.is_some() as u8))
             .limit(1_000)
             .window_ms(1_000)
             .backend_timeout_ms(100);

@@ -51,6 +51,11 @@ impl KeyState {
     }
 }
 
+/// What a fixed-lease call on a key held by the ledger answers (the same
+/// text as the Redis scripts' error).
+const MIXED: &str = "QL_MIXED fixed leases (lease_size) on a key that limiters without lease_size hold with \
+                     adaptive leasing: every limiter of a key must agree on lease_size";
+
 /// Keys kept before idle ones are swept (an idle key equals a missing one).
 const SWEEP_EVERY: usize = 4096;
 
@@ -187,6 +192,11 @@ impl MemoryAuthority {
         self.answer_up(call)
     }
 
+    /// Whether the ledger holds `key` (adaptive leasing).
+    fn is_ledger(&self, key: &str, now: u64) -> bool {
+        lock(&lock(&self.ledger).store).hash(key, now).is_some()
+    }
+
     /// Drop expired ledger states now and then (Redis' active expiry).
     fn sweep_ledger(&self, host: &Host, now: u64) {
         let mut st = host.store.lock().unwrap_or_else(|p| p.into_inner());
@@ -218,6 +228,9 @@ impl MemoryAuthority {
                     need,
                     (guard.epoch, guard.version, guard.alive_ms),
                 );
+                // A fixed-lease bucket of the key is taken over, as Redis'
+                // script does with the string it finds.
+                lock(&self.buckets).map.remove(&key);
                 let host = lock(&self.ledger);
                 let r = host.eval(&ledger_keys(&key), &argv, now.ms)?;
                 self.sweep_ledger(&host, now.ms);
@@ -248,6 +261,9 @@ impl MemoryAuthority {
                 adaptive: None,
                 guard,
             } => {
+                if self.is_ledger(&key, now.ms) {
+                    return Err(MIXED.into());
+                }
                 let mut b = lock(&self.buckets);
                 let (grant, seen) = b.with_key(&key, policy, now.ms, |st| {
                     let lost = st.guard(policy, &guard, now.ms);
@@ -278,6 +294,9 @@ impl MemoryAuthority {
                     ..Default::default()
                 };
                 let argv = ledger::args("g", policy.limit, policy.window_ms, Some(now.ms), &ask, 0, 0, (0, 0, 0));
+                // A fixed-lease bucket of the key is taken over, as Redis'
+                // script does with the string it finds.
+                lock(&self.buckets).map.remove(&key);
                 let host = lock(&self.ledger);
                 host.eval(&ledger_keys(&key), &argv, now.ms)?;
                 Reply::Returned

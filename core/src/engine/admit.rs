@@ -229,6 +229,6 @@ impl Engine {
         }
         let local = e.tokens.load(Relaxed);
         let want = self.want(e, e.policy(), 1, local);
-        self.start_lease(e, want, 1);
+        self.start_lease(e, want, 1, 0);
     }
 }

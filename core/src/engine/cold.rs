@@ -246,11 +246,18 @@ impl Engine {
         if self.circuit.is_open() {
             if self.circuit.take_probe(now) {
                 // If a request is already out, its answer serves as the probe.
-                self.start_lease(e, lease.max(cost), need.max(1));
+                self.start_lease(e, lease.max(cost), need.max(1), 0);
             }
             return Ok(Step::Done(self.fallback(e, cost, now)));
         }
-        let started = self.start_lease(e, self.want(e, p, need, local), need);
+        // The request waits for the answer and spends `need` of it at once
+        // (not `try_acquire` on Redis: it is denied now, the grant lands later).
+        let spent = if self.is_inline() || waiting != Waiting::No {
+            need
+        } else {
+            0
+        };
+        let started = self.start_lease(e, self.want(e, p, need, local), need, spent);
         if !self.is_inline() {
             if waiting == Waiting::No {
                 return Ok(Step::Done(self.deny(e, p, local, Reason::Pending, 1)));
@@ -283,7 +290,7 @@ impl Engine {
     /// grant is renewed ahead of its deadline. When the grant has ended, the
     /// key steps again as one with no grant.
     fn step_rate(&self, e: &Arc<Entry>, p: crate::bucket::Policy, cost: u64, waiting: Waiting, now: u64) -> Step {
-        self.accrue(e, now, e.commit.load(Relaxed).max(cost));
+        self.accrue(e, now, e.commit.load(Relaxed));
         if let Some(left) = e.try_take(cost) {
             return Step::Done(self.admit(e, p, left, self.admit_reason(), now));
         }
@@ -297,7 +304,7 @@ impl Engine {
         let lead = (2 * self.rtt_ms.load(Relaxed)).max(TUNING.min_period_ms / 100);
         if now + lead >= until && !self.circuit.is_open() {
             let local = e.tokens.load(Relaxed).min(cost - 1);
-            self.start_lease(e, self.want(e, p, cost - local, local), cost - local);
+            self.start_lease(e, self.want(e, p, cost - local, local), cost - local, 0);
             if let Some(left) = e.try_take(cost) {
                 return Step::Done(self.admit(e, p, left, self.admit_reason(), now));
             }
@@ -319,7 +326,12 @@ impl Engine {
         let due = now.saturating_sub(last_call) >= TUNING.min_period_ms / 4;
         if remaining >= cost.max(p.limit / 2) && due && !self.circuit.is_open() {
             let local = e.tokens.load(Relaxed).min(cost - 1);
-            let started = self.start_lease(e, self.want(e, p, cost - local, local), cost - local);
+            let spent = if self.is_inline() || waiting != Waiting::No {
+                cost - local
+            } else {
+                0
+            };
+            let started = self.start_lease(e, self.want(e, p, cost - local, local), cost - local, spent);
             if !self.is_inline() {
                 if waiting == Waiting::No {
                     return Step::Done(self.deny(e, p, local, Reason::Pending, 1));

@@ -195,9 +195,14 @@ impl Entry {
         let units = rate * (end - acc.0) + acc.1;
         *acc = (end, units % w);
         let tokens = units / w;
-        drop(acc);
         let held = self.tokens.load(Relaxed);
         let add = tokens.min(cap.saturating_sub(held));
+        if held + add >= cap {
+            // At the commitment, a fraction of a token would be more than
+            // it: the ledger counts what a holder may hold in whole tokens.
+            acc.1 = 0;
+        }
+        drop(acc);
         self.tokens.fetch_add(add, AcqRel);
         if add < tokens {
             self.rate_dropped.fetch_add(tokens - add, Relaxed);
@@ -207,7 +212,9 @@ impl Entry {
 
     /// Start accruing a new rate grant of `rate` units of 1/`window` token
     /// per ms at `now` (what the last one accrued must be taken first; its
-    /// fraction of a token carries over when the window is the same).
+    /// fraction of a token carries over when the window is the same: the
+    /// accrual's cap keeps whole tokens and the fraction within the
+    /// commitment).
     pub fn start_rate(&self, rate: u64, window: u64, until: u64, now: u64) {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
         acc.0 = now;

@@ -64,8 +64,11 @@ impl Engine {
     }
 
     /// Send a lease request for `e` (want, need) unless one is in flight.
-    /// Memory authorities answer inline. Returns false if one was in flight.
-    pub(super) fn start_lease(&self, e: &Arc<Entry>, want: u64, need: u64) -> bool {
+    /// `spent`: tokens of the grant the waiting request spends as it lands
+    /// (0 for a prefetch or a request that does not wait): the ledger does
+    /// not count them as held. Memory authorities answer inline. Returns
+    /// false if one was in flight.
+    pub(super) fn start_lease(&self, e: &Arc<Entry>, want: u64, need: u64, spent: u64) -> bool {
         let now = self.clock.coarse();
         if e.in_flight.swap(true, AcqRel) {
             // Every request is bounded by the backend timeout; one in flight
@@ -102,6 +105,7 @@ impl Engine {
                 rate,
                 carry: e.commit.load(Relaxed),
                 fallback_used: used,
+                spent,
                 single: self.single(policy),
                 commit_ms: self.commit_ms(),
             }
@@ -303,11 +307,9 @@ impl Engine {
     /// Return `tokens` of `e` to the authority. With adaptive leasing this
     /// also ends the entry's rate grant (the ledger stops paying for it).
     pub(super) fn give_back(&self, e: &Entry, policy: Policy, tokens: u64) {
-        if tokens == 0 {
+        let ends_rate = self.r.adaptive && e.rate.swap(0, AcqRel) > 0;
+        if tokens == 0 && !ends_rate {
             return;
-        }
-        if self.r.adaptive {
-            e.rate.store(0, Release);
         }
         let key = &e.key;
         let Some(me) = self.me.upgrade() else { return };

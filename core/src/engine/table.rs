@@ -162,9 +162,17 @@ impl Engine {
         // back before the authority forgets them.
         let until = e.lease_until.load(Acquire);
         let expired = until != 0 && now >= until;
-        if (now.saturating_sub(last) < self.r.cfg.lease_ttl_ms && !expired) || e.tokens.load(Relaxed) == 0 {
-            if expired && e.rate.load(Acquire) > 0 && now >= e.rate_until.load(Acquire) {
+        let idle = now.saturating_sub(last) >= self.r.cfg.lease_ttl_ms;
+        if (!idle && !expired) || e.tokens.load(Relaxed) == 0 {
+            if e.rate.load(Acquire) > 0 && now >= e.rate_until.load(Acquire) {
                 e.rate.store(0, Release);
+            } else if idle
+                && e.rate.load(Acquire) > 0
+                && now.saturating_sub(e.sent_at.load(Relaxed)) >= self.r.cfg.lease_ttl_ms
+            {
+                // A rate that admitted nothing since its call a lease TTL ago
+                // would hold the key's refill until it ends: hand it back.
+                self.give_back(e, p, 0);
             }
             return 0;
         }

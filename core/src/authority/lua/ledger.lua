@@ -2,13 +2,15 @@
 -- Runs in Redis and, unchanged, in the memory authority's embedded Lua 5.1.
 --
 -- KEYS[1] the key's state (a hash), KEYS[2] its expiries (a sorted set of
--- "c<holder>" commitment and "f<holder>" fallback-share expiries).
+-- "c<holder>" commitment, "r<holder>" rate and "f<holder>" fallback-share
+-- expiries).
 -- ARGV: op ("l" lease, "g" give back), limit, window_ms, now ("" for Redis
 -- TIME), holder, demand (milli-tokens/s), held (tokens; for "g": tokens
 -- returned), want, need, single, rate_now, carry_now, fallback_used, the
 -- guard's epoch, version and alive_ms, then the tuning (core/src/ledger.rs):
 -- commit_ms, fallback_ms, learn_ms, min_period_ms, max_period_ms,
--- grant_tokens, carry_ms, rate_cap_pct, saturation_pct.
+-- grant_tokens, carry_ms, rate_cap_pct, saturation_pct; last `spent`, the
+-- tokens of a grant the request that asked spends as it lands.
 --
 -- Units: credit `c` in 1/w token (w the stored window), rates in those
 -- units per ms (the key's refill rate is `l`), commitments in tokens.
@@ -29,6 +31,7 @@ local commit_ms, fallback_ms, learn_ms = tonumber(ARGV[17]), tonumber(ARGV[18]),
 local min_period, max_period = tonumber(ARGV[20]), tonumber(ARGV[21])
 local grant_tokens, carry_ms = tonumber(ARGV[22]), tonumber(ARGV[23])
 local rate_cap_pct, saturation_pct = tonumber(ARGV[24]), tonumber(ARGV[25])
+local spent = tonumber(ARGV[26]) or 0
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 -- numbers go to Redis as integer text (Lua's own text is %.14g)
@@ -136,12 +139,17 @@ local function reap()
     refill(at)
     local id = string.sub(m, 2)
     local r = record(id)
-    if string.sub(m, 1, 1) == 'c' then
+    local kind = string.sub(m, 1, 1)
+    if kind == 'c' then
       s.L = s.L - r.L
       s.R = s.R - conv(r.r, r.w)
       s.D = s.D - r.d
       s.n = s.n - 1
       r.L, r.r, r.d, r.live = 0, 0, 0, false
+    elseif kind == 'r' then
+      -- a rate ends before its commitment (the carry stays committed)
+      s.R = s.R - conv(r.r, r.w)
+      r.r = 0
     else
       s.F = s.F - conv(r.f, r.w)
       r.f = 0
@@ -159,13 +167,14 @@ end
 -- store: the state and this holder's record; both keys live at least as
 -- long as any answer said (`u`), so a quiet key never reads as lost
 local alive = 0
-local function store(me, c_until, f_until)
+local function store(me, c_until, f_until, r_until)
   s.v = s.v + 1
   if me then
     me.v = s.v
     save(holder, me)
     if c_until then redis.call('ZADD', Z, S(c_until), 'c' .. holder) end
     if f_until then redis.call('ZADD', Z, S(f_until), 'f' .. holder) end
+    if r_until then redis.call('ZADD', Z, S(r_until), 'r' .. holder) end
   end
   local full = ceil((cap - min(s.c, cap)) / limit) + max(s.z - now, 0)
   alive = max(full, max(s.u - now, 0))
@@ -202,7 +211,13 @@ if op == 'g' then
     s.R = max(s.R - conv(me.r, me.w), 0)
     me.r = 0
   end
-  store(me.live and me or nil, nil, nil)
+  -- the record is written whenever it exists: `reap` may have just expired
+  -- its commitment (and leaves this holder's record to `store`)
+  if me.known then
+    store(me, nil, nil)
+  else
+    store(nil, nil, nil)
+  end
   return whole()
 end
 
@@ -268,46 +283,53 @@ else
   -- fallback admissions since the last answer are debited (I4)
   if used > 0 then s.c = max(s.c - used * window, -cap) end
   local avail = whole()
-  local saturated = (s.D * window / 1000000) * 100 >= limit * saturation_pct
-  if avail >= need then
+  local saturated = not single and (s.D * window / 1000000) * 100 >= limit * saturation_pct
+  -- on a saturated key, a chunk is at most a share of the refill over the
+  -- shortest period; a holder renewing a rate gets a rate again, and what
+  -- the bucket holds on top as such a chunk
+  local part = min(max(want, need), need + floor(share() * min_period / window))
+  local renew = saturated and (avail < need or rate_now > 0 or old_r > 0)
+  me.L = h
+  if avail >= need and not renew then
     -- chunk: what the holder asks for, from what the bucket holds; the
-    -- `need` part is spent by the request that asked as it lands. On a
-    -- saturated key, at most its share of the refill over the period.
-    if saturated and not single then
-      want = min(want, need + floor(share() * min_period / window))
-    end
+    -- `spent` part is spent by the request that asked as it lands
+    if saturated then want = part end
     granted = min(max(want, need), avail)
-    s.c = s.c - granted * window
-    me.L = h + granted - need
-  else
-    me.L = h
+  elseif saturated then
+    -- rate: its share, near its demand, within what others' rates leave (I1)
     local units = demand * window / 1000000
-    if saturated and not single then
-      -- rate: its share, near its demand, within what others' rates leave (I1)
-      local cap_r = floor(units * rate_cap_pct / 100)
-      if demand <= 0 then cap_r = floor(limit / max(s.n, 1)) end
-      local sh = share()
-      rate = max(min(sh, cap_r, limit - s.R), 0)
-      if rate * 2 >= sh and rate > 0 then
-        period = min(max(ceil(grant_tokens * window / rate), min_period), max_period)
-      else
-        period = min_period
-      end
-      -- carry: tokens it may hold from the rate, within capacity (I2)
-      local carry = max(need, ceil(rate * carry_ms / window))
-      local room = floor((cap - max(s.c, 0)) / window) - s.L - h
-      carry = min(carry, room)
-      if carry < need or rate <= 0 then
-        rate, period = 0, 0
-        wait = min_period
-      else
-        me.L = h + carry
-      end
+    local cap_r = floor(units * rate_cap_pct / 100)
+    if demand <= 0 then cap_r = floor(limit / max(s.n, 1)) end
+    local sh = share()
+    rate = max(min(sh, cap_r, limit - s.R), 0)
+    if rate * 2 >= sh and rate > 0 then
+      period = min(max(ceil(grant_tokens * window / rate), min_period), max_period)
+    else
+      period = min_period
     end
-    if rate == 0 and wait == 0 then
-      local free = max(limit - s.R, 1)
-      wait = ceil(max(need * window - s.c, 0) / free)
+    -- what the bucket holds (what the rates did not take) goes out at
+    -- renewals, in proportion to demand
+    if avail >= need then
+      local mine = floor(avail * max(demand, 0) / max(s.D, 1))
+      granted = min(max(part, need + mine), avail)
     end
+    -- carry: tokens it may hold from the rate, within capacity (I2)
+    local carry = max(need, ceil(rate * carry_ms / window))
+    local room = floor((cap - max(s.c - granted * window, 0)) / window) - s.L - h - granted
+    carry = min(carry, room)
+    if carry < need or rate <= 0 then
+      rate, period = 0, 0
+      if granted == 0 then wait = min_period end
+    else
+      me.L = h + carry
+    end
+  end
+  if granted > 0 then
+    s.c = s.c - granted * window
+    me.L = me.L + granted - min(spent, granted)
+  elseif rate == 0 and wait == 0 then
+    local free = max(limit - s.R, 1)
+    wait = ceil(max(need * window - s.c, 0) / free)
   end
 end
 me.r = rate
@@ -321,7 +343,11 @@ s.F = s.F + me.f
 
 local c_until = NEVER
 if commit_ms > 0 then c_until = now + commit_ms end
-store(me, c_until, now + fallback_ms)
+-- a rate stays counted a shortest period past its end: the holder renews
+-- at its first request after it (and is then known to be renewing)
+local r_until = nil
+if rate > 0 then r_until = now + period + min_period end
+store(me, c_until, now + fallback_ms, r_until)
 local z_left = max(s.z - now, 0)
 return { granted, whole(), wait, rate, period, me.L, commit_ms, me.f, fallback_ms, s.n, z_left,
   s.e, s.v, alive, lost }

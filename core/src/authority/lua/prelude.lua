@@ -18,7 +18,12 @@ else
 end
 local cap = limit * window
 local credit, ts, w, epoch, ver
-local v = redis.call('GET', KEYS[1])
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' and v.err then
+  -- the key's state is the ledger's hash: limiters on one key disagree
+  return redis.error_reply('QL_MIXED fixed leases (lease_size) on a key that limiters without lease_size ' ..
+    'hold with adaptive leasing: every limiter of a key must agree on lease_size')
+end
 if v then
   local c0, t0, w0, rest = string.match(v, '^(%d+) (%d+) (%d+)(.*)$')
   credit, ts, w = tonumber(c0), tonumber(t0), tonumber(w0)
