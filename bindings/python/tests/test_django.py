@@ -184,6 +184,29 @@ def test_middleware_default_key_denial_handler_and_a_limiter_of_yours() -> None:
     assert limiter.inspect("127.0.0.1")["admitted"] == 2  # the default key is REMOTE_ADDR
 
 
+def test_middleware_trusted_proxies_key_the_client_behind_the_balancer() -> None:
+    limiter = Limiter(rate="1/min")
+    conf = {"LIMITER": limiter, "TRUSTED_PROXIES": ["10.0.0.0/8"]}
+    with override_settings(MIDDLEWARE=MIDDLEWARE, QUOTALEASE=conf):
+        lb = Client(REMOTE_ADDR="10.0.0.5")
+        assert lb.get("/", HTTP_X_FORWARDED_FOR="1.2.3.4").status_code == 200
+        assert lb.get("/", HTTP_X_FORWARDED_FOR="5.6.7.8").status_code == 200
+        assert lb.get("/", HTTP_X_FORWARDED_FOR="6.6.6.6, 1.2.3.4").status_code == 429
+        assert lb.get("/", HTTP_FORWARDED='for="[2001:db8::1]:80"').status_code == 200
+        # Spoofed headers from an untrusted peer: its own address, every time.
+        spoof = Client(REMOTE_ADDR="203.0.113.9")
+        assert spoof.get("/", HTTP_X_FORWARDED_FOR="9.9.9.9").status_code == 200
+        assert spoof.get("/", HTTP_X_FORWARDED_FOR="8.8.8.8").status_code == 429
+        # Malformed: the peer's bucket, not an error.
+        assert lb.get("/", HTTP_FORWARDED="for=unknown").status_code == 200
+    assert limiter.inspect("10.0.0.5")["admitted"] == 1
+    assert limiter.inspect("2001:db8::1")["admitted"] == 1
+    hops = Limiter(rate="5/min")
+    with override_settings(MIDDLEWARE=MIDDLEWARE, QUOTALEASE={"LIMITER": hops, "TRUSTED_PROXIES": 2}):
+        Client(REMOTE_ADDR="10.0.0.5").get("/", HTTP_X_FORWARDED_FOR="6.6.6.6, 1.2.3.4, 10.1.1.1")
+    assert hops.inspect("1.2.3.4")["admitted"] == 1
+
+
 def test_middleware_async_chain() -> None:
     async def run() -> list[int]:
         client = AsyncClient()
@@ -285,6 +308,9 @@ def test_decorator_tier_with_tiers_from_the_settings_options() -> None:
         ({"RATE": "5/min", "PASSWORD": "pw"}, "goes with a redis://"),
         ({"RATE": "5/min", "URL": "redis://:a@h:1", "PASSWORD": "pw"}, "not both"),
         ({"RATE": "5/min", "URL": "redis://h:1", "PASSWORD": 5}, "non-empty str"),
+        ({"RATE": "5/min", "TRUSTED_PROXIES": -1}, "TRUSTED_PROXIES.*hop count >= 0"),
+        ({"RATE": "5/min", "TRUSTED_PROXIES": ["10.0.0.0/99"]}, "not an IP address or CIDR"),
+        ({"RATE": "5/min", "TRUSTED_PROXIES": 2.5}, "hop count"),
     ],
 )
 def test_bad_settings_are_improperly_configured(conf: dict[str, Any], message: str) -> None:

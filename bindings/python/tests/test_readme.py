@@ -24,9 +24,9 @@ from conftest import ROOT
 def blocks() -> list[str]:
     text = (ROOT / "bindings" / "python" / "README.md").read_text()
     found = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(found) == 10, (
+    assert len(found) == 11, (
         "expected the quick start, the FastAPI middleware, Flask, the FastAPI dependency, Django, gRPC,"
-        " OpenTelemetry, plan tiers, the policy store and the integrations' tier examples"
+        " OpenTelemetry, plan tiers, the policy store, the integrations' tier examples and behind a proxy"
     )
     return found
 
@@ -250,3 +250,13 @@ def test_project_readme_python_quick_start() -> None:
     ]
     headers = ast.literal_eval(lines[6])
     assert headers["RateLimit-Policy"] == '"default";q=5;w=60' and int(headers["Retry-After"]) >= 1
+
+
+def test_behind_a_proxy_example() -> None:
+    ns = run(blocks()[10], "readme_proxies")
+    xff = "6.6.6.6, 1.2.3.4"
+    scope = {"type": "http", "client": ("10.0.0.5", 1), "headers": [(b"x-forwarded-for", xff.encode())]}
+    assert ns["asgi"].rule.key(scope) == "1.2.3.4"
+    assert ns["asgi"].rule.key({**scope, "client": ("203.0.113.9", 1)}) == "203.0.113.9"  # not trusted
+    assert ns["wsgi"].rule.key({"REMOTE_ADDR": "10.0.0.5", "HTTP_X_FORWARDED_FOR": xff}) == "1.2.3.4"
+    assert ns["search_limit"].rule.key.__name__ == "key"  # the client's address behind one hop

@@ -15,6 +15,11 @@ and a small JSON body, and never reaches the app.
 ``starlette.requests.Request`` when Starlette is installed (FastAPI, Starlette),
 otherwise the raw ASGI ``scope`` dict. The default key is the client's address.
 Return None to let a request through without limiting it (health checks).
+Behind a load balancer or reverse proxy, ``trusted_proxies`` (a hop count such
+as ``1``, or CIDRs such as ``["10.0.0.0/8"]``) makes the default key the
+client's address from ``X-Forwarded-For`` (else ``Forwarded``), read only
+through trusted hops; a bad value raises ``quotalease.ConfigError`` (a
+negative count, a bad CIDR) or ``TypeError`` here.
 ``cost`` is an int or a callable taking the same request; ``skip(request)``
 true lets a request through unlimited; ``tier`` (a str or ``tier(request)``)
 is handed to ``acquire`` for limiters with plan tiers. WebSocket and
@@ -33,6 +38,7 @@ from typing import Any
 
 from . import Limiter
 from ._middleware import Rule, denied_body, header_pairs
+from ._proxies import TrustedProxies, TrustedProxiesSpec, asgi_forwarding, default_key_check
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -47,10 +53,32 @@ except ImportError:  # pragma: no cover - exercised only without starlette
 
 
 def client_address(request: Any) -> str | None:
-    """The default key: the peer's address (behind a proxy, pass your own key)."""
+    """The default key: the peer's address (behind a proxy, see ``trusted_proxies``)."""
     scope = request.scope if hasattr(request, "scope") else request
     client = scope.get("client")
     return str(client[0]) if client else "unknown"
+
+
+def client_key(proxies: TrustedProxies) -> Callable[[Any], str | None]:
+    """The default key behind ``proxies``: the client's address through trusted hops."""
+
+    def key(request: Any) -> str | None:
+        scope = request.scope if hasattr(request, "scope") else request
+        client = scope.get("client")
+        if not client:
+            return "unknown"
+        return proxies.client(str(client[0]), *asgi_forwarding(scope))
+
+    return key
+
+
+def default_key(
+    key: Callable[[Any], str | None], trusted_proxies: TrustedProxiesSpec, who: str
+) -> Callable[[Any], str | None]:
+    """``key``, or the client's address through ``trusted_proxies`` when they are set."""
+    proxies = TrustedProxies(trusted_proxies, who)
+    default_key_check(proxies, key, client_address, who)
+    return client_key(proxies) if proxies.enabled else key
 
 
 class RateLimitMiddleware:
@@ -63,8 +91,10 @@ class RateLimitMiddleware:
         *,
         skip: Callable[[Any], bool] | None = None,
         tier: str | Callable[[Any], str | None] | None = None,
+        trusted_proxies: TrustedProxiesSpec = None,
     ) -> None:
         self.app = app
+        key = default_key(key, trusted_proxies, "RateLimitMiddleware")
         self.rule: Rule[Any] = Rule(limiter, key, cost, skip=skip, tier=tier, who="RateLimitMiddleware")
         self.limiter = limiter
 

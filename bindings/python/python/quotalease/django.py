@@ -6,6 +6,7 @@
         "URL": "redis://127.0.0.1:6379",   # default "memory://" (one process only)
         "RATE": "600/min",                 # the middleware's limit
         "KEY": "header:X-Api-Key",         # "ip" (default), "header:NAME", a function or its dotted path
+        "TRUSTED_PROXIES": 1,              # behind one load balancer: "ip" is the client, not the balancer
     }
 
     # views.py
@@ -28,6 +29,11 @@ Settings (``settings.QUOTALEASE``, a dict; every entry optional):
 - ``KEY``: the key of a request: ``"ip"`` (``REMOTE_ADDR``, the default),
   ``"header:NAME"``, or a function ``key(request) -> str | None`` (None: not
   limited) or its dotted path. The decorator's ``key=`` defaults to it too.
+- ``TRUSTED_PROXIES``: behind a load balancer or reverse proxy, the ``"ip"`` key
+  is the client's address from ``X-Forwarded-For`` (else ``Forwarded``), read
+  only through trusted hops: a hop count (``1``: one proxy in front) or CIDRs
+  (``["10.0.0.0/8"]``). Default: none trusted (``REMOTE_ADDR``). Other keys
+  ignore it.
 - ``COST``: an int or ``cost(request) -> int``; ``SKIP``: ``skip(request) -> bool``
   (true: not limited); ``TIER``: a plan tier or ``tier(request)``, handed to
   ``acquire`` for limiters with tiers.
@@ -65,18 +71,45 @@ from django.views.decorators.debug import sensitive_variables
 from . import ConfigError, Limiter
 from ._middleware import Rule, denied_payload, header_pairs
 from ._native import Decision
+from ._proxies import TrustedProxies, environ_client
 
 __all__ = ["RateLimitMiddleware", "client_address", "ratelimit", "ratelimit_decision"]
 
-SETTINGS = ("URL", "PASSWORD", "OPTIONS", "RATE", "LIMITER", "KEY", "COST", "SKIP", "DENIED", "TIER")
+SETTINGS = (
+    "URL",
+    "PASSWORD",
+    "OPTIONS",
+    "RATE",
+    "LIMITER",
+    "KEY",
+    "COST",
+    "SKIP",
+    "DENIED",
+    "TIER",
+    "TRUSTED_PROXIES",
+)
 
 View = TypeVar("View", bound=Callable[..., Any])
 Denied = Callable[[HttpRequest, Decision], HttpResponse]
 
 
 def client_address(request: HttpRequest) -> str | None:
-    """The default key: ``REMOTE_ADDR`` (behind a proxy, pass your own key)."""
+    """The default key: ``REMOTE_ADDR`` (behind a proxy, see ``TRUSTED_PROXIES``)."""
     return str(request.META.get("REMOTE_ADDR") or "unknown")
+
+
+def _proxies(conf: dict[str, Any]) -> TrustedProxies:
+    try:
+        return TrustedProxies(conf.get("TRUSTED_PROXIES"), "QUOTALEASE['TRUSTED_PROXIES']")
+    except (ConfigError, TypeError) as e:
+        raise ImproperlyConfigured(str(e)) from e
+
+
+def _client_key(proxies: TrustedProxies) -> Callable[[HttpRequest], str | None]:
+    def key(request: HttpRequest) -> str | None:
+        return environ_client(proxies, request.META)
+
+    return key
 
 
 def _header_key(name: str) -> Callable[[HttpRequest], str | None]:
@@ -114,9 +147,9 @@ def _function(value: Any, entry: str) -> Any:
     return value
 
 
-def _key(value: Any, entry: str = "KEY") -> Callable[[HttpRequest], str | None]:
+def _key(value: Any, entry: str = "KEY", proxies: TrustedProxies | None = None) -> Callable[[HttpRequest], str | None]:
     if value is None or value == "ip":
-        return client_address
+        return _client_key(proxies) if proxies is not None and proxies.enabled else client_address
     if isinstance(value, str) and value.startswith("header:"):
         name = value[len("header:") :].strip()
         if not name:
@@ -175,7 +208,7 @@ def _limiter(conf: dict[str, Any], rate: str, entry: str) -> Limiter:
 def _rule(conf: dict[str, Any], limiter: Limiter, key: Any, cost: Any, group: Any, skip: Any, tier: Any) -> Rule[Any]:
     return Rule(
         limiter,
-        _key(key if key is not None else conf.get("KEY")),
+        _key(key if key is not None else conf.get("KEY"), proxies=_proxies(conf)),
         _cost(cost if cost is not None else conf.get("COST")),
         skip=_function(skip, "SKIP") if skip is not None else None,
         group=group,

@@ -24,7 +24,9 @@ share. Each route gets its own buckets: the key is ``"group:key"``, where the
 group defaults to the endpoint's dotted name (``group=`` shares one budget
 between routes). ``key(request)`` (default: the client's address) may return
 None to leave a request unlimited; ``cost`` is an int or ``cost(request)``;
-``tier`` is handed to ``acquire`` for limiters with plan tiers.
+``tier`` is handed to ``acquire`` for limiters with plan tiers;
+``trusted_proxies`` (a hop count or CIDRs) makes the default key the client's
+address behind a load balancer, as in the middleware.
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the dependency's
@@ -38,7 +40,8 @@ from fastapi import HTTPException, Request, Response
 from . import Limiter
 from ._middleware import DENIED_DETAIL, Rule, header_pairs
 from ._native import Decision
-from .asgi import client_address
+from ._proxies import TrustedProxiesSpec
+from .asgi import client_address, default_key
 
 __all__ = ["RateLimited", "RouteLimit", "endpoint_group", "limit"]
 
@@ -88,6 +91,7 @@ def limit(
     skip: Callable[[Request], bool] | None = None,
     group: str | Callable[[Request], str] | None = None,
     tier: str | Callable[[Request], str | None] | None = None,
+    trusted_proxies: TrustedProxiesSpec = None,
     url: str = "memory://",
     **limiter_options: Any,
 ) -> RouteLimit:
@@ -95,6 +99,7 @@ def limit(
 
     A bad rate or option raises :class:`quotalease.ConfigError` here, when the
     route is defined, not on its first request."""
+    key = default_key(key, trusted_proxies, "limit()")
     if isinstance(rate, Limiter):
         if limiter_options or url != "memory://":
             raise TypeError("limit(): url and limiter options go with a rate string, not with a Limiter")

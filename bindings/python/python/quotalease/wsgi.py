@@ -14,7 +14,11 @@ and a small JSON body, and never reaches the app.
 ``key(request)`` picks the bucket. ``request`` is a ``werkzeug.wrappers.Request``
 when Werkzeug is installed (Flask), otherwise the WSGI ``environ`` dict. The
 default key is ``REMOTE_ADDR``. Return None to let a request through without
-limiting it. ``cost`` is an int or a callable taking the same request;
+limiting it. Behind a load balancer or reverse proxy, ``trusted_proxies`` (a
+hop count such as ``1``, or CIDRs such as ``["10.0.0.0/8"]``) makes the default
+key the client's address from ``X-Forwarded-For`` (else ``Forwarded``), read
+only through trusted hops; a bad value raises ``quotalease.ConfigError`` (a
+negative count, a bad CIDR) or ``TypeError`` here. ``cost`` is an int or a callable taking the same request;
 ``skip(request)`` true lets a request through unlimited; ``tier`` (a str or
 ``tier(request)``) is handed to ``acquire`` for limiters with plan tiers. A response that already
 carries ``RateLimit``, ``RateLimit-Policy`` or ``Retry-After`` (an inner,
@@ -31,6 +35,7 @@ from typing import Any
 
 from ._middleware import Rule, denied_body, header_pairs
 from ._native import Limiter
+from ._proxies import TrustedProxies, TrustedProxiesSpec, default_key_check, environ_client
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -43,9 +48,18 @@ except ImportError:  # pragma: no cover - exercised only without werkzeug
 
 
 def client_address(request: Any) -> str | None:
-    """The default key: REMOTE_ADDR (behind a proxy, pass your own key)."""
+    """The default key: REMOTE_ADDR (behind a proxy, see ``trusted_proxies``)."""
     environ = request.environ if hasattr(request, "environ") else request
     return str(environ.get("REMOTE_ADDR") or "unknown")
+
+
+def environ_key(proxies: TrustedProxies) -> Callable[[Any], str | None]:
+    """The default key behind ``proxies``: the client's address through trusted hops."""
+
+    def key(request: Any) -> str | None:
+        return environ_client(proxies, request.environ if hasattr(request, "environ") else request)
+
+    return key
 
 
 class RateLimitMiddleware:
@@ -58,8 +72,13 @@ class RateLimitMiddleware:
         *,
         skip: Callable[[Any], bool] | None = None,
         tier: str | Callable[[Any], str | None] | None = None,
+        trusted_proxies: TrustedProxiesSpec = None,
     ) -> None:
         self.app = app
+        proxies = TrustedProxies(trusted_proxies, "RateLimitMiddleware")
+        default_key_check(proxies, key, client_address, "RateLimitMiddleware")
+        if proxies.enabled:
+            key = environ_key(proxies)
         self.rule: Rule[Any] = Rule(limiter, key, cost, skip=skip, tier=tier, who="RateLimitMiddleware")
         self.limiter = limiter
 
