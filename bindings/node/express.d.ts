@@ -6,11 +6,28 @@ import type { Decision, Limiter } from './index'
 
 export type NextFunction = (err?: unknown) => void
 
+/** Trusted proxies: a hop count, or a CIDR / address or a list of them. */
+export type TrustedProxies = number | string | readonly string[]
+
 export interface RateLimitOptions<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> {
   /** The limiter deciding every request (you create and close it). */
   limiter: Limiter
-  /** The rate-limit key of a request. Default: `req.ip`, else the socket's remote address. */
+  /**
+   * The rate-limit key of a request. Default: `req.ip`, else the socket's
+   * remote address; with `trustedProxies`, the client's address behind them.
+   */
   key?: (req: Req) => string | Promise<string>
+  /**
+   * Behind a load balancer or reverse proxy: which hops to believe, so the
+   * default key is the client's address from `X-Forwarded-For` (else
+   * `Forwarded`), walked from the right past trusted hops. A hop count (`1`:
+   * one proxy in front), or CIDRs / addresses (`['10.0.0.0/8', '::1']`). An
+   * untrusted peer's headers are ignored; a malformed entry keys by the peer.
+   * Default: none trusted. A negative count or a bad CIDR is an
+   * `ERR_QUOTALEASE_CONFIG` error when the middleware is built, as is giving
+   * `key` too.
+   */
+  trustedProxies?: TrustedProxies
   /** Tokens a request costs: a number or a function of the request (default 1). */
   cost?: number | ((req: Req) => number)
   /**

@@ -2,7 +2,7 @@
 // Express / Connect middleware: one decision per request, RateLimit headers
 // on every response, 429 with Retry-After when denied.
 
-const { checkOptions, decide, setHeaders } = require('./http-common.js')
+const { checkOptions, decide, keyOption, setHeaders } = require('./http-common.js')
 
 function defaultKey(req) {
   return req.ip || (req.socket && req.socket.remoteAddress) || 'unknown'
@@ -14,16 +14,19 @@ function defaultOnDenied(req, res) {
   res.end('Too Many Requests\n')
 }
 
-const KNOWN = ['limiter', 'key', 'cost', 'tier', 'skip', 'onDenied']
+const KNOWN = ['limiter', 'key', 'cost', 'tier', 'skip', 'onDenied', 'trustedProxies']
 
 /**
- * `rateLimit({ limiter, key?, cost?, tier?, skip?, onDenied? })` returns
- * `(req, res, next)` middleware. `tier`: a plan tier's name, or
- * `(req) => name | undefined`. The decision is on `req.rateLimit`.
+ * `rateLimit({ limiter, key?, cost?, tier?, skip?, onDenied?, trustedProxies? })`
+ * returns `(req, res, next)` middleware. `tier`: a plan tier's name, or
+ * `(req) => name | undefined`. `trustedProxies` (a hop count or CIDRs): the
+ * default key is the client's address from X-Forwarded-For / Forwarded
+ * through those hops instead of `req.ip`. The decision is on `req.rateLimit`.
  */
 function rateLimit(options) {
   checkOptions('rateLimit', options, KNOWN)
-  const { limiter, key = defaultKey, cost = 1, tier, skip, onDenied = defaultOnDenied } = options
+  const key = keyOption('rateLimit', options, defaultKey)
+  const { limiter, cost = 1, tier, skip, onDenied = defaultOnDenied } = options
 
   return function quotaleaseRateLimit(req, res, next) {
     try {

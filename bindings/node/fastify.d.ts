@@ -23,8 +23,21 @@ declare namespace rateLimit {
   export interface RouteRateLimitOptions {
     /** Another limiter for this route (e.g. another rate); default: the plugin's. */
     limiter?: Limiter
-    /** The rate-limit key of a request. Default: `request.ip`. */
+    /**
+     * The rate-limit key of a request. Default: `request.ip`; with
+     * `trustedProxies`, the client's address behind them.
+     */
     key?: (request: FastifyRequest) => string | Promise<string>
+    /**
+     * Behind a load balancer or reverse proxy: which hops to believe, so the
+     * default key is the client's address from `X-Forwarded-For` (else
+     * `Forwarded`), walked from the right past trusted hops. A hop count (`1`:
+     * one proxy in front), or CIDRs / addresses (`['10.0.0.0/8', '::1']`). An
+     * untrusted peer's headers are ignored; a malformed entry keys by the peer.
+     * Default: none trusted. A negative count or a bad CIDR is an
+     * `ERR_QUOTALEASE_CONFIG` error at registration, as is giving `key` too.
+     */
+    trustedProxies?: number | string | readonly string[]
     /** Tokens a request costs: a number or a function of the request (default 1). */
     cost?: number | ((request: FastifyRequest) => number)
     /**

@@ -4,10 +4,10 @@
 // response, 429 with Retry-After when denied. Per-route settings come from the
 // route's `config: { rateLimit: { ... } }`, as with @fastify/rate-limit.
 
-const { checkOptions, decide, fail, setHeaders } = require('./http-common.js')
+const { checkOptions, decide, fail, keyOption, setHeaders } = require('./http-common.js')
 
-const PLUGIN_OPTIONS = ['limiter', 'key', 'cost', 'tier', 'skip', 'onDenied', 'global']
-const ROUTE_OPTIONS = ['limiter', 'key', 'cost', 'tier', 'skip', 'onDenied']
+const ROUTE_OPTIONS = ['limiter', 'key', 'cost', 'tier', 'skip', 'onDenied', 'trustedProxies']
+const PLUGIN_OPTIONS = [...ROUTE_OPTIONS, 'global']
 
 function defaultKey(request) {
   return request.ip || 'unknown'
@@ -41,20 +41,23 @@ function onRequestHook({ limiter, key, cost, tier, skip, onDenied }) {
 }
 
 /**
- * `fastify.register(rateLimit, { limiter, key?, cost?, tier?, skip?, onDenied?, global? })`.
+ * `fastify.register(rateLimit, { limiter, key?, cost?, tier?, skip?, onDenied?, trustedProxies?, global? })`.
  * Routes registered after it are limited (with `global: false`, only those
  * whose `config.rateLimit` is set); `config: { rateLimit: false }` exempts a
  * route, `config: { rateLimit: { limiter?, key?, cost?, tier?, skip?, onDenied? } }`
  * overrides the plugin's options for it. `tier`: a plan tier's name, or
- * `(request) => name | undefined`. The decision is on `request.rateLimit`.
+ * `(request) => name | undefined`. `trustedProxies` (a hop count or CIDRs):
+ * the default key is the client's address from X-Forwarded-For / Forwarded
+ * through those hops instead of `request.ip`. The decision is on `request.rateLimit`.
  */
 function rateLimit(fastify, options, done) {
   try {
     checkOptions('quotalease/fastify', options, PLUGIN_OPTIONS)
+    options = { ...options, key: keyOption('quotalease/fastify', options, defaultKey) }
   } catch (err) {
     return done(err)
   }
-  const { global = true, ...rest } = options
+  const { global = true, trustedProxies: _proxies, ...rest } = options
   if (typeof global !== 'boolean') return done(fail(TypeError, 'quotalease/fastify: `global` must be a boolean'))
   const base = { key: defaultKey, cost: 1, tier: undefined, skip: undefined, onDenied: defaultOnDenied, ...defined(rest) }
   if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null)
@@ -68,7 +71,9 @@ function rateLimit(fastify, options, done) {
     }
     const own = typeof config === 'object' ? config : {}
     checkOptions(where, own, ROUTE_OPTIONS, { limiterRequired: false })
-    const hook = onRequestHook({ ...base, ...defined(own) })
+    const { trustedProxies: routeProxies, ...ownRest } = own
+    const routeKey = routeProxies === undefined ? own.key : keyOption(where, own, defaultKey)
+    const hook = onRequestHook({ ...base, ...defined({ ...ownRest, key: routeKey }) })
     route.onRequest = route.onRequest ? [].concat(route.onRequest, hook) : [hook]
   })
   done()

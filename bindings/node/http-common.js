@@ -5,6 +5,7 @@
 // to its request and reply objects.
 
 const { Limiter, codes, httpKey } = require('./index.js')
+const { clientKey, trustedProxies } = require('./proxies.js')
 
 function fail(Ctor, message) {
   const err = new Ctor(message)
@@ -47,6 +48,20 @@ function checkOptions(who, options, known, { limiterRequired = true } = {}) {
 }
 
 /**
+ * The key function of `options`: its own `key`, else the client's address
+ * through `options.trustedProxies` when set, else `defaultKey` (the peer's).
+ * A bad `trustedProxies`, or one given with a `key`, throws here.
+ */
+function keyOption(who, options, defaultKey) {
+  const client = trustedProxies(who, options.trustedProxies)
+  if (client === null) return options.key === undefined ? defaultKey : options.key
+  if (options.key !== undefined) {
+    throw fail(TypeError, `${who}: \`trustedProxies\` picks the default key (the client's address); give \`key\` or \`trustedProxies\`, not both`)
+  }
+  return clientKey(client)
+}
+
+/**
  * The request's decision: `limiter.acquire(httpKey(key(req)), cost, { tier })`
  * (no tier named when `tier` is absent or returns `undefined` / `null`). `key`
  * may return a Promise. A key over 512 bytes is limited under its sha256
@@ -75,4 +90,4 @@ function setHeaders(decision, set) {
   for (const name in h) set(name, h[name])
 }
 
-module.exports = { fail, checkOptions, decide, setHeaders }
+module.exports = { fail, checkOptions, keyOption, decide, setHeaders }

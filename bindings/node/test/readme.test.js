@@ -57,8 +57,8 @@ function run(file, env = {}) {
 const all = blocks()
 test.after(() => fs.rmSync(DIR, { recursive: true, force: true }))
 
-test('the README has the quick start, the Express examples in JS and TS, Fastify, tiers and the store, Express with tiers, and OpenTelemetry', () => {
-  assert.deepEqual(all.map((b) => b.lang), ['js', 'js', 'ts', 'js', 'js', 'js', 'js'])
+test('the README has the quick start, the Express examples in JS and TS, Fastify, tiers and the store, Express with tiers, OpenTelemetry, and behind a proxy', () => {
+  assert.deepEqual(all.map((b) => b.lang), ['js', 'js', 'ts', 'js', 'js', 'js', 'js', 'js'])
 })
 
 test('the quick start runs', async () => {
@@ -193,4 +193,20 @@ test("the project README's Node example runs", async () => {
   const child = run(write('project-readme.js', projectReadmeBlock()))
   assert.equal(await child.exited, 0, child.err)
   assert.deepEqual(child.out.trim().split('\n'), ['0 true 4 lease', '1 true 3 lease', '2 true 2 lease', '3 true 1 lease', '4 true 0 lease', '5 false 0 exhausted'])
+})
+
+test('the behind-a-proxy example keys each client behind the trusted proxy', async () => {
+  const child = run(write('proxy-app.js', all[7].code), { PORT: '0' })
+  let url
+  const deadline = Date.now() + 30000
+  while (!(url = (child.out.match(/listening on (\S+)/) || [])[1])) {
+    assert.ok(Date.now() < deadline, `the example did not start: ${child.err}`)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  const remaining = async (xff) => (await (await fetch(url, { headers: { 'x-forwarded-for': xff } })).json()).remaining
+  assert.equal(await remaining('1.2.3.4'), 99)
+  assert.equal(await remaining('6.6.6.6, 1.2.3.4'), 98) // the same client, a spoofed left part
+  assert.equal(await remaining('5.6.7.8'), 99) // another client, its own bucket
+  child.kill('SIGTERM')
+  assert.equal(await child.exited, 0, child.err)
 })

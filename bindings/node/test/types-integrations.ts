@@ -23,6 +23,10 @@ const options: RateLimitPluginOptions = {
 }
 void app.register(rateLimit, options)
 void app.register(named, { limiter, key: async () => 'k' })
+void app.register(rateLimit, { limiter, trustedProxies: ['10.0.0.0/8'] })
+app.get('/hops', { config: { rateLimit: { trustedProxies: 2 } } }, async () => 'ok')
+// @ts-expect-error trustedProxies is a hop count or CIDRs
+void app.register(rateLimit, { limiter, trustedProxies: [10] })
 // @ts-expect-error the limiter is required
 void app.register(rateLimit, { key: () => 'k' })
 // @ts-expect-error a key is a function

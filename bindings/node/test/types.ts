@@ -68,6 +68,11 @@ try {
 const app = express()
 app.use(rateLimit<Request>({ limiter, key: (req) => req.ip ?? 'unknown', cost: 1 }))
 app.use(rateLimit({ limiter, onDenied: (req, res, next, d) => res.writeHead(429).end(String(d.retryAfterMs)) }))
+app.use(rateLimit({ limiter, trustedProxies: 1 }))
+app.use(rateLimit({ limiter, trustedProxies: ['10.0.0.0/8', '::1'] }))
+app.use(rateLimit({ limiter, trustedProxies: '10.0.0.0/8' }))
+// @ts-expect-error trustedProxies is a hop count or CIDRs
+app.use(rateLimit({ limiter, trustedProxies: true }))
 
 async function readonlyDecision(): Promise<void> {
   const d = await limiter.acquire('k')
