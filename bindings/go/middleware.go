@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"reflect"
 	"unsafe"
 )
 
@@ -33,7 +34,9 @@ func HTTPKey(raw string) (string, error) {
 type KeyFunc func(*http.Request) string
 
 // ByRemoteIP keys requests by the client's IP address (the host part of
-// r.RemoteAddr). Behind a proxy, key by a trusted header instead.
+// r.RemoteAddr). Behind a load balancer or reverse proxy, add
+// WithTrustedProxies to Middleware: this key then reads the client's
+// address through the trusted hops.
 func ByRemoteIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -58,6 +61,7 @@ type middleware struct {
 	tier    func(*http.Request) string
 	denied  http.Handler
 	onError func(http.ResponseWriter, *http.Request, error)
+	proxies *TrustedProxies
 }
 
 // WithCost sets the tokens a request takes (default 1).
@@ -118,6 +122,9 @@ func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.H
 	}
 	for _, o := range opts {
 		o(m)
+	}
+	if m.proxies.enabled() && reflect.ValueOf(m.key).Pointer() == reflect.ValueOf(ByRemoteIP).Pointer() {
+		m.key = m.proxies.ClientIP
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
