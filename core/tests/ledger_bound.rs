@@ -65,6 +65,16 @@ enum Step {
     },
 }
 
+/// `times` requests of `cost` at `inst`, `gap_ms` apart.
+fn burst(inst: usize, cost: u64, times: u32, gap_ms: u64) -> Step {
+    Step::Acquire {
+        inst,
+        cost,
+        times,
+        gap_ms,
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Case {
     n: usize,
@@ -482,6 +492,15 @@ fn both(c: &Case, policy: FailurePolicy, lease_ttl_ms: Option<u64>) -> Vec<(Stri
     vec![("memory".into(), mem), ("redis".into(), redis)]
 }
 
+/// The schedule keeps the bound on both authorities.
+fn holds_on_both(c: &Case, lease_ttl_ms: Option<u64>) {
+    for (name, f) in both(c, FailurePolicy::Deny, lease_ttl_ms) {
+        let r = check(&f);
+        assert!(r.is_ok(), "{name}: {} ({} admitted)", r.unwrap_err(), admitted(&f));
+        close(f);
+    }
+}
+
 fn admitted(f: &Fleet) -> u64 {
     f.books.iter().flat_map(|b| &b.events).map(|e| e.1).sum()
 }
@@ -495,32 +514,13 @@ fn schedule_two_holders_cannot_double_a_bucket() {
         limit: 50,
         window_ms: 100,
         steps: vec![
-            Step::Acquire {
-                inst: 0,
-                cost: 1,
-                times: 40,
-                gap_ms: 1,
-            },
+            burst(0, 1, 40, 1),
             Step::Advance(300),
-            Step::Acquire {
-                inst: 1,
-                cost: 1,
-                times: 80,
-                gap_ms: 0,
-            },
-            Step::Acquire {
-                inst: 0,
-                cost: 1,
-                times: 80,
-                gap_ms: 0,
-            },
+            burst(1, 1, 80, 0),
+            burst(0, 1, 80, 0),
         ],
     };
-    for (name, f) in both(&c, FailurePolicy::Deny, None) {
-        let r = check(&f);
-        assert!(r.is_ok(), "{name}: {} ({} admitted)", r.unwrap_err(), admitted(&f));
-        close(f);
-    }
+    holds_on_both(&c, None);
 }
 
 /// Schedule A: 20 instances each burst 15 requests, go quiet 3.5 s with a
@@ -552,11 +552,7 @@ fn schedule_a_quiet_holders_keep_no_forgotten_chunks() {
         window_ms: 60_000,
         steps,
     };
-    for (name, f) in both(&c, FailurePolicy::Deny, Some(600_000)) {
-        let r = check(&f);
-        assert!(r.is_ok(), "{name}: {} ({} admitted)", r.unwrap_err(), admitted(&f));
-        close(f);
-    }
+    holds_on_both(&c, Some(600_000));
 }
 
 /// Schedule B: a lone instance on a rate stops right after a renewal,
@@ -570,19 +566,10 @@ fn schedule_b_a_lone_rate_holder_bursts_one_bucket_at_most() {
         steps: vec![
             Step::Load { per_s: 300, ms: 3_000 },
             Step::Advance(1_900),
-            Step::Acquire {
-                inst: 0,
-                cost: 1,
-                times: 400,
-                gap_ms: 0,
-            },
+            burst(0, 1, 400, 0),
         ],
     };
-    for (name, f) in both(&c, FailurePolicy::Deny, None) {
-        let r = check(&f);
-        assert!(r.is_ok(), "{name}: {} ({} admitted)", r.unwrap_err(), admitted(&f));
-        close(f);
-    }
+    holds_on_both(&c, None);
 }
 
 /// Schedule C: 600 per 60 s becomes 10 per 1 s while two instances run on
@@ -625,11 +612,7 @@ fn schedule_d_the_state_outlives_its_grants() {
             Step::Load { per_s: 400, ms: 1_800 },
         ],
     };
-    for (name, f) in both(&c, FailurePolicy::Deny, None) {
-        let r = check(&f);
-        assert!(r.is_ok(), "{name}: {} ({} admitted)", r.unwrap_err(), admitted(&f));
-        close(f);
-    }
+    holds_on_both(&c, None);
 }
 
 /// Schedule E: three instances at 2x a 500/s key for 9 s, one calling
@@ -675,11 +658,7 @@ fn schedule_g_a_restart_with_a_quiet_holder() {
             Step::Load { per_s: 30, ms: 5_000 },
         ],
     };
-    for (name, f) in both(&c, FailurePolicy::Deny, None) {
-        let r = check(&f);
-        assert!(r.is_ok(), "{name}: {} ({} admitted)", r.unwrap_err(), admitted(&f));
-        close(f);
-    }
+    holds_on_both(&c, None);
 }
 
 /// Limiters of one key that disagree on `lease_size` (fixed leases against
@@ -743,30 +722,11 @@ fn schedule_a_holder_spends_nothing_past_its_commitment() {
         limit: 50,
         window_ms: 1_000,
         steps: vec![
-            Step::Acquire {
-                inst: 0,
-                cost: 1,
-                times: 40,
-                gap_ms: 2,
-            },
+            burst(0, 1, 40, 2),
             Step::Advance(6_000),
-            Step::Acquire {
-                inst: 1,
-                cost: 1,
-                times: 80,
-                gap_ms: 0,
-            },
-            Step::Acquire {
-                inst: 0,
-                cost: 1,
-                times: 80,
-                gap_ms: 0,
-            },
+            burst(1, 1, 80, 0),
+            burst(0, 1, 80, 0),
         ],
     };
-    for (name, f) in both(&c, FailurePolicy::Deny, Some(600_000)) {
-        let r = check(&f);
-        assert!(r.is_ok(), "{name}: {} ({} admitted)", r.unwrap_err(), admitted(&f));
-        close(f);
-    }
+    holds_on_both(&c, Some(600_000));
 }

@@ -234,23 +234,7 @@ impl MemoryAuthority {
                 let host = lock(&self.ledger);
                 let r = host.eval(&ledger_keys(&key), &argv, now.ms)?;
                 self.sweep_ledger(&host, now.ms);
-                let ((granted, remaining, wait_ms), answer, (epoch, version, alive_ms, lost)) =
-                    ledger::parse(&r).ok_or_else(|| format!("unexpected reply from the ledger script: {r:?}"))?;
-                let seen = Seen {
-                    epoch,
-                    version,
-                    alive_ms,
-                    lost,
-                };
-                Reply::Grant(
-                    Grant {
-                        granted,
-                        remaining,
-                        wait_ms,
-                    },
-                    Some(answer),
-                    seen,
-                )
+                return super::ledger_reply(&r);
             }
             Call::Lease {
                 key,

@@ -151,6 +151,26 @@ pub(crate) enum Reply {
     Policy(PolicyReply),
 }
 
+/// The ledger script's lease reply as a [`Reply`].
+pub(crate) fn ledger_reply(r: &[i64]) -> Result<Reply, String> {
+    let ((granted, remaining, wait_ms), answer, (epoch, version, alive_ms, lost)) =
+        crate::ledger::parse(r).ok_or_else(|| format!("unexpected reply from the ledger script: {r:?}"))?;
+    Ok(Reply::Grant(
+        Grant {
+            granted,
+            remaining,
+            wait_ms,
+        },
+        Some(answer),
+        Seen {
+            epoch,
+            version,
+            alive_ms,
+            lost,
+        },
+    ))
+}
+
 /// Receives the answer to one call exactly once.
 pub(crate) type Done = Box<dyn FnOnce(std::result::Result<Reply, String>) + Send>;
 

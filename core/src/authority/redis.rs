@@ -592,28 +592,8 @@ impl Connection {
         };
         let query = async {
             match conn {
-                Conn::Single(c) => {
-                    let ty: String = redis::cmd("TYPE").arg(key).query_async(c).await?;
-                    let v: Option<String> = if ty == "hash" {
-                        let f: Vec<Option<String>> = hmget.query_async(c).await?;
-                        ledger_value(&f)
-                    } else {
-                        get.query_async(c).await?
-                    };
-                    let t: i64 = pttl.query_async(c).await?;
-                    Ok::<_, RedisError>((v, t))
-                }
-                Conn::Cluster(c) => {
-                    let ty: String = redis::cmd("TYPE").arg(key).query_async(c).await?;
-                    let v: Option<String> = if ty == "hash" {
-                        let f: Vec<Option<String>> = hmget.query_async(c).await?;
-                        ledger_value(&f)
-                    } else {
-                        get.query_async(c).await?
-                    };
-                    let t: i64 = pttl.query_async(c).await?;
-                    Ok((v, t))
-                }
+                Conn::Single(c) => read_stored(c, key, &get, &hmget, &pttl).await,
+                Conn::Cluster(c) => read_stored(c, key, &get, &hmget, &pttl).await,
             }
         };
         let (value, ttl) = match tokio::time::timeout(timeout, query).await {
@@ -766,22 +746,7 @@ fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
     let bad = |e: redis::ParsingError| format!("unexpected reply from the lease script: {e}");
     if adaptive {
         let r: Vec<i64> = redis::from_redis_value(v).map_err(bad)?;
-        let ((granted, remaining, wait_ms), answer, (epoch, version, alive_ms, lost)) =
-            crate::ledger::parse(&r).ok_or_else(|| format!("unexpected reply from the ledger script: {r:?}"))?;
-        return Ok(Reply::Grant(
-            Grant {
-                granted,
-                remaining,
-                wait_ms,
-            },
-            Some(answer),
-            Seen {
-                epoch,
-                version,
-                alive_ms,
-                lost,
-            },
-        ));
+        return super::ledger_reply(&r);
     }
     let r: Vec<u64> = redis::from_redis_value(v).map_err(bad)?;
     let &[granted, remaining, wait_ms, epoch, version, alive_ms, lost] = r.as_slice() else {
@@ -807,6 +772,26 @@ fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
 /// (the same hash tag, so one cluster slot).
 fn ledger_keys(key: &str) -> Vec<String> {
     vec![key.to_string(), format!("{key}:x")]
+}
+
+/// What `inspect` reads of a key: its value (a fixed-lease bucket's string,
+/// or the ledger's `c t w` read as one) and its time to live.
+async fn read_stored<C: redis::aio::ConnectionLike>(
+    c: &mut C,
+    key: &str,
+    get: &redis::Cmd,
+    hmget: &redis::Cmd,
+    pttl: &redis::Cmd,
+) -> Result<(Option<String>, i64), RedisError> {
+    let ty: String = redis::cmd("TYPE").arg(key).query_async(c).await?;
+    let v: Option<String> = if ty == "hash" {
+        let f: Vec<Option<String>> = hmget.query_async(c).await?;
+        ledger_value(&f)
+    } else {
+        get.query_async(c).await?
+    };
+    let t: i64 = pttl.query_async(c).await?;
+    Ok((v, t))
 }
 
 /// A ledger state's `c t w` fields as a stored bucket value (debt reads as 0).
