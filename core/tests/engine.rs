@@ -354,3 +354,37 @@ fn advance_all(f: &[Limiter], ms: u64) {
         l.advance_clock(ms).unwrap();
     }
 }
+
+/// A denial's `remaining` is what the caller can have now (a 429's
+/// `RateLimit: r=`), not the authority's last figure: a saturated key's
+/// instances on rates are denied locally long after a chunk's answer said
+/// the bucket held tokens.
+#[test]
+fn a_denial_reports_what_the_caller_can_have() {
+    let name = "denial-remaining";
+    let make = || {
+        Limiter::builder()
+            .url(format!("memory://{name}"))
+            .limit(100)
+            .window_ms(1_000)
+            .clock(ClockKind::Manual { start_ms: 1_000_000 })
+            .build()
+            .unwrap()
+    };
+    let fleet = [make(), make()];
+    let mut denied = 0;
+    for _ in 0..3_000 {
+        for l in &fleet {
+            for _ in 0..2 {
+                let d = l.acquire("k", 1).unwrap();
+                if !d.allowed {
+                    denied += 1;
+                    assert_eq!(d.remaining, 0, "{d:?}");
+                    assert!(d.headers().iter().any(|(n, v)| *n == "RateLimit" && v.contains("r=0")));
+                }
+            }
+            l.advance_clock(1).unwrap();
+        }
+    }
+    assert!(denied > 1_000, "the key was saturated: {denied} denied");
+}

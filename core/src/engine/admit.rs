@@ -189,7 +189,13 @@ impl Engine {
         retry_after_ms: u64,
         reason: Reason,
     ) -> Decision {
-        let remaining = (local + e.auth_remaining.load(Relaxed)).min(p.limit);
+        // A denial says what the caller can have now: what this instance
+        // holds (the authority's last figure is not the caller's to take).
+        let remaining = if allowed {
+            (local + e.auth_remaining.load(Relaxed)).min(p.limit)
+        } else {
+            local.min(p.limit)
+        };
         Decision {
             allowed,
             limit: p.limit,
