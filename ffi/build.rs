@@ -13,5 +13,10 @@ fn main() {
         };
         println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
     }
+    // The memory authority's embedded Lua (the mlua crate builds it as a
+    // static library and links it without bundling it): bundled here, so
+    // liblease.a carries it and a C program links liblease.a alone. The
+    // library's directory comes from mlua-sys' link search path.
+    println!("cargo:rustc-link-lib=static:+bundle=lua5.1");
     println!("cargo:rerun-if-changed=build.rs");
 }
