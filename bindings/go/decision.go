@@ -72,7 +72,8 @@ type Decision struct {
 	Allowed bool
 	// Limit is the key's limit (tokens per window).
 	Limit uint64
-	// Remaining is the best estimate of tokens left for the key across the fleet.
+	// Remaining is the best estimate of tokens left for the key across the
+	// fleet when admitted; when denied, what this caller can have now.
 	Remaining uint64
 	// RetryAfterMs: when denied, milliseconds until a retry can succeed (0 when allowed).
 	RetryAfterMs uint64

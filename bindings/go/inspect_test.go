@@ -55,7 +55,8 @@ func TestInspectAKeyNeverSeen(t *testing.T) {
 }
 
 // A lone holder on memory:// with a manual clock: chunks sized by its demand
-// under the budget, then a rate once the bucket is dry. Every figure is exact.
+// within the budget, then, once the bucket is dry, exactly its refill. Every
+// figure is exact.
 func TestInspectAdaptiveFiguresOnMemory(t *testing.T) {
 	l := mustNew(t, manual(100, 1000)) // LeaseSize Auto: adaptive leasing
 	// Five requests at t0: demand is not measured yet (the first estimate

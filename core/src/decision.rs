@@ -65,7 +65,8 @@ pub struct Decision {
     pub allowed: bool,
     /// The key's limit (tokens per window).
     pub limit: u64,
-    /// Best estimate of tokens left for this key across the fleet.
+    /// Admitted: best estimate of tokens left for this key across the fleet.
+    /// Denied: what this caller can have now (its instance's own tokens).
     pub remaining: u64,
     /// When denied: milliseconds until a retry can succeed (0 when allowed).
     pub retry_after_ms: u64,
