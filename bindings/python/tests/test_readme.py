@@ -84,9 +84,16 @@ def test_quick_start() -> None:
         "4 True 0 lease",
         "5 False 0 exhausted",
     ]
-    assert lines[6].startswith(
-        "Decision(allowed=False, reason='exhausted', limit=5, remaining=0, retry_after_ms=12000,"
+    # One token of 5/min refills in 12 s; a millisecond may pass between the
+    # denial and this line, so the wait is at most 12 s, never the exact figure.
+    decision = re.fullmatch(
+        r"Decision\(allowed=False, reason='exhausted', limit=5, remaining=0, "
+        r"retry_after_ms=(\d+), reset_after_ms=(\d+), window_ms=60000\)",
+        lines[6],
     )
+    assert decision is not None, lines[6]
+    assert 11_000 < int(decision[1]) <= 12_000
+    assert 59_000 < int(decision[2]) <= 60_000
     assert lines[7].startswith("{'RateLimit-Policy': '\"default\";q=5;w=60', 'RateLimit': ")
     assert lines[7].endswith("'Retry-After': '12'}")
 
