@@ -154,9 +154,15 @@ fn bench_runs_three_strategies_and_counts_redis_commands() {
     // Overshoot bound: 1 instance x lease_size for lease, none for the others.
     assert_eq!([&rows[0][8], &rows[1][8], &rows[2][8]], ["20", "0", "0"], "{out}");
     // Script calls per admitted request: exact and gcra make one per request
-    // (exact's first may also load its script; gcra's is loaded beforehand);
+    // (exact's first on each of the 2 threads may also load its script: an
+    // EVALSHA refused with NOSCRIPT, then EVAL; gcra's is loaded beforehand);
     // lease one per lease of up to 20 tokens.
-    assert!((1.0..1.01).contains(&num(&rows[1][9])), "{out}");
+    let exact_admitted = num(&rows[1][1]);
+    let exact_calls = num(&rows[1][9]) * exact_admitted;
+    assert!(
+        (exact_admitted - 0.5..=exact_admitted + 2.5).contains(&exact_calls),
+        "{exact_calls} script calls for {exact_admitted} admitted: {out}"
+    );
     assert_eq!(num(&rows[2][9]), 1.0, "{out}");
     assert!(num(&rows[0][9]) < 0.2, "{out}");
     // All commands: gcra's script runs TIME, GET and SET (4 with the EVALSHA).
@@ -221,8 +227,11 @@ fn bench_on_hot_and_zipf_keys_admits_no_more_than_the_allowance() {
                 "{head}: {} admitted above the allowance:\n{out}",
                 r[0]
             );
-            assert!(num(&r[3]) > 0.0, "the limit binds: {out}");
         }
+        // The limit binds for the local leases, which make thousands of
+        // requests in their time (a per-request strategy on a loaded machine
+        // may make fewer than the allowance in its 150 ms).
+        assert!(num(&rows[0][3]) > 0.0, "the limit binds: {out}");
         assert_eq!([&rows[0][8], &rows[1][8], &rows[2][8]], ["5", "0", "0"], "{out}");
     }
     // On the hot key, the per-request designs admit exactly its 50 tokens
@@ -453,6 +462,7 @@ fn policy_sets_gets_lists_and_deletes_in_the_shared_store() {
         url: url.clone(),
         limit: 1,
         key_prefix: "p1".into(),
+        policy_refresh_ms: 1_000,
         ..Config::default()
     })
     .unwrap();
