@@ -194,13 +194,17 @@ local function whole()
   return floor(max(s.c, 0) / window)
 end
 
-reap()
-refill(now)
+-- split: a holder's part of the key's rate, proportional to its demand
+-- (needs only the sum D, so a call's cost does not grow with holders)
+local function share()
+  if s.D <= 0 then return floor(limit / max(s.n, 1)) end
+  return floor(limit * max(demand, 0) / s.D)
+end
 
-if op == 'g' then
-  -- give back: unspent tokens of this holder's commitment return to the
-  -- bucket, and its rate (if any) ends; tokens of an expired commitment
-  -- were already forgotten and are not credited
+-- give back (op "g"): unspent tokens of this holder's commitment return to
+-- the bucket, and its rate (if any) ends; tokens of an expired commitment
+-- were already forgotten and are not credited
+local function give_back()
   if fresh then return whole() end
   local me = record(holder)
   if me.live then
@@ -223,123 +227,144 @@ end
 
 -- guard: state lost (Redis restarted empty, a stale replica promoted) is
 -- told from what this holder saw: an epoch that changed while the state
--- had to exist, or a version older than one it was answered with
-local me = record(holder)
-local lost = 0
-if g_epoch > 0 then
-  if g_epoch ~= s.e then
-    if g_alive > 0 then lost = 1 end
-  elseif g_version > s.v or (me.known and g_version > me.v) then
-    lost = 1
+-- had to exist, or a version older than one it was answered with. A loss
+-- restarts the bucket empty and learns for the longest commitment: no
+-- refill, no new tokens; holders keep (and are re-granted) what they report
+local function guard(me)
+  local lost = 0
+  if g_epoch > 0 then
+    if g_epoch ~= s.e then
+      if g_alive > 0 then lost = 1 end
+    elseif g_version > s.v or (me.known and g_version > me.v) then
+      lost = 1
+    end
   end
-end
-if lost == 1 then
-  -- restart empty and learn for the longest commitment: no refill, no new
-  -- tokens; holders keep (and are re-granted) what they report
-  s.c = 0
-  s.t = now
-  s.z = max(s.z, now + learn_ms)
-end
-
--- the holder's sums before this call
-local old_L, old_r, old_f = me.L, conv(me.r, me.w), conv(me.f, me.w)
-if not me.live then s.n = s.n + 1 end
-s.D = s.D - me.d + demand
-me.d = demand
-s.L = s.L - old_L
-s.R = s.R - old_r
-s.F = s.F - old_f
-me.w = window
-me.live = true
-
-if need < 1 then need = 1 end
-if need > limit then need = limit end
-if single then want = need end
-
--- a holder's part of the key's rate, proportional to its demand
-local function share()
-  if s.D <= 0 then return floor(limit / max(s.n, 1)) end
-  return floor(limit * max(demand, 0) / s.D)
+  if lost == 1 then
+    s.c = 0
+    s.t = now
+    s.z = max(s.z, now + learn_ms)
+  end
+  return lost
 end
 
-local granted, wait, rate, period = 0, 0, 0, 0
-local learning = s.z > now
-local h = min(held, old_L)
-if learning then
-  -- learning: trust what the holder reports (its commitment to the lost
-  -- state), re-grant its rate as it was, and no new tokens
-  h = min(held, limit)
+-- join: the holder's part leaves the key's sums (the decision puts what it
+-- grants back); its demand replaces the one it reported last
+local function join(me)
+  local old_L, old_r, old_f = me.L, conv(me.r, me.w), conv(me.f, me.w)
+  if not me.live then s.n = s.n + 1 end
+  s.D = s.D - me.d + demand
+  me.d = demand
+  s.L = s.L - old_L
+  s.R = s.R - old_r
+  s.F = s.F - old_f
+  me.w = window
+  me.live = true
+  return old_L, old_r
+end
+
+-- learn: after a loss, trust what the holder reports (its commitment to the
+-- lost state), re-grant its rate as it was, and no new tokens
+local function relearn(me)
+  local h = min(held, limit)
+  local rate, period = 0, 0
   if rate_now > 0 then
     rate = min(rate_now, max(limit - s.R, 0))
     period = min(max_period, s.z - now)
   end
-  if rate > 0 then
-    me.L = h + min(carry_now, limit)
-  else
-    me.L = h
+  me.L = h
+  if rate > 0 then me.L = h + min(carry_now, limit) end
+  return 0, rate, period, s.z - now
+end
+
+-- rate (saturated key): its share, near its demand, within what others'
+-- rates leave (I1); what the bucket holds (what the rates did not take)
+-- goes out at renewals in proportion to demand; and a carry: tokens it
+-- may hold from the rate, within capacity (I2). Returns granted, rate,
+-- period, wait (no rate when no carry fits)
+local function rate_grant(me, h, avail, part)
+  local cap_r = floor(demand * window / 1000000 * rate_cap_pct / 100)
+  if demand <= 0 then cap_r = floor(limit / max(s.n, 1)) end
+  local sh = share()
+  local rate = max(min(sh, cap_r, limit - s.R), 0)
+  local period = min_period
+  if rate * 2 >= sh and rate > 0 then
+    period = min(max(ceil(grant_tokens * window / rate), min_period), max_period)
   end
-  wait = s.z - now
-else
-  -- fallback admissions since the last answer are debited (I4)
+  local granted = 0
+  if avail >= need then
+    local mine = floor(avail * max(demand, 0) / max(s.D, 1))
+    granted = min(max(part, need + mine), avail)
+  end
+  local carry = max(need, ceil(rate * carry_ms / window))
+  local room = floor((cap - max(s.c - granted * window, 0)) / window) - s.L - h - granted
+  carry = min(carry, room)
+  if carry < need or rate <= 0 then
+    if granted == 0 then return 0, 0, 0, min_period end
+    return granted, 0, 0, 0
+  end
+  me.L = h + carry
+  return granted, rate, period, 0
+end
+
+-- grant: fallback admissions since the last answer are debited (I4); then
+-- a chunk of what the bucket holds, or on a saturated key a rate. On a
+-- saturated key a chunk is at most a share of the refill over the shortest
+-- period, and a holder renewing a rate gets a rate again. The `spent` part
+-- of a chunk is spent by the request that asked as it lands.
+local function grant(me, old_L, old_r)
+  local h = min(held, old_L)
   if used > 0 then s.c = max(s.c - used * window, -cap) end
   local avail = whole()
   local saturated = not single and (s.D * window / 1000000) * 100 >= limit * saturation_pct
-  -- on a saturated key, a chunk is at most a share of the refill over the
-  -- shortest period; a holder renewing a rate gets a rate again, and what
-  -- the bucket holds on top as such a chunk
   local part = min(max(want, need), need + floor(share() * min_period / window))
   local renew = saturated and (avail < need or rate_now > 0 or old_r > 0)
   me.L = h
+  local granted, rate, period, wait = 0, 0, 0, 0
   if avail >= need and not renew then
-    -- chunk: what the holder asks for, from what the bucket holds; the
-    -- `spent` part is spent by the request that asked as it lands
-    if saturated then want = part end
-    granted = min(max(want, need), avail)
+    local ask = want
+    if saturated then ask = part end
+    granted = min(max(ask, need), avail)
   elseif saturated then
-    -- rate: its share, near its demand, within what others' rates leave (I1)
-    local units = demand * window / 1000000
-    local cap_r = floor(units * rate_cap_pct / 100)
-    if demand <= 0 then cap_r = floor(limit / max(s.n, 1)) end
-    local sh = share()
-    rate = max(min(sh, cap_r, limit - s.R), 0)
-    if rate * 2 >= sh and rate > 0 then
-      period = min(max(ceil(grant_tokens * window / rate), min_period), max_period)
-    else
-      period = min_period
-    end
-    -- what the bucket holds (what the rates did not take) goes out at
-    -- renewals, in proportion to demand
-    if avail >= need then
-      local mine = floor(avail * max(demand, 0) / max(s.D, 1))
-      granted = min(max(part, need + mine), avail)
-    end
-    -- carry: tokens it may hold from the rate, within capacity (I2)
-    local carry = max(need, ceil(rate * carry_ms / window))
-    local room = floor((cap - max(s.c - granted * window, 0)) / window) - s.L - h - granted
-    carry = min(carry, room)
-    if carry < need or rate <= 0 then
-      rate, period = 0, 0
-      if granted == 0 then wait = min_period end
-    else
-      me.L = h + carry
-    end
+    granted, rate, period, wait = rate_grant(me, h, avail, part)
   end
   if granted > 0 then
     s.c = s.c - granted * window
     me.L = me.L + granted - min(spent, granted)
   elseif rate == 0 and wait == 0 then
-    local free = max(limit - s.R, 1)
-    wait = ceil(max(need * window - s.c, 0) / free)
+    wait = ceil(max(need * window - s.c, 0) / max(limit - s.R, 1))
   end
+  return granted, rate, period, wait
+end
+
+-- fallback: a share proportional to demand, within what other valid
+-- shares leave of the key's rate (I4)
+local function fallback(me)
+  me.f = max(min(share(), limit - s.F), 0)
+  s.F = s.F + me.f
+end
+
+-- the call: reap, refill, then give back or decide
+reap()
+refill(now)
+if op == 'g' then return give_back() end
+
+local me = record(holder)
+local lost = guard(me)
+local old_L, old_r = join(me)
+if need < 1 then need = 1 end
+if need > limit then need = limit end
+if single then want = need end
+
+local granted, rate, period, wait
+if s.z > now then
+  granted, rate, period, wait = relearn(me)
+else
+  granted, rate, period, wait = grant(me, old_L, old_r)
 end
 me.r = rate
 s.L = s.L + me.L
 s.R = s.R + rate
-
--- fallback share: proportional to demand, within what other valid shares
--- leave of the key's rate (I4)
-me.f = max(min(share(), limit - s.F), 0)
-s.F = s.F + me.f
+fallback(me)
 
 local c_until = NEVER
 if commit_ms > 0 then c_until = now + commit_ms end
@@ -348,6 +373,5 @@ if commit_ms > 0 then c_until = now + commit_ms end
 local r_until = nil
 if rate > 0 then r_until = now + period + min_period end
 store(me, c_until, now + fallback_ms, r_until)
-local z_left = max(s.z - now, 0)
-return { granted, whole(), wait, rate, period, me.L, commit_ms, me.f, fallback_ms, s.n, z_left,
+return { granted, whole(), wait, rate, period, me.L, commit_ms, me.f, fallback_ms, s.n, max(s.z - now, 0),
   s.e, s.v, alive, lost }
