@@ -51,9 +51,10 @@ const (
 // Auto, as LeaseSize or RefillThreshold, derives the value from Limit.
 const Auto = ^uint64(0)
 
-// NoPolicyStore as Config.PolicyRefreshMs turns the shared policy store off
-// (the policy_refresh_ms option 0): tiers come from Tiers and PolicyFile
-// only, and the Policy* store calls are KindConfig errors.
+// NoPolicyStore as Config.PolicyRefreshMs says explicitly what 0, the
+// default, does: no shared policy store (the policy_refresh_ms option 0):
+// tiers come from Tiers and PolicyFile only, and the Policy* store writes
+// are KindConfig errors.
 const NoPolicyStore = ^uint64(0)
 
 // Config holds every option of a Limiter. New sends the engine each field
@@ -128,9 +129,9 @@ type Config struct {
 	// changes (its format: docs/policies.md).
 	PolicyFile string
 	// PolicyRefreshMs is how often the shared policy store (Redis, or the
-	// memory://NAME authority) and PolicyFile are checked for changes (0:
-	// the default, 1000 ms; NoPolicyStore: no shared store, the file is
-	// read once).
+	// memory://NAME authority) and PolicyFile are checked for changes. 0,
+	// the default (as NoPolicyStore): no shared store, no poll, the file
+	// is read once.
 	PolicyRefreshMs uint64
 	// OnEvent, when set, is called on every backend transition (degraded /
 	// recovered), from the limiter's broker thread. It must return quickly.

@@ -14,6 +14,7 @@ func tiered(tiers string) Config {
 	c := manual(100, 1000)
 	c.LeaseSize = 1
 	c.Tiers = tiers
+	c.PolicyRefreshMs = 1000
 	return c
 }
 

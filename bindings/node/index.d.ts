@@ -70,7 +70,7 @@ export interface LimiterOptions {
   defaultTier?: string
   /** A TOML policy file (`default_tier`, `[tiers]`, `[keys]`), re-read when it changes. */
   policyFile?: string
-  /** How often the shared policy store (and file) is polled, ms (default 1000; 0: no store). */
+  /** How often the shared policy store (and file) is polled, ms (default 0: no store, no poll; the file is read once). */
   policyRefreshMs?: number
 }
 

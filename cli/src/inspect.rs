@@ -40,6 +40,8 @@ pub fn run(o: &Options) -> Result<String, String> {
         window_ms,
         key_prefix: o.key_prefix.clone(),
         backend_timeout_ms: 2_000,
+        // It reads the store's say on the key, as a limiter following it would.
+        policy_refresh_ms: 1_000,
         ..Config::default()
     })
     .map_err(crate::explain)?;

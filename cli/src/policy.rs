@@ -20,6 +20,9 @@ pub enum Action {
     List,
 }
 
+/// After a change: who applies it (a limiter polls the store only when asked to).
+const FOLLOWED: &str = "limiters configured with policy_refresh_ms > 0 apply it within that period\n";
+
 /// A limiter on the store: its url and prefix are all that matter here.
 fn store(redis: &str, key_prefix: &str) -> Result<Limiter, String> {
     Limiter::new(Config {
@@ -28,6 +31,8 @@ fn store(redis: &str, key_prefix: &str) -> Result<Limiter, String> {
         window_ms: 1_000,
         key_prefix: key_prefix.to_string(),
         backend_timeout_ms: 2_000,
+        // Any period: the CLI's limiter writes and reads the store.
+        policy_refresh_ms: 1_000,
         ..Config::default()
     })
     .map_err(crate::explain)
@@ -54,6 +59,7 @@ pub fn run(redis: &str, key_prefix: &str, action: &Action) -> Result<String, Str
         } => {
             let v = l.policy_set_tier(name, value).map_err(crate::explain)?;
             let _ = writeln!(out, "tier {name} = {value} (store version {v})");
+            out.push_str(FOLLOWED);
         }
         Action::Set {
             tier: false,
@@ -62,14 +68,17 @@ pub fn run(redis: &str, key_prefix: &str, action: &Action) -> Result<String, Str
         } => {
             let v = l.policy_assign(name, value).map_err(crate::explain)?;
             let _ = writeln!(out, "key {name:?} = {value} (store version {v})");
+            out.push_str(FOLLOWED);
         }
         Action::Delete { tier: true, name } => {
             let v = l.policy_delete_tier(name).map_err(crate::explain)?;
             let _ = writeln!(out, "tier {name} removed (store version {v})");
+            out.push_str(FOLLOWED);
         }
         Action::Delete { tier: false, name } => {
             let v = l.policy_unassign(name).map_err(crate::explain)?;
             let _ = writeln!(out, "key {name:?}: entry removed (store version {v})");
+            out.push_str(FOLLOWED);
         }
         Action::Get { tier: true, name } => {
             let list = l.policy_list().map_err(crate::explain)?;

@@ -51,7 +51,7 @@ impl Builder {
         default_tier: impl Into<String> => |c, v| c.default_tier = Some(v.into()),
         /// A TOML file of tiers and per-key policies (docs/policies.md).
         policy_file: impl Into<String> => |c, v| c.policy_file = Some(v.into()),
-        /// How often the policy store and file are checked (default 1 000 ms; 0: no store).
+        /// How often the policy store and file are checked (default 0: no store, no poll; the file is read once).
         policy_refresh_ms: u64 => |c, v| c.policy_refresh_ms = v,
     }
 

@@ -182,8 +182,10 @@ pub struct Config {
     /// re-read when it changes (checked every `policy_refresh_ms`).
     pub policy_file: Option<String>,
     /// How often the shared policy store (Redis, or the `memory://NAME`
-    /// authority) and the policy file are checked for changes (default
-    /// 1 000 ms; 0: no shared store, the file is read once).
+    /// authority) and the policy file are checked for changes. The default,
+    /// 0, follows no shared store (no poll: a limiter that does not use the
+    /// store costs Redis nothing for it) and reads the file once; a fleet
+    /// that changes tiers or keys' rules at run time sets it (e.g. 1 000).
     pub policy_refresh_ms: u64,
 }
 
@@ -207,7 +209,7 @@ impl Default for Config {
             tiers: Vec::new(),
             default_tier: None,
             policy_file: None,
-            policy_refresh_ms: 1_000,
+            policy_refresh_ms: 0,
         }
     }
 }

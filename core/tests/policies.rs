@@ -14,6 +14,7 @@ fn manual(url: &str) -> quotalease::Builder {
     Limiter::builder()
         .url(url)
         .clock(ClockKind::Manual { start_ms: START })
+        .policy_refresh_ms(1_000)
         .lease_size(1)
         .tier("free", "5/s")
         .tier("pro", "20/s")
@@ -373,6 +374,68 @@ fn the_redis_store_reaches_every_instance_without_a_restart() {
     assert!(keys.contains(":keys") && keys.contains(":version"), "{keys}");
 }
 
+/// Script calls the server ran: EVALSHA and EVAL calls, less the failed
+/// ones (a script's first EVALSHA fails with NOSCRIPT and is sent again).
+fn script_calls(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let mut total = 0;
+    for line in stats.lines() {
+        let Some(("cmdstat_eval" | "cmdstat_evalsha", fields)) = line.trim().split_once(':') else {
+            continue;
+        };
+        let field = |name: &str| -> u64 {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        total += field("calls") - field("failed_calls");
+    }
+    total
+}
+
+/// By default a limiter follows no policy store: its only script calls are
+/// its lease calls, however often it settles (`settle` polls a store it
+/// follows). With the store on, the same run also polls.
+#[test]
+fn a_limiter_that_uses_no_store_never_polls_it() {
+    let server = RedisServer::start();
+    let run = |refresh: Option<u64>| {
+        let b = Limiter::builder()
+            .url(server.url())
+            .key_prefix(unique("nopoll"))
+            .clock(ClockKind::Manual { start_ms: START })
+            .limit(100)
+            .lease_size(10);
+        let l = match refresh {
+            Some(ms) => b.policy_refresh_ms(ms),
+            None => b,
+        }
+        .build()
+        .unwrap();
+        let before = script_calls(&server);
+        for _ in 0..3 {
+            for _ in 0..25 {
+                assert!(l.acquire("k", 1).unwrap().allowed);
+            }
+            l.settle().unwrap();
+        }
+        (script_calls(&server) - before, l.metrics().backend_calls)
+    };
+    let (scripts, leases) = run(None);
+    assert!(leases > 0);
+    assert_eq!(
+        scripts, leases,
+        "a limiter with no store made script calls other than its leases"
+    );
+    let (scripts, leases) = run(Some(1_000));
+    assert!(
+        scripts > leases,
+        "the store is polled when followed ({scripts} scripts, {leases} leases)"
+    );
+}
+
 /// 6 instances on one Redis, manual clocks, the store polled every
 /// (virtual) second: a key's tier changes mid-run; every instance enforces
 /// the new limit within the refresh period, and the fleet's admitted count
@@ -387,6 +450,7 @@ fn a_fleet_follows_a_tier_change_within_the_refresh_period() {
                 .url(server.url())
                 .key_prefix(&prefix)
                 .clock(ClockKind::Manual { start_ms: START })
+                .policy_refresh_ms(1_000)
                 .limit(1)
                 .tier("small", "60/s")
                 .tier("large", "240/s")
@@ -462,6 +526,7 @@ fn a_policy_file_is_read_and_followed_when_it_changes() {
     .unwrap();
     let l = Limiter::builder()
         .clock(ClockKind::Manual { start_ms: START })
+        .policy_refresh_ms(1_000)
         .policy_file(path.to_str().unwrap())
         .build()
         .unwrap();
@@ -504,12 +569,7 @@ fn a_policy_file_is_read_and_followed_when_it_changes() {
 #[test]
 fn a_limiter_without_the_store_refuses_to_write_it() {
     let name = format!("memory://{}", unique("writer"));
-    let writer = Limiter::builder()
-        .url(&name)
-        .limit(1)
-        .policy_refresh_ms(0)
-        .build()
-        .unwrap();
+    let writer = Limiter::builder().url(&name).limit(1).build().unwrap();
     let reader = manual(&name).limit(100).build().unwrap();
     let e = writer.policy_set_tier("pro", "7/s").unwrap_err();
     assert!(e.to_string().contains("nothing was written"), "{e}");

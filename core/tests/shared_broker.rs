@@ -1,6 +1,7 @@
 //! Every limiter of a process shares one broker thread and, per Redis
-//! backend (URL + backend_timeout_ms), one connection for leases and one for
-//! the policy store (so a slow store call never holds a lease up), however
+//! backend (URL + backend_timeout_ms), one connection for leases and, when a
+//! limiter follows the policy store, one for the store (so a slow store call
+//! never holds a lease up), however
 //! many limiters there are: counted with Redis `CLIENT LIST` and the
 //! process' thread names.
 //! One test function, so no other test of this binary starts limiters meanwhile.
@@ -40,6 +41,7 @@ fn one_thread_and_two_connections_per_backend_for_any_number_of_limiters() {
             let l = Limiter::builder()
                 .url(server.url())
                 .key_prefix(format!("route{i}"))
+                .policy_refresh_ms(1_000)
                 .limit(1_000)
                 .build()
                 .unwrap();
@@ -54,7 +56,8 @@ fn one_thread_and_two_connections_per_backend_for_any_number_of_limiters() {
         assert_eq!(broker_threads(), 1, "{n} limiters");
         assert_eq!(quotalease::connections_open(), 2, "{n} limiters");
     }
-    // A different round-trip bound is a different backend: its own connection.
+    // A different round-trip bound is a different backend: its own lease
+    // connection (it follows no policy store, the default: no store connection).
     let other = Limiter::builder()
         .url(server.url())
         .backend_timeout_ms(999)
@@ -62,19 +65,19 @@ fn one_thread_and_two_connections_per_backend_for_any_number_of_limiters() {
         .build()
         .unwrap();
     assert!(other.acquire("k", 1).unwrap().allowed);
-    assert_eq!(clients(&server), 4);
+    assert_eq!(clients(&server), 3);
     assert_eq!(broker_threads(), 1);
     // Closing limiters gives their tokens back over the shared connection.
     for l in &limiters {
         l.close().unwrap();
     }
     assert!(limiters.iter().all(|l| l.acquire("k", 1).is_err()));
-    assert_eq!(clients(&server), 4);
-    // A limiter that follows no policy store opens no connection for it.
+    assert_eq!(clients(&server), 3);
+    // Another backend again, following the store: both of its connections.
     let plain = Limiter::builder()
         .url(server.url())
         .backend_timeout_ms(777)
-        .policy_refresh_ms(0)
+        .policy_refresh_ms(1_000)
         .limit(10)
         .build()
         .unwrap();

@@ -119,8 +119,8 @@ pub unsafe extern "C" fn lease_options_set_str(
 /// Set an integer option by name: `limit`, `window_ms`, `lease_size`,
 /// `refill_threshold`, `lease_ttl_ms`, `expected_replicas`,
 /// `backend_timeout_ms`, `max_keys`, `clock_start_ms` or
-/// `policy_refresh_ms` (how often the shared policy store is polled; 0: no
-/// store).
+/// `policy_refresh_ms` (how often the shared policy store is polled; 0, the
+/// default: no store).
 ///
 /// The value is signed so that a negative number (a C `int` gone wrong) is
 /// a clear `LEASE_ERR_CONFIG` naming the option instead of a huge unsigned

@@ -16,7 +16,7 @@ const { RedisServer, unique, waitFor } = require('./helpers')
 const TIERS = 'free=2/s; pro=5/s; burst=2/s, 3/10s'
 
 function manual(extra = {}) {
-  return new Limiter({ limit: 100, windowMs: 1000, leaseSize: 1, refillThreshold: 0, clock: 'manual', tiers: TIERS, ...extra })
+  return new Limiter({ limit: 100, windowMs: 1000, leaseSize: 1, refillThreshold: 0, clock: 'manual', tiers: TIERS, policyRefreshMs: 1000, ...extra })
 }
 
 test('acquire, acquireSync and tryAcquire name a tier as { tier }, after the cost or in its place', async () => {
@@ -229,7 +229,7 @@ test('policyFile: tiers, keys and the default tier from TOML, re-read on refresh
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ql-policy-'))
   const file = path.join(dir, 'policies.toml')
   fs.writeFileSync(file, 'default_tier = "free"\n[tiers]\nfree = "3/s"\npro = ["10/s", "100/day"]\n[keys]\n"user:42" = "tier:pro"\n')
-  const l = new Limiter({ limit: 1000, policyFile: file, url: `memory://${unique('f')}` })
+  const l = new Limiter({ limit: 1000, policyFile: file, policyRefreshMs: 1000, url: `memory://${unique('f')}` })
   assert.equal(l.acquireSync('anyone').limit, 3)
   const vip = l.policy('user:42', 'free')
   assert.equal(vip.tier, 'pro')
@@ -246,8 +246,8 @@ test('policyFile: tiers, keys and the default tier from TOML, re-read on refresh
   fs.rmSync(dir, { recursive: true, force: true })
 })
 
-test('policyRefreshMs: 0 is a limiter without a store: store calls reject with the engine\'s reason', async () => {
-  const l = new Limiter({ limit: 10, policyRefreshMs: 0 })
+test('by default (policyRefreshMs 0) a limiter follows no store: store calls reject with the engine\'s reason', async () => {
+  const l = new Limiter({ limit: 10 })
   await assert.rejects(l.refreshPolicies(), (err) => err.code === codes.CONFIG && /policy_refresh_ms/.test(err.message))
   await l.close()
 })
@@ -280,7 +280,7 @@ test('store calls check their arguments: TypeErrors reject, never throw', async 
 
 /** The store API on `url`: two limiters (two "servers") share what one writes. */
 async function storeRoundTrip(url, keyPrefix) {
-  const opts = { url, keyPrefix, limit: 100, windowMs: 1000, leaseSize: 1, refillThreshold: 0, clock: 'manual', tiers: 'free=2/s; pro=4/s' }
+  const opts = { url, keyPrefix, limit: 100, windowMs: 1000, leaseSize: 1, refillThreshold: 0, clock: 'manual', tiers: 'free=2/s; pro=4/s', policyRefreshMs: 1000 }
   const a = new Limiter(opts)
   const b = new Limiter(opts)
   try {

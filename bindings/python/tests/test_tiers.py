@@ -29,6 +29,7 @@ def tiered(url: str = "memory://", **options: Any) -> Limiter:
         "tiers": TIERS,
         "clock": "manual",
         "backend_timeout_ms": PATIENT,
+        "policy_refresh_ms": 1000,
         **options,
     }
     return Limiter(url, **opts)
@@ -301,8 +302,8 @@ def test_policy_file_and_refresh_options(tmp_path: Path) -> None:
     lim.advance_clock(1000)
     assert admitted(lim, "anyone", 5) == 2
     lim.close()
-    # policy_refresh_ms=0: no shared store (the file is read once)
-    once = Limiter(policy_file=str(path), policy_refresh_ms=0)
+    # by default (policy_refresh_ms=0): no shared store, the file is read once
+    once = Limiter(policy_file=str(path))
     assert once.acquire("x").limit == 2
     with pytest.raises(ConfigError, match="policy_refresh_ms"):
         once.refresh_policies()

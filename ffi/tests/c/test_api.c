@@ -515,7 +515,7 @@ static void options_by_name_every_option(void) {
               d.rule_count, (unsigned long long)d.rule_limits[0]);
         EXPECT(lease_policy_describe(l, KEY("vip"), NULL, 0, text, sizeof text, &needed), LEASE_OK);
         CHECK(strcmp(text, "rules: 7/s, 70/min\nsource: own rules (from file)\n") == 0, "vip: %s", text);
-        /* policy_refresh_ms 0: no store to write to. */
+        /* policy_refresh_ms 0 (the default): no store to write to. */
         EXPECT_ERR(lease_policy_set_tier(l, "gold", "1/s", NULL), LEASE_ERR_CONFIG, "policy_refresh_ms");
         lease_limiter_free(l);
       }
@@ -716,6 +716,7 @@ static void store_is_shared_after_refresh(void) {
     EXPECT(lease_options_set_str(o, "clock", "manual"), LEASE_OK);
     EXPECT(lease_options_set_int(o, "lease_size", 1), LEASE_OK);
     EXPECT(lease_options_set_str(o, "tiers", "free=2/s; pro=4/s"), LEASE_OK);
+    EXPECT(lease_options_set_int(o, "policy_refresh_ms", 1000), LEASE_OK);
     EXPECT(lease_limiter_new_from_options(o, &ls[i]), LEASE_OK);
     lease_options_free(o);
     if (!ls[i]) return;

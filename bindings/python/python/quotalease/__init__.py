@@ -85,7 +85,8 @@ class Limiter(_native.Limiter):
     ``acquire(key, tier="pro")`` picks one (``default_tier`` when none is
     named). A key's entry in the shared policy store (``policy_assign``) or in
     ``policy_file`` wins over the tier named; every limiter on the same
-    backend reads the store every ``policy_refresh_ms`` (default 1000).
+    backend that sets ``policy_refresh_ms`` (e.g. 1000) reads the store that
+    often (the default, 0, follows no store and polls nothing).
 
     ``on_event(kind, message)`` is called from the broker thread on every
     backend transition ("degraded" / "recovered"), which is also logged on the
