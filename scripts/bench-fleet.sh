@@ -3,7 +3,8 @@
 # redis-server (started by the test harness), fixed leases against adaptive
 # leasing in one run (bench/fleet/fleet.py): (a) 3 Python + 3 Node processes at
 # 2x the limit; (b) FastAPI under gunicorn, Express under node:cluster and Go
-# net/http, 4 workers each, at 13x. Builds what it runs: the Python venv and
+# net/http, 4 workers each, at 13x; (c) 6 processes of equal demand at 2x a
+# drained 600/min key; adaptive leasing of each again under a CPU hog. Builds what it runs: the Python venv and
 # wheel (scripts/python-env.sh) plus uvicorn, the Node addon (npm install in
 # bindings/node, which also brings express), and the Go server and load
 # generator against an installed liblease. Writes its section of docs/benchmarks.md.
@@ -31,5 +32,5 @@ mkdir -p target/bench-fleet
 export QUOTALEASE_HARNESS_STATE="${TMPDIR:-/tmp}/quotalease-bench-fleet"
 port=$(tests/harness/redisctl start)
 trap 'tests/harness/redisctl stop "$port" >/dev/null 2>&1 || true' EXIT
-python3 bench/fleet/fleet.py --redis-port "$port" --secs "$secs" \
+python3 bench/fleet/fleet.py --redis-port "$port" --secs "$secs" --hog \
   --command "make bench-fleet (scripts/bench-fleet.sh $secs)" "${docs[@]}"
