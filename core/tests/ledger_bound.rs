@@ -730,3 +730,48 @@ fn schedule_a_holder_spends_nothing_past_its_commitment() {
     };
     holds_on_both(&c, Some(600_000));
 }
+
+/// Schedule I: limiters of "10/s" and "600/min" on one key (one rate, other
+/// windows and capacities), both far above it for 5 s, alternating. Each
+/// call converts the state to its caller's policy, never mixing units: the
+/// fleet admits at most what the larger bucket would (600 + 10/s), and at
+/// least the refill both policies share (10/s) less a second of it.
+#[test]
+fn schedule_i_two_policies_on_one_key_convert_exactly() {
+    let server = common::RedisServer::start();
+    let memory = format!("memory://{}", common::unique("sch-i"));
+    for url in [memory, server.url()] {
+        let prefix = common::unique("sch-i");
+        let make = |limit: u64, window_ms: u64| {
+            Limiter::builder()
+                .url(&url)
+                .limit(limit)
+                .window_ms(window_ms)
+                .key_prefix(&prefix)
+                .on_backend_failure(FailurePolicy::Deny)
+                .clock(ClockKind::Manual { start_ms: 1_000_000 })
+                .build()
+                .unwrap()
+        };
+        let fleet = [make(10, 1_000), make(600, 60_000)];
+        let mut admitted = 0u64;
+        for _ in 0..500 {
+            for _ in 0..2 {
+                for l in &fleet {
+                    let d = l.acquire("k", 1).unwrap();
+                    assert_ne!(d.reason, Reason::Fallback, "{url}: a call failed: {d:?}");
+                    admitted += d.allowed as u64;
+                }
+            }
+            for l in &fleet {
+                l.advance_clock(10).unwrap();
+            }
+            for l in &fleet {
+                l.settle().unwrap();
+            }
+        }
+        eprintln!("{url}: {admitted} admitted in 5 s");
+        assert!(admitted <= 600 + 50, "{url}: {admitted} admitted in 5 s");
+        assert!(admitted >= 40, "{url}: {admitted} admitted in 5 s");
+    }
+}
