@@ -775,3 +775,39 @@ fn schedule_i_two_policies_on_one_key_convert_exactly() {
         assert!(admitted >= 40, "{url}: {admitted} admitted in 5 s");
     }
 }
+
+/// The ledger issue's target for a restart: Redis (or the memory authority)
+/// restarted empty under 10x load. The holders report their rates, which
+/// the learning authority grants again (it grants no new tokens for
+/// `learn_ms`), so the fleet admits at least 0.9 of the key's rate over the
+/// 2 s after the restart, and the bound holds throughout.
+#[test]
+fn a_restart_empty_under_load_is_back_to_the_rate_within_two_seconds() {
+    let c = Case {
+        n: 10,
+        limit: 1_000,
+        window_ms: 1_000,
+        steps: vec![
+            Step::Load {
+                per_s: 1_000,
+                ms: 5_000,
+            },
+            Step::RestartEmpty,
+            Step::Load {
+                per_s: 1_000,
+                ms: 2_000,
+            },
+        ],
+    };
+    for (name, f) in both(&c, FailurePolicy::Deny, None) {
+        let r = check(&f);
+        assert!(r.is_ok(), "{name}: {}", r.unwrap_err());
+        let after: u64 = f.books[0].events.iter().filter(|e| e.0 >= 5_000).map(|e| e.1).sum();
+        eprintln!("{name}: {after} admitted in the 2 s after the restart");
+        assert!(
+            after >= 1_800,
+            "{name}: {after} admitted in the 2 s after the restart (rate 1000/s)"
+        );
+        close(f);
+    }
+}
