@@ -1,17 +1,31 @@
 //! Adaptive leasing against fixed leases, side by side in one run, on a real
-//! Redis (issue 12's benchmark targets). `make bench-adaptive` starts a
-//! redis-server and runs this; by hand:
+//! Redis (issue 12's benchmark targets), and the ledger's Redis cost and health
+//! (issue 22's). `make bench-adaptive` starts a redis-server and runs this; by hand:
 //!
 //! ```text
-//! cargo run --release -p quotalease --example adaptive_bench -- redis://127.0.0.1:6379 [seconds]
+//! cargo run --release -p quotalease --example adaptive_bench -- redis://127.0.0.1:6379 [seconds] [cases] [--policy-poll]
 //! ```
 //!
-//! 1. Hot key: one limiter, 4 threads, one key, a limit that never binds:
+//! Cases (all by default; name some to run only those):
+//!
+//! 1. `hot`: one limiter, 4 threads, one key, a limit that never binds:
 //!    admitted/s on Redis against the same on `memory://`, and Redis calls per
 //!    admitted request.
-//! 2. Fleet: 100 limiters (one thread each, the fleet's instances) on one key
+//! 2. `fleet`: 100 limiters (one thread each, the fleet's instances) on one key
 //!    limited to 1000/s, offered 0.8x and 1.5x the limit in Poisson arrivals:
 //!    denied share, admitted against the allowance (+ budget), calls per admitted.
+//!    A load (`0.8`, `1.5`) or `adaptive` narrows it.
+//! 3. `holders`: one key limited to 1000/s saturated by 10, 100 and 1000
+//!    adaptive limiters in one process: Redis time per ledger call (`INFO
+//!    commandstats` after `CONFIG RESETSTAT`), calls per admitted, admitted
+//!    against the allowance, and the share of one Redis core the ledger takes.
+//!    Targets: time per call within 1.5x across the three; 1000 holders at most
+//!    10 % of a core.
+//!
+//! The limiters of `holders` have no shared policy store (`policy_refresh_ms`
+//! 0), so that Redis counts the ledger's scripts alone; `--policy-poll` gives
+//! them the default (each limiter polls the store with a script call every
+//! second).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
@@ -179,14 +193,351 @@ fn fleet(url: &str, prefix: &str, fixed: bool, n: usize, load: f64, secs: f64) -
     }
 }
 
+/// The engine's warning when an answer shows the authority lost a key's
+/// state (`engine/grants.rs`).
+const LOSS_TEXT: &str = "had lost this key's state";
+/// Warnings (and errors) logged by the engine, and the loss warnings among them.
+static WARNINGS: AtomicU64 = AtomicU64::new(0);
+static LOSSES: AtomicU64 = AtomicU64::new(0);
+
+/// A tracing layer that counts warnings and the loss warnings among them.
+struct CountWarnings;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountWarnings {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        // more verbose levels compare greater: WARN and ERROR
+        if *event.metadata().level() > tracing::Level::WARN {
+            return;
+        }
+        WARNINGS.fetch_add(1, Relaxed);
+        struct Message(bool);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" && format!("{value:?}").contains(LOSS_TEXT) {
+                    self.0 = true;
+                }
+            }
+        }
+        let mut m = Message(false);
+        event.record(&mut m);
+        if m.0 {
+            LOSSES.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// The counters above, and warnings printed to stderr (`RUST_LOG`, default `warn`).
+fn install_tracing() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::registry()
+        .with(CountWarnings.with_filter(tracing_subscriber::filter::LevelFilter::WARN))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter),
+        )
+        .init();
+}
+
+/// The redis-server's script statistics: `CONFIG RESETSTAT` before a run,
+/// `INFO commandstats` after it.
+struct RedisStats {
+    con: redis::Connection,
+    reset_at: Instant,
+}
+
+/// Ledger calls (`EVALSHA`, and `EVAL` when the script was not loaded yet) since
+/// the reset, the server's time in them, and the wall time since the reset.
+#[derive(Clone, Copy, Default)]
+struct ScriptStats {
+    calls: u64,
+    usec: u64,
+    wall_usec: u64,
+}
+
+impl ScriptStats {
+    fn usec_per_call(&self) -> f64 {
+        self.usec as f64 / self.calls.max(1) as f64
+    }
+
+    /// The share of one Redis core (one thread) the scripts took, in %.
+    fn core_pct(&self) -> f64 {
+        100.0 * self.usec as f64 / self.wall_usec.max(1) as f64
+    }
+}
+
+impl RedisStats {
+    fn open(url: &str) -> RedisStats {
+        let con = redis::Client::open(url)
+            .and_then(|c| c.get_connection())
+            .expect("a connection for INFO commandstats");
+        RedisStats {
+            con,
+            reset_at: Instant::now(),
+        }
+    }
+
+    fn reset(&mut self) {
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut self.con)
+            .expect("CONFIG RESETSTAT");
+        self.reset_at = Instant::now();
+    }
+
+    fn read(&mut self) -> ScriptStats {
+        let wall_usec = self.reset_at.elapsed().as_micros() as u64;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.con)
+            .expect("INFO commandstats");
+        // cmdstat_evalsha:calls=12,usec=345,usec_per_call=28.75,rejected_calls=0,failed_calls=0
+        // (the total `usec` rather than the rounded `usec_per_call`)
+        let mut s = ScriptStats {
+            wall_usec,
+            ..ScriptStats::default()
+        };
+        for line in info.lines() {
+            let Some((name, fields)) = line.trim().split_once(':') else {
+                continue;
+            };
+            if name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+                continue;
+            }
+            for (k, v) in fields.split(',').filter_map(|f| f.split_once('=')) {
+                match k {
+                    "calls" => s.calls += v.parse::<u64>().expect("calls"),
+                    "usec" => s.usec += v.parse::<u64>().expect("usec"),
+                    _ => {}
+                }
+            }
+        }
+        s
+    }
+}
+
+/// A table's row: its label and the figures of each column.
+type Row = (String, Vec<f64>);
+
+/// Columns: name and decimals.
+fn print_table(label: &str, cols: &[(&str, usize)], rows: &[Row]) {
+    let w = |name: &str| name.len().max(9);
+    let mut head = format!("{label:<9}");
+    for &(name, _) in cols {
+        head += &format!(" {name:>0$}", w(name));
+    }
+    println!("{head}");
+    for (name, f) in rows {
+        let mut line = format!("{name:<9}");
+        for (c, &(col, dec)) in cols.iter().enumerate() {
+            line += &format!(" {:>1$.2$}", f[c], w(col), dec);
+        }
+        println!("{line}");
+    }
+}
+
+/// `--policy-poll`: the ledger cases' limiters poll the policy store (the
+/// default, every second, each with its own script call); without it they
+/// have no shared store, so the scripts Redis counts are the ledger's alone.
+static POLICY_POLL: AtomicBool = AtomicBool::new(false);
+
+/// An adaptive limiter for the ledger cases.
+fn ledger_limiter(url: &str, prefix: &str, limit: u64, window_ms: u64) -> Limiter {
+    let b = Limiter::builder()
+        .url(url)
+        .key_prefix(prefix)
+        .limit(limit)
+        .window_ms(window_ms);
+    let b = if POLICY_POLL.load(Relaxed) {
+        b
+    } else {
+        b.policy_refresh_ms(0)
+    };
+    b.build().expect("limiter")
+}
+
+/// One `holders` run.
+struct HoldersRun {
+    offered: u64,
+    admitted: u64,
+    /// The limiters' own count of ledger calls (`backend_calls`).
+    calls: u64,
+    errors: u64,
+    allowance: u64,
+    secs: f64,
+    redis: ScriptStats,
+    losses: u64,
+    warnings: u64,
+}
+
+/// `n` adaptive limiters on one key limited to 1000/s. Two threads take
+/// turns over them: each limiter is offered a request (`try_acquire`, which
+/// never waits) every millisecond, about 1000/s each, so the key is saturated
+/// n-fold. Redis statistics from before the first request to the end.
+fn holders(url: &str, prefix: &str, n: usize, secs: f64, stats: &mut RedisStats) -> HoldersRun {
+    const LIMIT: u64 = 1_000;
+    const THREADS: usize = 2;
+    let ls: Vec<Arc<Limiter>> = (0..n)
+        .map(|_| Arc::new(ledger_limiter(url, prefix, LIMIT, 1_000)))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(Barrier::new(THREADS + 1));
+    let hs: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let mine: Vec<Arc<Limiter>> = ls.iter().skip(t).step_by(THREADS).cloned().collect();
+            let (stop, start) = (stop.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let tick = Duration::from_millis(1);
+                let mut next = Instant::now();
+                while !stop.load(Relaxed) {
+                    for l in &mine {
+                        std::hint::black_box(l.try_acquire("k", 1).unwrap());
+                    }
+                    next += tick;
+                    let now = Instant::now();
+                    if next > now {
+                        std::thread::sleep(next - now);
+                    } else {
+                        next = now; // behind: no catching up in a burst
+                    }
+                }
+            })
+        })
+        .collect();
+    let (losses, warnings) = (LOSSES.load(Relaxed), WARNINGS.load(Relaxed));
+    stats.reset();
+    start.wait();
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Relaxed);
+    for h in hs {
+        h.join().unwrap();
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let redis = stats.read();
+    let m = sum(ls.iter().map(|l| l.metrics()));
+    let errors = ls.iter().map(|l| l.metrics().backend_errors).sum();
+    for l in &ls {
+        l.close().unwrap();
+    }
+    HoldersRun {
+        offered: m.admitted + m.denied,
+        admitted: m.admitted,
+        calls: m.backend_calls,
+        errors,
+        allowance: LIMIT + (LIMIT as f64 * elapsed) as u64,
+        secs: elapsed,
+        redis,
+        losses: LOSSES.load(Relaxed) - losses,
+        warnings: WARNINGS.load(Relaxed) - warnings,
+    }
+}
+
+/// What the Redis figures include besides the ledger.
+fn poll_note() -> &'static str {
+    if POLICY_POLL.load(Relaxed) {
+        "; Redis calls include each limiter's policy-store poll (every 1000 ms)"
+    } else {
+        ""
+    }
+}
+
+/// "met" or "MISSED".
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+fn holders_case(url: &str, run: u32, secs: f64) {
+    println!(
+        "## holders: one key, limit 1000/s, N adaptive limiters in one process, each offered a request every ms (try_acquire, 2 threads), {secs} s each{}",
+        poll_note()
+    );
+    let mut stats = RedisStats::open(url);
+    let mut rows = Vec::new();
+    let mut per_call = Vec::new();
+    let mut core_1000 = 0.0;
+    for n in [10, 100, 1000] {
+        let r = holders(url, &format!("holders{run}n{n}"), n, secs, &mut stats);
+        per_call.push(r.redis.usec_per_call());
+        if n == 1000 {
+            core_1000 = r.redis.core_pct();
+        }
+        rows.push((
+            n.to_string(),
+            vec![
+                r.offered as f64 / r.secs,
+                r.admitted as f64,
+                r.allowance as f64,
+                r.admitted as f64 / r.allowance as f64,
+                r.redis.calls as f64,
+                r.calls as f64,
+                r.redis.calls as f64 / r.admitted.max(1) as f64,
+                r.redis.usec_per_call(),
+                r.redis.core_pct(),
+                r.errors as f64,
+                r.losses as f64,
+                r.warnings as f64,
+            ],
+        ));
+    }
+    print_table(
+        "holders",
+        &[
+            ("offered/s", 0),
+            ("admitted", 0),
+            ("allowance", 0),
+            ("adm/allow", 3),
+            ("redis calls", 0),
+            ("limiter calls", 0),
+            ("calls/adm", 4),
+            ("us/call", 2),
+            ("redis core %", 2),
+            ("errors", 0),
+            ("losses", 0),
+            ("warnings", 0),
+        ],
+        &rows,
+    );
+    let (lo, hi) = per_call
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    println!(
+        "us/call max/min over 10/100/1000 holders {:.2}x (target <= 1.5x: {}); 1000 holders {:.2} % of a Redis core (target <= 10 %: {})",
+        hi / lo,
+        verdict(hi / lo <= 1.5),
+        core_1000,
+        verdict(core_1000 <= 10.0)
+    );
+    println!();
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
-    let url = args.next().expect("usage: adaptive_bench REDIS_URL [seconds]");
+    let url = args
+        .next()
+        .expect("usage: adaptive_bench REDIS_URL [seconds] [cases] [--policy-poll]");
     let secs: f64 = args.next().map_or(5.0, |s| s.parse().expect("seconds"));
-    // Optional: which cases ("hot", "fleet"), which loads, which leases.
-    let only: Vec<String> = args.collect();
-    let wants = |case: &str| only.is_empty() || only.iter().any(|o| o == case);
+    // Optional: which cases ("hot", "fleet", "holders"), which loads
+    // and leases of the fleet; whether the ledger cases poll the policy store.
+    let (flags, only): (Vec<String>, Vec<String>) = args.partition(|a| a.starts_with("--"));
+    POLICY_POLL.store(flags.iter().any(|f| f == "--policy-poll"), Relaxed);
+    if let Some(f) = flags.iter().find(|f| *f != "--policy-poll") {
+        panic!("unknown flag {f}");
+    }
+    let cases = ["hot", "fleet", "holders"];
+    let wants = |case: &str| only.iter().any(|o| o == case) || !only.iter().any(|o| cases.contains(&o.as_str()));
+    let loads_named = only.iter().any(|o| o.parse::<f64>().is_ok());
     let run = std::process::id();
+    install_tracing();
     if wants("hot") {
         println!("## hot key: 1 limiter, 4 threads, one key, a limit that never binds ({secs} s each)");
         println!(
@@ -203,9 +554,15 @@ fn main() {
         }
         println!();
     }
-    if !wants("fleet") {
-        return;
+    if wants("fleet") {
+        fleet_case(&url, run, secs, &only, loads_named);
     }
+    if wants("holders") {
+        holders_case(&url, run, secs);
+    }
+}
+
+fn fleet_case(url: &str, run: u32, secs: f64, only: &[String], loads_named: bool) {
     println!("## fleet: 100 limiters (a thread each) on one key, limit 1000/s, Poisson arrivals, every 4th instance 4x ({secs} s each)");
     println!(
         "{:<10} {:>5} {:>9} {:>9} {:>9} {:>10} {:>12} {:>10} {:>14} {:>16}",
@@ -221,14 +578,14 @@ fn main() {
         "exhausted/pending"
     );
     for load in [0.8, 1.5] {
-        if !(wants("fleet") && (only.len() <= 1 || wants(&format!("{load}")))) {
+        if loads_named && !only.iter().any(|o| *o == format!("{load}")) {
             continue;
         }
         for (name, fixed) in [("fixed", true), ("adaptive", false)] {
             if only.iter().any(|o| o == "adaptive") && fixed {
                 continue;
             }
-            let r = fleet(&url, &format!("fleet{run}{name}{load}"), fixed, 100, load, secs);
+            let r = fleet(url, &format!("fleet{run}{name}{load}"), fixed, 100, load, secs);
             println!(
                 "{name:<10} {load:>5.1} {:>9} {:>9} {:>8.2}% {:>10} {:>12.3} {:>10.4} {:>14} {:>16}",
                 r.offered,
@@ -242,4 +599,5 @@ fn main() {
             );
         }
     }
+    println!();
 }
