@@ -21,11 +21,15 @@
 //!    against the allowance, and the share of one Redis core the ledger takes.
 //!    Targets: time per call within 1.5x across the three; 1000 holders at most
 //!    10 % of a core.
+//! 4. `zipf`: 200 keys of 600/min, zipf-distributed demand (exponent 1), the
+//!    hottest key offered 0.5x its limit, 6 limiters: no key is saturated, so
+//!    every denial is false. Counts denials and the engine's state-loss
+//!    warnings. Targets: none of either.
 //!
-//! The limiters of `holders` have no shared policy store (`policy_refresh_ms`
-//! 0), so that Redis counts the ledger's scripts alone; `--policy-poll` gives
-//! them the default (each limiter polls the store with a script call every
-//! second).
+//! The limiters of `holders` and `zipf` have no shared policy store
+//! (`policy_refresh_ms` 0), so that Redis counts the ledger's scripts alone;
+//! `--policy-poll` gives them the default (each limiter polls the store with a
+//! script call every second).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
@@ -320,6 +324,23 @@ impl RedisStats {
     }
 }
 
+/// xorshift64: arrivals and picks, reproducible per thread.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(0x9e37_79b9_7f4a_7c15u64 ^ seed.wrapping_add(1).wrapping_mul(0xbf58_476d_1ce4_e5b9))
+    }
+
+    /// Uniform in (0, 1].
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    }
+}
+
 /// A table's row: its label and the figures of each column.
 type Row = (String, Vec<f64>);
 
@@ -438,6 +459,121 @@ fn holders(url: &str, prefix: &str, n: usize, secs: f64, stats: &mut RedisStats)
     }
 }
 
+/// One `zipf` run.
+struct ZipfRun {
+    offered: u64,
+    admitted: u64,
+    /// The limiters' own count of ledger calls (`backend_calls`).
+    calls: u64,
+    /// Denials by reason: exhausted, pending, fallback.
+    denied_by: [u64; 3],
+    errors: u64,
+    secs: f64,
+    redis: ScriptStats,
+    losses: u64,
+    warnings: u64,
+}
+
+const ZIPF_KEYS: usize = 200;
+const ZIPF_LIMIT: u64 = 600;
+const ZIPF_WINDOW_MS: u64 = 60_000;
+const ZIPF_INSTANCES: usize = 6;
+/// The hottest key's offered load as a share of its limit.
+const ZIPF_HOTTEST: f64 = 0.5;
+
+/// The offered load in total (requests per second): the hottest key at
+/// `ZIPF_HOTTEST` of its limit, key k (from 1) at 1/k of the hottest's.
+fn zipf_rate() -> f64 {
+    let h: f64 = (1..=ZIPF_KEYS).map(|k| 1.0 / k as f64).sum();
+    ZIPF_HOTTEST * ZIPF_LIMIT as f64 * 1_000.0 / ZIPF_WINDOW_MS as f64 * h
+}
+
+/// `ZIPF_INSTANCES` limiters (a thread each, Poisson arrivals, `acquire`) on
+/// `ZIPF_KEYS` keys of `ZIPF_LIMIT` per `ZIPF_WINDOW_MS`, demand zipf-distributed
+/// with exponent 1 so that no key is saturated.
+fn zipf(url: &str, prefix: &str, secs: f64, stats: &mut RedisStats) -> ZipfRun {
+    let weights: Vec<f64> = (1..=ZIPF_KEYS).map(|k| 1.0 / k as f64).collect();
+    let total: f64 = weights.iter().sum();
+    let cdf: Arc<Vec<f64>> = Arc::new(
+        weights
+            .iter()
+            .scan(0.0, |acc, w| {
+                *acc += w / total;
+                Some(*acc)
+            })
+            .collect(),
+    );
+    let keys: Arc<Vec<String>> = Arc::new((0..ZIPF_KEYS).map(|k| format!("z{k}")).collect());
+    let rate = zipf_rate() / ZIPF_INSTANCES as f64;
+    let ls: Vec<Arc<Limiter>> = (0..ZIPF_INSTANCES)
+        .map(|_| Arc::new(ledger_limiter(url, prefix, ZIPF_LIMIT, ZIPF_WINDOW_MS)))
+        .collect();
+    let offered = Arc::new(AtomicU64::new(0));
+    let denied_by = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let start = Arc::new(Barrier::new(ZIPF_INSTANCES + 1));
+    let (losses, warnings) = (LOSSES.load(Relaxed), WARNINGS.load(Relaxed));
+    stats.reset();
+    let t0 = Instant::now() + Duration::from_millis(50);
+    let end = t0 + Duration::from_secs_f64(secs);
+    let hs: Vec<_> = ls
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let (l, offered, start) = (l.clone(), offered.clone(), start.clone());
+            let (denied_by, cdf, keys) = (denied_by.clone(), cdf.clone(), keys.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng::new(i as u64);
+                let mut next = t0;
+                start.wait();
+                loop {
+                    next += Duration::from_secs_f64(-rng.unit().ln() / rate);
+                    if next >= end {
+                        break;
+                    }
+                    let u = rng.unit();
+                    let k = cdf.partition_point(|&c| c < u).min(ZIPF_KEYS - 1);
+                    let now = Instant::now();
+                    if next > now {
+                        std::thread::sleep(next - now);
+                    }
+                    offered.fetch_add(1, Relaxed);
+                    let d = l.acquire(&keys[k], 1).unwrap();
+                    if !d.allowed {
+                        let slot = match d.reason {
+                            quotalease::Reason::Pending => 1,
+                            quotalease::Reason::Fallback => 2,
+                            _ => 0,
+                        };
+                        denied_by[slot].fetch_add(1, Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    start.wait();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let redis = stats.read();
+    let m = sum(ls.iter().map(|l| l.metrics()));
+    let errors = ls.iter().map(|l| l.metrics().backend_errors).sum();
+    for l in &ls {
+        l.close().unwrap();
+    }
+    ZipfRun {
+        offered: offered.load(Relaxed),
+        admitted: m.admitted,
+        calls: m.backend_calls,
+        denied_by: [0, 1, 2].map(|i| denied_by[i].load(Relaxed)),
+        errors,
+        secs: elapsed,
+        redis,
+        losses: LOSSES.load(Relaxed) - losses,
+        warnings: WARNINGS.load(Relaxed) - warnings,
+    }
+}
+
 /// What the Redis figures include besides the ledger.
 fn poll_note() -> &'static str {
     if POLICY_POLL.load(Relaxed) {
@@ -520,20 +656,75 @@ fn holders_case(url: &str, run: u32, secs: f64) {
     println!();
 }
 
+fn zipf_case(url: &str, run: u32, secs: f64) {
+    println!(
+        "## zipf: {ZIPF_KEYS} keys of {ZIPF_LIMIT} per {ZIPF_WINDOW_MS} ms, zipf demand (exponent 1, the hottest key at {ZIPF_HOTTEST}x its limit), {:.1} req/s in total over {ZIPF_INSTANCES} limiters (acquire, Poisson), {secs} s each{}",
+        zipf_rate(),
+        poll_note()
+    );
+    let mut stats = RedisStats::open(url);
+    let r = zipf(url, &format!("zipf{run}"), secs, &mut stats);
+    let denied: u64 = r.denied_by.iter().sum();
+    print_table(
+        "run",
+        &[
+            ("offered/s", 1),
+            ("offered", 0),
+            ("admitted", 0),
+            ("denied", 0),
+            ("exhausted", 0),
+            ("pending", 0),
+            ("fallback", 0),
+            ("redis calls", 0),
+            ("limiter calls", 0),
+            ("calls/adm", 4),
+            ("us/call", 2),
+            ("errors", 0),
+            ("losses", 0),
+            ("warnings", 0),
+        ],
+        &[(
+            "zipf".to_string(),
+            vec![
+                r.offered as f64 / r.secs,
+                r.offered as f64,
+                r.admitted as f64,
+                denied as f64,
+                r.denied_by[0] as f64,
+                r.denied_by[1] as f64,
+                r.denied_by[2] as f64,
+                r.redis.calls as f64,
+                r.calls as f64,
+                r.redis.calls as f64 / r.admitted.max(1) as f64,
+                r.redis.usec_per_call(),
+                r.errors as f64,
+                r.losses as f64,
+                r.warnings as f64,
+            ],
+        )],
+    );
+    println!(
+        "{denied} false denials, {} loss detections (targets 0: {})",
+        r.losses,
+        verdict(denied == 0 && r.losses == 0)
+    );
+    println!();
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let url = args
         .next()
         .expect("usage: adaptive_bench REDIS_URL [seconds] [cases] [--policy-poll]");
     let secs: f64 = args.next().map_or(5.0, |s| s.parse().expect("seconds"));
-    // Optional: which cases ("hot", "fleet", "holders"), which loads
+    // Optional: which cases ("hot", "fleet", "holders", "zipf"), which loads
     // and leases of the fleet; whether the ledger cases poll the policy store.
     let (flags, only): (Vec<String>, Vec<String>) = args.partition(|a| a.starts_with("--"));
     POLICY_POLL.store(flags.iter().any(|f| f == "--policy-poll"), Relaxed);
     if let Some(f) = flags.iter().find(|f| *f != "--policy-poll") {
         panic!("unknown flag {f}");
     }
-    let cases = ["hot", "fleet", "holders"];
+    let cases = ["hot", "fleet", "holders", "zipf"];
     let wants = |case: &str| only.iter().any(|o| o == case) || !only.iter().any(|o| cases.contains(&o.as_str()));
     let loads_named = only.iter().any(|o| o.parse::<f64>().is_ok());
     let run = std::process::id();
@@ -559,6 +750,9 @@ fn main() {
     }
     if wants("holders") {
         holders_case(&url, run, secs);
+    }
+    if wants("zipf") {
+        zipf_case(&url, run, secs);
     }
 }
 
