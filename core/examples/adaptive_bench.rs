@@ -3,7 +3,7 @@
 //! (issue 22's). `make bench-adaptive` starts a redis-server and runs this; by hand:
 //!
 //! ```text
-//! cargo run --release -p quotalease --example adaptive_bench -- redis://127.0.0.1:6379 [seconds] [cases] [--policy-poll]
+//! cargo run --release -p quotalease --example adaptive_bench -- redis://127.0.0.1:6379 [seconds] [cases] [--hog | --hog-compare] [--policy-poll]
 //! ```
 //!
 //! Cases (all by default; name some to run only those):
@@ -26,10 +26,12 @@
 //!    every denial is false. Counts denials and the engine's state-loss
 //!    warnings. Targets: none of either.
 //!
-//! The limiters of `holders` and `zipf` have no shared policy store
-//! (`policy_refresh_ms` 0), so that Redis counts the ledger's scripts alone;
-//! `--policy-poll` gives them the default (each limiter polls the store with a
-//! script call every second).
+//! `--hog` (or `BENCH_HOG=1`) runs every case with one busy-looping thread per
+//! core in this process; `--hog-compare` runs `holders` and `zipf` without and
+//! with it and prints both side by side. The limiters of `holders` and `zipf`
+//! have no shared policy store (`policy_refresh_ms` 0), so that Redis counts
+//! the ledger's scripts alone; `--policy-poll` gives them the default (each
+//! limiter polls the store with a script call every second).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
@@ -197,6 +199,47 @@ fn fleet(url: &str, prefix: &str, fixed: bool, n: usize, load: f64, secs: f64) -
     }
 }
 
+/// One busy-looping thread per core, from `start` until dropped: a CPU hog in
+/// this process competing with the limiters, the broker and the redis-server.
+struct Hog {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Hog {
+    fn start(on: bool) -> Hog {
+        let stop = Arc::new(AtomicBool::new(false));
+        let n = if on {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            0
+        };
+        let threads = (0..n)
+            .map(|i| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = i as u64 + 1;
+                    while !stop.load(Relaxed) {
+                        for _ in 0..4096 {
+                            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+                        }
+                    }
+                })
+            })
+            .collect();
+        Hog { stop, threads }
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        for t in self.threads.drain(..) {
+            t.join().unwrap();
+        }
+    }
+}
+
 /// The engine's warning when an answer shows the authority lost a key's
 /// state (`engine/grants.rs`).
 const LOSS_TEXT: &str = "had lost this key's state";
@@ -341,23 +384,47 @@ impl Rng {
     }
 }
 
-/// A table's row: its label and the figures of each column.
-type Row = (String, Vec<f64>);
+/// A table's row: its label and, per run (without the hog, then with it), the
+/// figures of each column.
+type Row = (String, Vec<Vec<f64>>);
 
-/// Columns: name and decimals.
-fn print_table(label: &str, cols: &[(&str, usize)], rows: &[Row]) {
+/// Columns: name, decimals, and whether a hog/no-hog ratio is printed. With
+/// two runs per row, each row is printed for both, then the ratios (with the
+/// hog / without).
+fn print_table(label: &str, cols: &[(&str, usize, bool)], rows: &[Row]) {
+    let runs = rows.first().map_or(1, |r| r.1.len());
     let w = |name: &str| name.len().max(9);
     let mut head = format!("{label:<9}");
-    for &(name, _) in cols {
+    if runs > 1 {
+        head += &format!(" {:<6}", "hog");
+    }
+    for &(name, _, _) in cols {
         head += &format!(" {name:>0$}", w(name));
     }
     println!("{head}");
-    for (name, f) in rows {
-        let mut line = format!("{name:<9}");
-        for (c, &(col, dec)) in cols.iter().enumerate() {
-            line += &format!(" {:>1$.2$}", f[c], w(col), dec);
+    for (name, figs) in rows {
+        for (j, f) in figs.iter().enumerate() {
+            let mut line = format!("{name:<9}");
+            if runs > 1 {
+                line += &format!(" {:<6}", if j == 0 { "no" } else { "yes" });
+            }
+            for (c, &(col, dec, _)) in cols.iter().enumerate() {
+                line += &format!(" {:>1$.2$}", f[c], w(col), dec);
+            }
+            println!("{line}");
         }
-        println!("{line}");
+        if runs > 1 {
+            let mut line = format!("{name:<9} {:<6}", "ratio");
+            for (c, &(col, _, ratio)) in cols.iter().enumerate() {
+                let cell = if ratio {
+                    format!("{:.2}x", figs[1][c] / figs[0][c])
+                } else {
+                    String::new()
+                };
+                line += &format!(" {cell:>0$}", w(col));
+            }
+            println!("{}", line.trim_end());
+        }
     }
 }
 
@@ -592,24 +659,27 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-fn holders_case(url: &str, run: u32, secs: f64) {
+fn holders_case(url: &str, run: u32, secs: f64, hogs: &[bool]) {
+    let counts = [10, 100, 1000];
     println!(
-        "## holders: one key, limit 1000/s, N adaptive limiters in one process, each offered a request every ms (try_acquire, 2 threads), {secs} s each{}",
+        "## holders: one key, limit 1000/s, N adaptive limiters in one process, each offered a request every ms (try_acquire, 2 threads), {secs} s each{}{}",
+        if hogs == [true] { ", with the CPU hog" } else { "" },
         poll_note()
     );
     let mut stats = RedisStats::open(url);
     let mut rows = Vec::new();
-    let mut per_call = Vec::new();
-    let mut core_1000 = 0.0;
-    for n in [10, 100, 1000] {
-        let r = holders(url, &format!("holders{run}n{n}"), n, secs, &mut stats);
-        per_call.push(r.redis.usec_per_call());
-        if n == 1000 {
-            core_1000 = r.redis.core_pct();
-        }
-        rows.push((
-            n.to_string(),
-            vec![
+    let mut per_call = vec![Vec::new(); hogs.len()];
+    let mut core_1000 = vec![0.0; hogs.len()];
+    for n in counts {
+        let mut figs = Vec::new();
+        for (j, &hog) in hogs.iter().enumerate() {
+            let _hog = Hog::start(hog);
+            let r = holders(url, &format!("holders{run}n{n}h{hog}"), n, secs, &mut stats);
+            per_call[j].push(r.redis.usec_per_call());
+            if n == 1000 {
+                core_1000[j] = r.redis.core_pct();
+            }
+            figs.push(vec![
                 r.offered as f64 / r.secs,
                 r.admitted as f64,
                 r.allowance as f64,
@@ -622,92 +692,103 @@ fn holders_case(url: &str, run: u32, secs: f64) {
                 r.errors as f64,
                 r.losses as f64,
                 r.warnings as f64,
-            ],
-        ));
+            ]);
+        }
+        rows.push((n.to_string(), figs));
     }
     print_table(
         "holders",
         &[
-            ("offered/s", 0),
-            ("admitted", 0),
-            ("allowance", 0),
-            ("adm/allow", 3),
-            ("redis calls", 0),
-            ("limiter calls", 0),
-            ("calls/adm", 4),
-            ("us/call", 2),
-            ("redis core %", 2),
-            ("errors", 0),
-            ("losses", 0),
-            ("warnings", 0),
+            ("offered/s", 0, false),
+            ("admitted", 0, false),
+            ("allowance", 0, false),
+            ("adm/allow", 3, true),
+            ("redis calls", 0, false),
+            ("limiter calls", 0, false),
+            ("calls/adm", 4, true),
+            ("us/call", 2, true),
+            ("redis core %", 2, true),
+            ("errors", 0, false),
+            ("losses", 0, false),
+            ("warnings", 0, false),
         ],
         &rows,
     );
-    let (lo, hi) = per_call
-        .iter()
-        .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-    println!(
-        "us/call max/min over 10/100/1000 holders {:.2}x (target <= 1.5x: {}); 1000 holders {:.2} % of a Redis core (target <= 10 %: {})",
-        hi / lo,
-        verdict(hi / lo <= 1.5),
-        core_1000,
-        verdict(core_1000 <= 10.0)
-    );
+    for (j, &hog) in hogs.iter().enumerate() {
+        let (lo, hi) = per_call[j]
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        println!(
+            "{}: us/call max/min over 10/100/1000 holders {:.2}x (target <= 1.5x: {}); 1000 holders {:.2} % of a Redis core (target <= 10 %: {})",
+            if hog { "with the hog" } else { "without a hog" },
+            hi / lo,
+            verdict(hi / lo <= 1.5),
+            core_1000[j],
+            verdict(core_1000[j] <= 10.0)
+        );
+    }
     println!();
 }
 
-fn zipf_case(url: &str, run: u32, secs: f64) {
+fn zipf_case(url: &str, run: u32, secs: f64, hogs: &[bool]) {
     println!(
-        "## zipf: {ZIPF_KEYS} keys of {ZIPF_LIMIT} per {ZIPF_WINDOW_MS} ms, zipf demand (exponent 1, the hottest key at {ZIPF_HOTTEST}x its limit), {:.1} req/s in total over {ZIPF_INSTANCES} limiters (acquire, Poisson), {secs} s each{}",
+        "## zipf: {ZIPF_KEYS} keys of {ZIPF_LIMIT} per {ZIPF_WINDOW_MS} ms, zipf demand (exponent 1, the hottest key at {ZIPF_HOTTEST}x its limit), {:.1} req/s in total over {ZIPF_INSTANCES} limiters (acquire, Poisson), {secs} s each{}{}",
         zipf_rate(),
+        if hogs == [true] { ", with the CPU hog" } else { "" },
         poll_note()
     );
     let mut stats = RedisStats::open(url);
-    let r = zipf(url, &format!("zipf{run}"), secs, &mut stats);
-    let denied: u64 = r.denied_by.iter().sum();
+    let mut figs = Vec::new();
+    let mut ok = Vec::new();
+    for &hog in hogs {
+        let _hog = Hog::start(hog);
+        let r = zipf(url, &format!("zipf{run}h{hog}"), secs, &mut stats);
+        let denied: u64 = r.denied_by.iter().sum();
+        ok.push((hog, denied, r.losses));
+        figs.push(vec![
+            r.offered as f64 / r.secs,
+            r.offered as f64,
+            r.admitted as f64,
+            denied as f64,
+            r.denied_by[0] as f64,
+            r.denied_by[1] as f64,
+            r.denied_by[2] as f64,
+            r.redis.calls as f64,
+            r.calls as f64,
+            r.redis.calls as f64 / r.admitted.max(1) as f64,
+            r.redis.usec_per_call(),
+            r.errors as f64,
+            r.losses as f64,
+            r.warnings as f64,
+        ]);
+    }
     print_table(
         "run",
         &[
-            ("offered/s", 1),
-            ("offered", 0),
-            ("admitted", 0),
-            ("denied", 0),
-            ("exhausted", 0),
-            ("pending", 0),
-            ("fallback", 0),
-            ("redis calls", 0),
-            ("limiter calls", 0),
-            ("calls/adm", 4),
-            ("us/call", 2),
-            ("errors", 0),
-            ("losses", 0),
-            ("warnings", 0),
+            ("offered/s", 1, false),
+            ("offered", 0, false),
+            ("admitted", 0, false),
+            ("denied", 0, false),
+            ("exhausted", 0, false),
+            ("pending", 0, false),
+            ("fallback", 0, false),
+            ("redis calls", 0, false),
+            ("limiter calls", 0, false),
+            ("calls/adm", 4, true),
+            ("us/call", 2, true),
+            ("errors", 0, false),
+            ("losses", 0, false),
+            ("warnings", 0, false),
         ],
-        &[(
-            "zipf".to_string(),
-            vec![
-                r.offered as f64 / r.secs,
-                r.offered as f64,
-                r.admitted as f64,
-                denied as f64,
-                r.denied_by[0] as f64,
-                r.denied_by[1] as f64,
-                r.denied_by[2] as f64,
-                r.redis.calls as f64,
-                r.calls as f64,
-                r.redis.calls as f64 / r.admitted.max(1) as f64,
-                r.redis.usec_per_call(),
-                r.errors as f64,
-                r.losses as f64,
-                r.warnings as f64,
-            ],
-        )],
+        &[("zipf".to_string(), figs)],
     );
-    println!(
-        "{denied} false denials, {} loss detections (targets 0: {})",
-        r.losses,
-        verdict(denied == 0 && r.losses == 0)
-    );
+    for (hog, denied, losses) in ok {
+        println!(
+            "{}: {denied} false denials, {losses} loss detections (targets 0: {})",
+            if hog { "with the hog" } else { "without a hog" },
+            verdict(denied == 0 && losses == 0)
+        );
+    }
     println!();
 }
 
@@ -715,13 +796,18 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let url = args
         .next()
-        .expect("usage: adaptive_bench REDIS_URL [seconds] [cases] [--policy-poll]");
+        .expect("usage: adaptive_bench REDIS_URL [seconds] [cases] [--hog | --hog-compare] [--policy-poll]");
     let secs: f64 = args.next().map_or(5.0, |s| s.parse().expect("seconds"));
     // Optional: which cases ("hot", "fleet", "holders", "zipf"), which loads
-    // and leases of the fleet; whether the ledger cases poll the policy store.
+    // and leases of the fleet; whether a CPU hog competes.
     let (flags, only): (Vec<String>, Vec<String>) = args.partition(|a| a.starts_with("--"));
+    let compare = flags.iter().any(|f| f == "--hog-compare");
+    let hog = flags.iter().any(|f| f == "--hog") || std::env::var("BENCH_HOG").is_ok_and(|v| v == "1");
     POLICY_POLL.store(flags.iter().any(|f| f == "--policy-poll"), Relaxed);
-    if let Some(f) = flags.iter().find(|f| *f != "--policy-poll") {
+    if let Some(f) = flags
+        .iter()
+        .find(|f| !["--hog", "--hog-compare", "--policy-poll"].contains(&f.as_str()))
+    {
         panic!("unknown flag {f}");
     }
     let cases = ["hot", "fleet", "holders", "zipf"];
@@ -729,6 +815,13 @@ fn main() {
     let loads_named = only.iter().any(|o| o.parse::<f64>().is_ok());
     let run = std::process::id();
     install_tracing();
+    // --hog: for the whole process (every case); --hog-compare: holders and
+    // zipf twice, the hog on for the second run only.
+    let _hog = Hog::start(hog && !compare);
+    let hogs: &[bool] = if compare { &[false, true] } else { &[hog] };
+    if hog && !compare {
+        println!("(a CPU hog: one busy-looping thread per core in this process, for every case)\n");
+    }
     if wants("hot") {
         println!("## hot key: 1 limiter, 4 threads, one key, a limit that never binds ({secs} s each)");
         println!(
@@ -749,10 +842,10 @@ fn main() {
         fleet_case(&url, run, secs, &only, loads_named);
     }
     if wants("holders") {
-        holders_case(&url, run, secs);
+        holders_case(&url, run, secs, hogs);
     }
     if wants("zipf") {
-        zipf_case(&url, run, secs);
+        zipf_case(&url, run, secs, hogs);
     }
 }
 
