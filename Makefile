@@ -86,7 +86,10 @@ check-compat:
 bench: bench-rust bench-baseline bench-adaptive bench-fleet bench-c-go bench-python bench-node bench-peers
 
 ## Adaptive against fixed leases on a real redis-server, side by side (issue 12's
-## targets): a hot key, and 100 instances on one key at 0.8x and 1.5x the limit.
+## targets): a hot key, and 100 instances on one key at 0.8x and 1.5x the limit;
+## then the ledger's Redis time per call with 10/100/1000 holders of one key and
+## 200 zipf keys' false denials and loss detections, without and with a CPU hog
+## (issue 22's targets).
 bench-adaptive: redis
 	bash scripts/bench-adaptive.sh
 
