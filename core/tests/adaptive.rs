@@ -488,3 +488,29 @@ fn a_small_limit_on_several_instances_is_one_exact_bucket() {
         }
     }
 }
+
+/// A cold key (a request now and then, further apart than `lease_ttl_ms`)
+/// costs one lease call per request on Redis: no token is prefetched for a
+/// next request the demand does not expect before an idle lease goes back
+/// (the prefetch and its give-back made three calls of each request).
+#[test]
+fn a_cold_key_costs_one_call_per_request() {
+    let server = common::RedisServer::start();
+    let l = Limiter::builder()
+        .url(server.url())
+        .key_prefix(common::unique("cold"))
+        .limit(600)
+        .window_ms(60_000)
+        .clock(ClockKind::Manual { start_ms: 1_000_000 })
+        .build()
+        .unwrap();
+    for i in 0..10 {
+        assert!(l.acquire("k", 1).unwrap().allowed, "request {i}");
+        l.settle().unwrap();
+        l.advance_clock(3_000).unwrap();
+        l.settle().unwrap();
+    }
+    let m = l.metrics();
+    assert_eq!(m.admitted, 10);
+    assert_eq!(m.backend_calls, 10, "{m:?}");
+}

@@ -26,10 +26,12 @@ impl Engine {
                 return need;
             }
             let span = (crate::ledger::TUNING.target_ms + self.rtt_ms.load(Relaxed)) as u128;
-            // what it leases ahead: a period of demand, at most the
-            // overshoot budget (what one instance may hold unspent: it
-            // trades calls for false denials; the ledger's bound holds either way)
-            let ahead = (d * span).div_ceil(1_000_000) as u64;
+            // what it leases ahead: the whole requests a period of demand
+            // expects (a fraction of one would mostly go back unused, a
+            // give-back call), at most the overshoot budget (what one
+            // instance may hold unspent: it trades calls for false denials;
+            // the ledger's bound holds either way)
+            let ahead = (d * span / 1_000_000) as u64;
             need + ahead.min(self.r.cfg.overshoot_budget.tokens(p.limit))
         } else {
             let (lease, _) = self.lease_params(p);

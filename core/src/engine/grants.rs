@@ -193,6 +193,13 @@ impl Engine {
                 if g.granted > 0 || answer.is_none_or(|a| a.rate == 0) {
                     self.apply_grant(e, g, need, now);
                 }
+                // An answer that lands after its commitment's expiry (a
+                // pause, a clock that jumped while it was out) grants
+                // nothing this holder may spend (I3): it goes back at once.
+                let until = e.lease_until.load(Acquire);
+                if until != 0 && now >= until {
+                    self.expire_if_idle(e, e.policy(), now);
+                }
                 Ok(())
             }
             Ok(other) => Err(format!("unexpected answer to a lease: {other:?}")),
@@ -245,11 +252,13 @@ impl Engine {
         }
         // Prefetch a round trip's worth (twice) ahead of running dry; an
         // inline authority needs no prefetch, nor a key decided one request
-        // at a time.
-        if self.single(p) {
+        // at a time, nor a key whose demand does not expect another request
+        // before an idle lease goes back (`lease_ttl_ms`): there a prefetch
+        // costs a lease call and a give-back and serves nobody.
+        let d = e.demand.load(Relaxed) as u128;
+        if self.single(p) || d * (self.r.cfg.lease_ttl_ms as u128) < 1_000_000 {
             e.threshold.store(0, Relaxed);
         } else if !self.is_inline() {
-            let d = e.demand.load(Relaxed) as u128;
             let rtt = self.rtt_ms.load(Relaxed) as u128;
             e.threshold.store(1 + (2 * d * rtt).div_ceil(1_000_000) as u64, Relaxed);
         }
