@@ -29,9 +29,9 @@
 //! `--hog` (or `BENCH_HOG=1`) runs every case with one busy-looping thread per
 //! core in this process; `--hog-compare` runs `holders` and `zipf` without and
 //! with it and prints both side by side. The limiters of `holders` and `zipf`
-//! have no shared policy store (`policy_refresh_ms` 0), so that Redis counts
-//! the ledger's scripts alone; `--policy-poll` gives them the default (each
-//! limiter polls the store with a script call every second).
+//! follow no shared policy store (the default `policy_refresh_ms` 0), so that
+//! Redis counts the ledger's scripts alone; `--policy-poll` has each follow it
+//! (`policy_refresh_ms` 1000: a script call per limiter every second).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
@@ -428,9 +428,9 @@ fn print_table(label: &str, cols: &[(&str, usize, bool)], rows: &[Row]) {
     }
 }
 
-/// `--policy-poll`: the ledger cases' limiters poll the policy store (the
-/// default, every second, each with its own script call); without it they
-/// have no shared store, so the scripts Redis counts are the ledger's alone.
+/// `--policy-poll`: the ledger cases' limiters follow the policy store (every
+/// second, each with its own script call); without it they follow none (the
+/// default), so the scripts Redis counts are the ledger's alone.
 static POLICY_POLL: AtomicBool = AtomicBool::new(false);
 
 /// An adaptive limiter for the ledger cases.
@@ -441,9 +441,9 @@ fn ledger_limiter(url: &str, prefix: &str, limit: u64, window_ms: u64) -> Limite
         .limit(limit)
         .window_ms(window_ms);
     let b = if POLICY_POLL.load(Relaxed) {
-        b
+        b.policy_refresh_ms(1_000)
     } else {
-        b.policy_refresh_ms(0)
+        b
     };
     b.build().expect("limiter")
 }
