@@ -428,6 +428,19 @@ fn print_table(label: &str, cols: &[(&str, usize, bool)], rows: &[Row]) {
     }
 }
 
+/// The end of a ledger case: its wall time, what Redis counted, the
+/// limiters' summed metrics and backend errors; then every limiter closed.
+fn wind_up(ls: &[Arc<Limiter>], stats: &mut RedisStats, t0: Instant) -> (f64, ScriptStats, Metrics, u64) {
+    let elapsed = t0.elapsed().as_secs_f64();
+    let redis = stats.read();
+    let m = sum(ls.iter().map(|l| l.metrics()));
+    let errors = ls.iter().map(|l| l.metrics().backend_errors).sum();
+    for l in ls {
+        l.close().unwrap();
+    }
+    (elapsed, redis, m, errors)
+}
+
 /// `--policy-poll`: the ledger cases' limiters follow the policy store (every
 /// second, each with its own script call); without it they follow none (the
 /// default), so the scripts Redis counts are the ledger's alone.
@@ -506,13 +519,7 @@ fn holders(url: &str, prefix: &str, n: usize, secs: f64, stats: &mut RedisStats)
     for h in hs {
         h.join().unwrap();
     }
-    let elapsed = t0.elapsed().as_secs_f64();
-    let redis = stats.read();
-    let m = sum(ls.iter().map(|l| l.metrics()));
-    let errors = ls.iter().map(|l| l.metrics().backend_errors).sum();
-    for l in &ls {
-        l.close().unwrap();
-    }
+    let (elapsed, redis, m, errors) = wind_up(&ls, stats, t0);
     HoldersRun {
         offered: m.admitted + m.denied,
         admitted: m.admitted,
@@ -621,13 +628,7 @@ fn zipf(url: &str, prefix: &str, secs: f64, stats: &mut RedisStats) -> ZipfRun {
     for h in hs {
         h.join().unwrap();
     }
-    let elapsed = t0.elapsed().as_secs_f64();
-    let redis = stats.read();
-    let m = sum(ls.iter().map(|l| l.metrics()));
-    let errors = ls.iter().map(|l| l.metrics().backend_errors).sum();
-    for l in &ls {
-        l.close().unwrap();
-    }
+    let (elapsed, redis, m, errors) = wind_up(&ls, stats, t0);
     ZipfRun {
         offered: offered.load(Relaxed),
         admitted: m.admitted,
