@@ -4,23 +4,12 @@
 
 const test = require('node:test')
 const assert = require('node:assert/strict')
-const http = require('node:http')
 const crypto = require('node:crypto')
 const express = require('express')
 
 const { Limiter, httpKey } = require('..')
 const { rateLimit } = require('../express')
-const { RedisServer, unique } = require('./helpers')
-
-function listen(handler) {
-  return new Promise((resolve) => {
-    const server = http.createServer(handler)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address()
-      resolve({ base: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(r)) })
-    })
-  })
-}
+const { RedisServer, listen, unique } = require('./helpers')
 
 test('express: headers on every response, 429 with Retry-After when denied', async (t) => {
   const limiter = new Limiter({ limit: 3, windowMs: 60000, leaseSize: 1 })

@@ -4,6 +4,7 @@
 
 const { execFileSync } = require('node:child_process')
 const fs = require('node:fs')
+const http = require('node:http')
 const os = require('node:os')
 const path = require('node:path')
 
@@ -76,4 +77,15 @@ async function waitFor(what, cond, timeoutMs = 30000) {
   }
 }
 
-module.exports = { RedisServer, redisctl, unique, waitFor, REPO, harnessEnv }
+/** `handler` served on a free loopback port: its base URL and a close(). */
+function listen(handler) {
+  return new Promise((resolve) => {
+    const server = http.createServer(handler)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address()
+      resolve({ base: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(r)) })
+    })
+  })
+}
+
+module.exports = { RedisServer, redisctl, listen, unique, waitFor, REPO, harnessEnv }

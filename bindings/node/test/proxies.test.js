@@ -5,7 +5,6 @@
 
 const test = require('node:test')
 const assert = require('node:assert/strict')
-const http = require('node:http')
 const express = require('express')
 const Fastify = require('fastify')
 
@@ -13,6 +12,7 @@ const { Limiter, codes } = require('..')
 const { rateLimit } = require('../express')
 const fastifyRateLimit = require('../fastify')
 const { trustedProxies } = require('../proxies.js')
+const { listen } = require('./helpers')
 
 const LB = '10.0.0.5' // the load balancer, the peer of every request
 
@@ -98,16 +98,6 @@ test('proxies: bad settings are ERR_QUOTALEASE_CONFIG errors when the middleware
     await limiter.close()
   }
 })
-
-function listen(handler) {
-  return new Promise((resolve) => {
-    const server = http.createServer(handler)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address()
-      resolve({ base: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(r)) })
-    })
-  })
-}
 
 test('express: spoofed headers from an untrusted peer are ignored; a trusted one names the client', async (t) => {
   const limiter = new Limiter({ limit: 1, windowMs: 60000, leaseSize: 1 })
