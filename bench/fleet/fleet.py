@@ -66,25 +66,22 @@ def free_port() -> int:
 
 
 class Hog:
-    """A busy process per core for the duration of a `with` block."""
+    """A busy process per core for the duration of a `with` block (none when `on` is false)."""
+
+    def __init__(self, on: bool = True) -> None:
+        self.on = on
+        self.procs: list[subprocess.Popen] = []
 
     def __enter__(self) -> Hog:
         spin = "while True: pass"
-        self.procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 1)]
+        cores = (os.cpu_count() or 1) if self.on else 0
+        self.procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(cores)]
         return self
 
     def __exit__(self, *exc: object) -> None:
         for p in self.procs:
             p.kill()
             p.wait()
-
-
-def under(hog: bool, run):
-    """run() with or without the hog."""
-    if not hog:
-        return run()
-    with Hog():
-        return run()
 
 
 class Redis:
@@ -190,9 +187,8 @@ def run_workers(
 
 def case_a(url: str, redis: Redis, secs: int, lease: int | None, tag: str, hog: bool = False) -> tuple[dict, list[str]]:
     name = (f"fixed {lease}" if lease else "adaptive") + (" + hog" if hog else "")
-    results = under(
-        hog, lambda: run_workers(url, redis, secs, lease, f"fleet-a-{tag}", A_LIMIT, A_WINDOW, A_RATES)
-    )
+    with Hog(hog):
+        results = run_workers(url, redis, secs, lease, f"fleet-a-{tag}", A_LIMIT, A_WINDOW, A_RATES)
     stats = redis.script_calls()
     span = max(r["last_ms"] for r in results) - min(r["first_ms"] for r in results)
     row = summarize(
@@ -225,30 +221,35 @@ C_LIMIT, C_WINDOW = 600, 60_000
 C_RATES = [("python", 10 / 3)] * 3 + [("node", 10 / 3)] * 3
 
 
-def drain(url: str, prefix: str) -> int:
-    """Spend the fresh key's bucket (a limiter of the same configuration), so the limit binds from the start."""
+def drain(url: str, prefix: str) -> tuple[int, int, int]:
+    """Spend the fresh key's bucket (a limiter of the same configuration), so the limit binds from the start:
+    (admitted, tokens it gave back at close, unix ms when it was closed)."""
     code = (
-        "import sys; from quotalease import Limiter\n"
+        "import time; from quotalease import Limiter\n"
         f"l = Limiter({url!r}, limit={C_LIMIT}, window_ms={C_WINDOW}, key_prefix={prefix!r})\n"
         "n = 0\n"
         "while l.acquire('fleet').allowed: n += 1\n"
-        "l.close(); print(n)\n"
+        "l.close(); print(n, l.metrics()['tokens_returned'], int(time.time() * 1000))\n"
     )
-    return int(subprocess.run([str(VPY), "-c", code], check=True, capture_output=True, text=True).stdout)
+    out = subprocess.run([str(VPY), "-c", code], check=True, capture_output=True, text=True).stdout
+    n, back, at = (int(x) for x in out.split())
+    return n, back, at
 
 
 def case_c(url: str, redis: Redis, secs: int, tag: str, hog: bool) -> tuple[dict, list[str]]:
     name = "adaptive" + (" + hog" if hog else "")
     prefix = f"fleet-c-{tag}"
-    drained = drain(url, prefix)
-    results = under(hog, lambda: run_workers(url, redis, secs, None, prefix, C_LIMIT, C_WINDOW, C_RATES))
+    drained, back, drained_at = drain(url, prefix)
+    with Hog(hog):
+        results = run_workers(url, redis, secs, None, prefix, C_LIMIT, C_WINDOW, C_RATES)
     admitted = [r["admitted"] for r in results]
     mean = sum(admitted) / len(admitted)
     worst = max(abs(a - mean) for a in admitted) / mean if mean else float("inf")
-    span = max(r["last_ms"] for r in results) - min(r["first_ms"] for r in results)
-    refill = C_LIMIT * span / C_WINDOW
+    # What one exact bucket allows from the drain on: what the drainer gave
+    # back, then the refill up to the last answer (the workers start seconds later).
+    allowed = back + C_LIMIT * (max(r["last_ms"] for r in results) - drained_at) / C_WINDOW
     calls = sum(r["metrics"]["backend_calls"] for r in results)
-    row = {"leases": name, "admitted": admitted, "mean": mean, "worst": worst, "refill": refill, "calls": calls,
+    row = {"leases": name, "admitted": admitted, "mean": mean, "worst": worst, "allowed": allowed, "calls": calls,
            "drained": drained}  # fmt: skip
     lines = [f"per process, {name}:", process_header()]
     for r in results:
@@ -257,13 +258,13 @@ def case_c(url: str, redis: Redis, secs: int, tag: str, hog: bool) -> tuple[dict
 
 
 def table_c(rows: list[dict]) -> list[str]:
-    out = [f"{'leases':<16} {'drained':>7} {'admitted per process':<28} {'refill':>7} {'adm/refill':>10} "
+    out = [f"{'leases':<16} {'drained':>7} {'admitted per process':<28} {'allowed':>7} {'adm/allow':>10} "
            f"{'worst off share':>15} {'calls/adm':>9}"]  # fmt: skip
     for r in rows:
         total = sum(r["admitted"])
         out.append(
-            f"{r['leases']:<16} {r['drained']:>7} {' '.join(str(a) for a in r['admitted']):<28} {r['refill']:>7.0f} "
-            f"{total / r['refill']:>10.3f} {r['worst'] * 100:>14.1f}% {r['calls'] / max(total, 1):>9.4f}"
+            f"{r['leases']:<16} {r['drained']:>7} {' '.join(str(a) for a in r['admitted']):<28} {r['allowed']:>7.0f} "
+            f"{total / r['allowed']:>10.3f} {r['worst'] * 100:>14.1f}% {r['calls'] / max(total, 1):>9.4f}"
         )
     out.append(
         "target (each process within 10 % of an equal share): "
