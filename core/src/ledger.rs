@@ -40,6 +40,9 @@ pub struct Tuning {
     pub saturation_pct: u64,
     /// Chunks are sized for this many ms of demand (plus a round trip).
     pub target_ms: u64,
+    /// While a key is in debt (fallback admissions debited), rates leave
+    /// this percentage of its rate to the refill, which pays the debt.
+    pub debt_pay_pct: u64,
 }
 
 /// The tuning of every limiter.
@@ -55,6 +58,7 @@ pub const TUNING: Tuning = Tuning {
     rate_cap_pct: 125,
     saturation_pct: 100,
     target_ms: 1_000,
+    debt_pay_pct: 50,
 };
 
 /// What a holder sends with an adaptive lease call.
@@ -150,6 +154,7 @@ pub(crate) fn args(
             t.rate_cap_pct,
             t.saturation_pct,
             ask.spent,
+            t.debt_pay_pct,
         ]
         .map(|n| n.to_string()),
     );

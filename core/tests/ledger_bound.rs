@@ -178,6 +178,8 @@ struct Fleet {
     limiters: Vec<Option<Limiter>>,
     now: u64,
     books: Vec<Books>,
+    /// Tokens the failure policy admitted.
+    fallback: u64,
 }
 
 impl Fleet {
@@ -204,8 +206,11 @@ impl Fleet {
         let cost = cost.min(limit).max(1);
         match l.acquire("k", cost) {
             Ok(d) if d.allowed => {
-                if d.reason == Reason::Fallback && policy == FailurePolicy::Deny {
-                    return Err("the deny policy admitted".into());
+                if d.reason == Reason::Fallback {
+                    if policy == FailurePolicy::Deny {
+                        return Err("the deny policy admitted".into());
+                    }
+                    self.fallback += cost;
                 }
                 let now = self.now;
                 self.books.last_mut().unwrap().events.push((now, cost, 0));
@@ -256,6 +261,8 @@ struct Options<'a> {
     name: Option<&'a str>,
     policy: FailurePolicy,
     lease_ttl_ms: Option<u64>,
+    /// Redis through this proxy: an outage resets every connection.
+    proxy: Option<&'a common::FaultProxy>,
 }
 
 fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
@@ -277,6 +284,7 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
         limiters: (0..c.n).map(|_| make().map(Some)).collect::<Result<_, _>>()?,
         now: 0,
         books: vec![Books::new(c.limit, c.window_ms)],
+        fallback: 0,
     };
     let mut snapshot = None;
     let mut down = false;
@@ -331,6 +339,9 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                 if let Some(name) = o.name {
                     quotalease::testing::memory_outage(name, *on);
                     down = *on;
+                }
+                if let Some(p) = o.proxy {
+                    p.set(if *on { "reset" } else { "pass" });
                 }
             }
             Step::RestartEmpty => match o.name {
@@ -391,6 +402,7 @@ fn run_memory(c: &Case, policy: FailurePolicy, lease_ttl_ms: Option<u64>) -> Res
             name: Some(&name),
             policy,
             lease_ttl_ms,
+            proxy: None,
         },
     )
 }
@@ -461,6 +473,7 @@ fn redis_admits_no_more_than_one_bucket() {
             name: None,
             policy: FailurePolicy::Deny,
             lease_ttl_ms: None,
+            proxy: None,
         };
         let f = run(&c, &o);
         let r = f.as_ref().map_err(Clone::clone).and_then(check);
@@ -476,9 +489,12 @@ fn redis_admits_no_more_than_one_bucket() {
 }
 
 /// Both authorities, one schedule: the books of each.
+/// On Redis, a schedule with outages runs through a fault proxy.
 fn both(c: &Case, policy: FailurePolicy, lease_ttl_ms: Option<u64>) -> Vec<(String, Fleet)> {
     let server = common::RedisServer::start();
-    let url = server.url();
+    let outages = c.steps.iter().any(|s| matches!(s, Step::Outage(_)));
+    let proxy = outages.then(|| common::FaultProxy::start(server.port));
+    let url = proxy.as_ref().map_or_else(|| server.url(), |p| p.url());
     let prefix = common::unique("sch");
     let mem = run_memory(c, policy, lease_ttl_ms).unwrap();
     let o = Options {
@@ -487,6 +503,7 @@ fn both(c: &Case, policy: FailurePolicy, lease_ttl_ms: Option<u64>) -> Vec<(Stri
         name: None,
         policy,
         lease_ttl_ms,
+        proxy: proxy.as_ref(),
     };
     let redis = run(c, &o).unwrap();
     vec![("memory".into(), mem), ("redis".into(), redis)]
@@ -830,6 +847,43 @@ fn a_burst_on_a_full_bucket_then_saturation_admits_the_allowance() {
         let got = admitted(&f);
         eprintln!("{name}: {got} admitted of 1200");
         assert!(got * 100 >= 1_200 * 95, "{name}: {got} admitted of 1200");
+        close(f);
+    }
+}
+
+/// I4's debt is paid: a fleet saturating a key through a 2 s outage under
+/// `static-share` admits on its fallback shares (the named exception (b)),
+/// is debited at the heal, and pays the debt from the refill: over the
+/// whole run it admits no more than one bucket. Before rates left part of
+/// the refill to a key in debt (`debt_pay_pct`), the debt stayed unpaid
+/// while the rates took the whole refill: about the outage's refill over.
+#[test]
+fn schedule_j_an_outage_is_paid_back_under_saturation() {
+    let c = Case {
+        n: 4,
+        limit: 100,
+        window_ms: 1_000,
+        steps: vec![
+            Step::Load { per_s: 50, ms: 5_000 },
+            Step::Outage(true),
+            Step::Load { per_s: 50, ms: 2_000 },
+            Step::Outage(false),
+            Step::Load { per_s: 50, ms: 12_000 },
+        ],
+    };
+    for (name, f) in both(&c, FailurePolicy::StaticShare, None) {
+        let (total, bound) = (admitted(&f), c.limit + c.limit * f.now / c.window_ms);
+        eprintln!("{name}: {total} admitted, {} on the shares, bound {bound}", f.fallback);
+        assert!(
+            f.fallback >= 100,
+            "{name}: the outage ran on the shares ({})",
+            f.fallback
+        );
+        assert!(
+            total <= bound,
+            "{name}: {total} admitted where one bucket allows {bound}"
+        );
+        assert!(total * 100 >= bound * 95, "{name}: {total} admitted of {bound}");
         close(f);
     }
 }

@@ -9,8 +9,9 @@
 -- returned), want, need, single, rate_now, carry_now, fallback_used, the
 -- guard's epoch, version and alive_ms, then the tuning (core/src/ledger.rs):
 -- commit_ms, fallback_ms, learn_ms, min_period_ms, max_period_ms,
--- grant_tokens, carry_ms, rate_cap_pct, saturation_pct; last `spent`, the
--- tokens of a grant the request that asked spends as it lands.
+-- grant_tokens, carry_ms, rate_cap_pct, saturation_pct; then `spent`, the
+-- tokens of a grant the request that asked spends as it lands; last
+-- debt_pay_pct.
 --
 -- Units: credit `c` in 1/w token (w the stored window), rates in those
 -- units per ms (the key's refill rate is `l`), commitments in tokens.
@@ -32,6 +33,7 @@ local min_period, max_period = tonumber(ARGV[20]), tonumber(ARGV[21])
 local grant_tokens, carry_ms = tonumber(ARGV[22]), tonumber(ARGV[23])
 local rate_cap_pct, saturation_pct = tonumber(ARGV[24]), tonumber(ARGV[25])
 local spent = tonumber(ARGV[26]) or 0
+local debt_pay_pct = tonumber(ARGV[27]) or 0
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 -- numbers go to Redis as integer text (Lua's own text is %.14g)
@@ -285,7 +287,11 @@ local function rate_grant(me, h, avail, part)
   local cap_r = floor(demand * window / 1000000 * rate_cap_pct / 100)
   if demand <= 0 then cap_r = floor(limit / max(s.n, 1)) end
   local sh = share()
-  local rate = max(min(sh, cap_r, limit - s.R), 0)
+  -- in debt (fallback admissions debited, c < 0), rates leave a part of
+  -- the key's rate to the refill, which pays the debt back
+  local room = limit
+  if s.c < 0 then room = floor(limit * (100 - debt_pay_pct) / 100) end
+  local rate = max(min(sh, cap_r, room - s.R), 0)
   local period = min_period
   if rate * 2 >= sh and rate > 0 then
     period = min(max(ceil(grant_tokens * window / rate), min_period), max_period)
