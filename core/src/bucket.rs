@@ -1,7 +1,7 @@
 //! Token-bucket math shared by every authority.
 //!
-//! The in-memory authority runs this code; the Redis scripts in
-//! [`crate::redis_authority`] implement the same arithmetic in Lua, and the
+//! The in-memory authority runs this code; the Redis scripts of fixed
+//! leases (`authority/lua/`) implement the same arithmetic in Lua, and the
 //! conformance vectors check that both give identical answers.
 //!
 //! Exactness: the bucket is kept in *credit units* of `1 / window_ms` token.

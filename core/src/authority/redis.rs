@@ -1,16 +1,17 @@
-//! The Redis authority's connection: one string per key, `{prefix}:{<key>}`
-//! (hash-tagged so Redis Cluster keeps the key in one slot), changed only by
-//! two Lua scripts (`lua/lease.lua`, `lua/give_back.lua`, each after
-//! `lua/prelude.lua`) that implement [`crate::bucket`]'s math atomically.
+//! The Redis authority's connection: runs the scripts of `lua/` for the
+//! broker's batches, one pipelined round trip per batch on a server (or
+//! concurrent calls routed by slot on a cluster), through Sentinel when the
+//! URL says so.
 //!
-//! The stored value is three integers, `"c t w"`: `c` credit units (1/`w`
-//! token each), `t` ms up to which refill is accounted, `w` the window the
-//! units refer to. A string rather than a hash so that one `SET ... PX`
-//! writes the bucket and its expiry: a lease call runs `TIME`, `GET` and `SET`
-//! and nothing else. Time is Redis `TIME` (one clock for the fleet) unless the
-//! caller passes `now` (manual clocks in deterministic tests). The key's
-//! expiry is the time until the bucket is full again: a missing key reads as
-//! a full bucket, so idle keys vanish without changing any answer.
+//! A key's state lives under `{prefix}:{<key>}` (hash-tagged so Redis Cluster
+//! keeps it in one slot). Adaptive leasing keeps it as the ledger's hash and
+//! a sorted set of expiries (`crate::ledger`, `lua/ledger.lua`); fixed leases
+//! as a string `"c t w ..."` (credit units of 1/`w` token, refill accounted
+//! up to `t`, the window `w`; `lua/lease.lua`, `lua/give_back.lua` after
+//! `lua/prelude.lua`), written with its expiry by one `SET ... PX`. Time is
+//! Redis `TIME` (one clock for the fleet) unless the caller passes `now`
+//! (manual clocks in deterministic tests). A missing key reads as a full
+//! bucket, so idle keys vanish without changing any answer.
 
 use std::time::Duration;
 
@@ -111,6 +112,26 @@ fn err_text(e: &RedisError) -> String {
     e.to_string()
 }
 
+/// One tick of the runtime's timer: what a call past its deadline waits
+/// more (see [`within`]). Not a tuning: the smallest wait that parks the
+/// worker.
+const LATE_TICK: Duration = Duration::from_millis(1);
+
+/// `tokio::time::timeout`, except that a reply which had arrived by the
+/// deadline is never called late. After a stall (a process starved of CPU)
+/// the worker sees the socket readable and the deadline passed in the same
+/// turn; the task woken last runs first (tokio's LIFO slot), so the
+/// timeout could win over a connection task holding the reply. Past the
+/// deadline the call gets one timer tick more: the worker parks, the
+/// connection task runs and hands the reply over.
+pub(crate) async fn within<F: std::future::Future>(limit: Duration, fut: F) -> Result<F::Output, ()> {
+    tokio::pin!(fut);
+    if let Ok(v) = tokio::time::timeout(limit, &mut fut).await {
+        return Ok(v);
+    }
+    tokio::time::timeout(LATE_TICK, fut).await.map_err(|_| ())
+}
+
 impl Connection {
     pub fn new(spec: BackendSpec, timeout: Duration) -> Self {
         Connection {
@@ -205,7 +226,7 @@ impl Connection {
         }
         self.watch.next = Some(now + SENTINEL_CHECK);
         let ask = ask_sentinels(spec, &mut self.watch.conn, self.watch.from);
-        match tokio::time::timeout(self.timeout, ask).await {
+        match within(self.timeout, ask).await {
             Ok(Some(named)) if self.watch.primary.as_ref() != Some(&named) => self.conn = None,
             Ok(_) => {}
             // A sentinel that does not answer in time: start from the next
@@ -237,9 +258,9 @@ impl Connection {
             let cmds = build(use_eval, &todo);
             // The whole connection set-up is bounded too: a black-holed or
             // paused server must not stall the broker (and every key behind it).
-            let conn = match tokio::time::timeout(timeout, self.connect()).await {
+            let conn = match within(timeout, self.connect()).await {
                 Ok(conn) => conn?,
-                Err(_) => {
+                Err(()) => {
                     self.conn = None;
                     return Err(format!("connect timed out after {} ms", timeout.as_millis()));
                 }
@@ -263,7 +284,7 @@ impl Connection {
                     }
                 }
             };
-            let replies = match tokio::time::timeout(timeout, fut).await {
+            let replies = match within(timeout, fut).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => {
                     // Whatever failed (a dropped or half-closed connection
@@ -272,7 +293,7 @@ impl Connection {
                     self.conn = None;
                     return Err(err_text(&e));
                 }
-                Err(_) => {
+                Err(()) => {
                     self.conn = None;
                     return Err(format!("timed out after {} ms", timeout.as_millis()));
                 }
@@ -586,9 +607,9 @@ impl Connection {
         let mut hmget = redis::cmd("HMGET");
         hmget.arg(key).arg("c").arg("t").arg("w");
         let timeout = self.timeout;
-        let conn = match tokio::time::timeout(timeout, self.connect()).await {
+        let conn = match within(timeout, self.connect()).await {
             Ok(conn) => conn?,
-            Err(_) => return Err("connect timed out".into()),
+            Err(()) => return Err("connect timed out".into()),
         };
         let query = async {
             match conn {
@@ -596,9 +617,9 @@ impl Connection {
                 Conn::Cluster(c) => read_stored(c, key, &get, &hmget, &pttl).await,
             }
         };
-        let (value, ttl) = match tokio::time::timeout(timeout, query).await {
+        let (value, ttl) = match within(timeout, query).await {
             Ok(r) => r.map_err(|e| err_text(&e))?,
-            Err(_) => {
+            Err(()) => {
                 self.conn = None;
                 return Err(format!("timed out after {} ms", timeout.as_millis()));
             }
@@ -622,11 +643,13 @@ fn pairs(flat: Vec<String>) -> Vec<(String, String)> {
     out
 }
 
-/// A single server's connection settings: connecting and every reply bounded.
+/// A single server's connection settings: connecting bounded. Replies are
+/// bounded by the caller's [`within`] (the crate's own response timeout
+/// would call a reply late that had arrived).
 fn single_config(timeout: Duration) -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
         .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout))
+        .set_response_timeout(None)
 }
 
 /// The client certificate and trusted CA a `rediss://` URL names, read now
@@ -811,7 +834,50 @@ pub fn parse_stored(value: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_stored;
+    use super::{parse_stored, within};
+    use std::io::Write;
+    use std::time::Duration;
+
+    /// The broker's runtime (one worker) stalls past a call's deadline while
+    /// the reply arrives: the call gets its reply, not a timeout. A task
+    /// reading a socket stands in for the connection's task.
+    #[test]
+    fn a_reply_that_arrived_during_a_stall_is_not_late() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        for _ in 0..20 {
+            let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+            a.set_nonblocking(true).unwrap();
+            let got = rt.block_on(async move {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let a = tokio::net::UnixStream::from_std(a).unwrap();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1];
+                    loop {
+                        a.readable().await.unwrap();
+                        if let Ok(1) = a.try_read(&mut buf) {
+                            break;
+                        }
+                    }
+                    let _ = tx.send(buf[0]);
+                });
+                let call = tokio::spawn(within(Duration::from_millis(20), rx));
+                // the reply is written at once; the worker is then blocked
+                // well past the deadline (a process starved of CPU)
+                tokio::spawn(async move {
+                    b.write_all(&[7]).unwrap();
+                    std::thread::sleep(Duration::from_millis(60));
+                })
+                .await
+                .unwrap();
+                call.await.unwrap()
+            });
+            assert_eq!(got.map(|r| r.ok()), Ok(Some(7)), "a reply that arrived was called late");
+        }
+    }
 
     #[test]
     fn stored_values_parse_field_by_field() {
