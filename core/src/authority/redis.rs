@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
@@ -132,6 +132,33 @@ pub(crate) async fn within<F: std::future::Future>(limit: Duration, fut: F) -> R
     tokio::time::timeout(LATE_TICK, fut).await.map_err(|_| ())
 }
 
+/// Send every command at once on `conn` and gather the replies, each in its
+/// command's place, until all are in or the server has been silent for
+/// `timeout` (then `true`, and the missing replies are `None`).
+async fn replies_of<C: ConnectionLike + Clone>(
+    conn: &C,
+    cmds: &[Cmd],
+    timeout: Duration,
+) -> (Vec<Option<redis::RedisResult<Value>>>, bool) {
+    let mut pending: FuturesUnordered<_> = cmds
+        .iter()
+        .enumerate()
+        .map(|(k, cmd)| {
+            let mut c = conn.clone();
+            async move { (k, c.req_packed_command(cmd).await) }
+        })
+        .collect();
+    let mut replies: Vec<Option<redis::RedisResult<Value>>> = (0..cmds.len()).map(|_| None).collect();
+    while !pending.is_empty() {
+        match within(timeout, pending.next()).await {
+            Ok(Some((k, r))) => replies[k] = Some(r),
+            Ok(None) => break,
+            Err(()) => return (replies, true),
+        }
+    }
+    (replies, false)
+}
+
 impl Connection {
     pub fn new(spec: BackendSpec, timeout: Duration) -> Self {
         Connection {
@@ -239,11 +266,19 @@ impl Connection {
     }
 
     /// Run one script call per index (`build(eval, indices)` makes the
-    /// commands): standalone as one pipelined round trip, cluster as
-    /// concurrent calls (each routed to its key's slot owner). Results are per
-    /// call: only the calls that got NOSCRIPT are sent again, with EVAL (which
-    /// also caches the script on that node), so no call ever runs twice.
-    /// `Err` means the round trip itself failed (no call's outcome is known).
+    /// commands), all sent at once: on a server they share the connection
+    /// (pipelined on the socket), on a cluster each goes to its key's slot
+    /// owner. Results are per call: only the calls that got NOSCRIPT are sent
+    /// again, with EVAL (which also caches the script on that node), so no
+    /// call ever runs twice.
+    ///
+    /// The server is presumed gone when it stays silent for the timeout, not
+    /// when a batch takes longer: 512 script calls on a CPU-starved server
+    /// can take more than 250 ms while every reply comes in order. Calling
+    /// that a failure opened the circuit on a healthy Redis, and dropping
+    /// the connection made it worse (the next connect waited behind the
+    /// calls already queued). A call whose reply did not come is failed.
+    /// `Err` means no reply came at all (no call's outcome is known).
     async fn run(
         &mut self,
         n: usize,
@@ -265,41 +300,22 @@ impl Connection {
                     return Err(format!("connect timed out after {} ms", timeout.as_millis()));
                 }
             };
-            let fut = async {
-                match conn {
-                    Conn::Single(c) => {
-                        let mut pipe = redis::pipe();
-                        pipe.ignore_errors();
-                        for cmd in &cmds {
-                            pipe.add_command(cmd.clone());
-                        }
-                        pipe.query_async::<Vec<redis::RedisResult<Value>>>(c).await
-                    }
-                    Conn::Cluster(c) => {
-                        let futs = cmds.iter().map(|cmd| {
-                            let mut c = c.clone();
-                            async move { c.req_packed_command(cmd).await }
-                        });
-                        Ok(join_all(futs).await)
-                    }
-                }
+            let (replies, silent) = match conn {
+                Conn::Single(c) => replies_of(c, &cmds, timeout).await,
+                Conn::Cluster(c) => replies_of(c, &cmds, timeout).await,
             };
-            let replies = match within(timeout, fut).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    // Whatever failed (a dropped or half-closed connection
-                    // reports itself in several ways, e.g. "broken pipe"),
-                    // the next attempt starts from a fresh connection.
-                    self.conn = None;
-                    return Err(err_text(&e));
-                }
-                Err(()) => {
-                    self.conn = None;
+            if silent {
+                self.conn = None;
+                if replies.iter().all(Option::is_none) {
                     return Err(format!("timed out after {} ms", timeout.as_millis()));
                 }
-            };
+            }
             let mut retry = Vec::new();
             for (&idx, reply) in todo.iter().zip(replies) {
+                let Some(reply) = reply else {
+                    out[idx] = Some(Err(format!("no reply within {} ms", timeout.as_millis())));
+                    continue;
+                };
                 let reply = match reply {
                     Ok(Value::ServerError(e)) => Err(RedisError::from(e)),
                     other => other,
