@@ -29,6 +29,11 @@ impl Engine {
             }
             FailurePolicy::StaticShare => {
                 let share = self.fallback_share(e, p, now);
+                if share.limit == 0 {
+                    // the ledger's answer: no part of the key's rate is ours
+                    let retry = self.circuit.ms_to_probe(now).max(1);
+                    return Self::left(self.deny(e, p, 0, Reason::Fallback, retry), 0, p);
+                }
                 self.fallback.cap(&e.key, share, self.share_left(e, p, share, now), now);
                 let g = self.fallback.lease(&e.key, share, cost, cost, now);
                 let d = if g.granted >= cost {
@@ -80,6 +85,9 @@ impl Engine {
         if self.r.cfg.on_backend_failure == FailurePolicy::StaticShare {
             let now = self.clock.precise();
             let share = self.fallback_share(e, e.policy(), now);
+            if share.limit == 0 {
+                return;
+            }
             let _ = self.fallback.answer(crate::authority::Call::GiveBack {
                 key: e.key.to_string(),
                 policy: share,
@@ -97,11 +105,12 @@ impl Engine {
     /// What this instance may admit on a key while the authority is away:
     /// with adaptive leasing, the fallback share of its last answer while it
     /// is valid (the valid shares of all holders sum to at most the key's
-    /// rate, I4); else the static share `limit / expected_replicas`.
+    /// rate, I4), a share of 0 included: the others hold the whole rate;
+    /// else the static share `limit / expected_replicas`.
     fn fallback_share(&self, e: &Entry, p: Policy, now: u64) -> Policy {
         if self.r.adaptive {
             let fb = e.fallback.load(Relaxed);
-            if fb > 0 && now < e.fallback_until.load(Relaxed) {
+            if now < e.fallback_until.load(Relaxed) {
                 // A share of `r` credit units per ms is `r` tokens per window.
                 return Policy {
                     limit: fb,
