@@ -37,6 +37,7 @@ pub mod guard;
 pub mod ledger;
 mod limiter;
 mod metrics;
+mod option_names;
 pub mod options;
 pub mod policy;
 mod redact;
