@@ -3,13 +3,15 @@
 use std::sync::Arc;
 
 use crate::builder::Builder;
-use crate::config::{validate_key, validate_policy, Config};
+use crate::config::Config;
 use crate::decision::Decision;
 use crate::engine::{Engine, Waiting};
 use crate::error::{Error, Result};
 use crate::events::Event;
+use crate::keys::validate_key;
 use crate::metrics::Metrics;
 use crate::policy::{Assignment, Origin, PolicySource, Rules};
+use crate::rate::validate_policy;
 
 /// What the policy store holds ([`Limiter::policy_list`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

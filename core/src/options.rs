@@ -13,9 +13,10 @@
 //!   `clock_start_ms` says otherwise; `clock_start_ms` needs the manual clock.
 //! - A null value (Python `None`, JS `undefined`/`null`) leaves the default.
 
-use crate::config::{parse_rate, ClockKind, Config};
+use crate::config::{ClockKind, Config};
 use crate::error::{Error, Result};
 pub use crate::option_names::OPTION_NAMES;
+use crate::rate::parse_rate;
 
 /// Where a manual clock starts unless told otherwise (as in the
 /// conformance vectors; non-zero, so no reading is ever mistaken for "never").
