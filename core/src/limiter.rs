@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use crate::builder::Builder;
 use crate::config::Config;
 use crate::decision::Decision;
 use crate::engine::{Engine, Waiting};
@@ -76,11 +75,6 @@ pub struct Inspection {
 }
 
 impl Limiter {
-    /// A builder with every default.
-    pub fn builder() -> Builder {
-        Builder::default()
-    }
-
     /// Validate `cfg` and build a limiter. Nothing starts until first use:
     /// no thread, no connection. Every limiter of a process shares one
     /// broker thread and, per Redis backend, one connection for leases and
