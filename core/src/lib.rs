@@ -34,6 +34,7 @@ mod error;
 mod events;
 mod fork;
 pub mod guard;
+mod inspection;
 mod keys;
 pub mod ledger;
 mod limiter;
