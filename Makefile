@@ -27,8 +27,10 @@ redis:
 demo:
 	$(CARGO) run -q -p quotalease-cli --no-default-features --bin quotalease -- simulate
 
-## Rust: formatting, lints, unit/property/integration tests and the vectors.
+## Rust: formatting, lints, import circles, unit/property/integration tests and the vectors.
 lint:
+	# no import circle between the modules of core/src (CONTRIBUTING.md, "Layers in the core")
+	python3 scripts/check-cycles.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	# the build make demo runs (no Redis client)

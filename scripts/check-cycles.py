@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Fail when the top-level modules of core/src import each other in a circle.
 
-    python3 scripts/check-cycles.py            exit 1 and list every circle
+    python3 scripts/check-cycles.py            exit 1 on a circle not in KNOWN
+                                               (or a KNOWN one that is gone)
+    python3 scripts/check-cycles.py --strict   exit 1 on any circle, KNOWN too
     python3 scripts/check-cycles.py --graph    also print every module's imports
 
 A module is the first path segment under core/src (`engine/cold.rs` belongs to
@@ -21,6 +23,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "core" / "src"
+
+# Circles still to break, each with what breaking it takes. `make lint` passes
+# with them and fails on any other; remove an entry once its circle is gone
+# (the script says so).
+KNOWN: dict[frozenset[str], str] = {
+    frozenset({"authority", "broker"}): (
+        "issue 24: the broker runs authority::redis::Connection on authority::{Call, Done}, and "
+        "authority::Remote holds a broker::Link; breaking it means the wire types in a leaf module "
+        "and a broker that knows a batch interface, not the Redis connection"
+    ),
+}
 
 
 def strip_code(text: str) -> str:
@@ -133,6 +146,7 @@ def root_reexports(lib: str) -> dict[str, str]:
 
 def main() -> int:
     show_graph = "--graph" in sys.argv[1:]
+    strict = "--strict" in sys.argv[1:]
     files = sorted(SRC.rglob("*.rs"))
     modules = {p.relative_to(SRC).parts[0].removesuffix(".rs") for p in files} - {"lib"}
     lib = strip_code((SRC / "lib.rs").read_text())
@@ -197,19 +211,27 @@ def main() -> int:
         print()
 
     circles = sorted(c for c in sccs if len(c) > 1)
+    known = [c for c in circles if frozenset(c) in KNOWN and not strict]
+    new = [c for c in circles if c not in known]
+    gone = [k for k in KNOWN if sorted(k) not in circles]
     if not circles:
         print(f"check-cycles: no import circle among the {len(modules)} top-level modules of core/src")
-        return 0
-    print(f"check-cycles: {len(circles)} import circle(s) among the top-level modules of core/src:")
-    for comp in circles:
-        print(f"  {{{', '.join(comp)}}}")
-        for a in comp:
-            for b in comp:
-                if b in edges[a]:
-                    where = edges[a][b]
-                    more = f" (+{len(where) - 1} more)" if len(where) > 1 else ""
-                    print(f"    {a} -> {b}: {where[0]}{more}")
-    return 1
+    for label, group in (("import circle", new), ("known import circle", known)):
+        if group:
+            print(f"check-cycles: {len(group)} {label}(s) among the top-level modules of core/src:")
+        for comp in group:
+            print(f"  {{{', '.join(comp)}}}")
+            if label.startswith("known"):
+                print(f"    ({KNOWN[frozenset(comp)]})")
+            for a in comp:
+                for b in comp:
+                    if b in edges[a]:
+                        where = edges[a][b]
+                        more = f" (+{len(where) - 1} more)" if len(where) > 1 else ""
+                        print(f"    {a} -> {b}: {where[0]}{more}")
+    for k in gone:
+        print(f"check-cycles: the known circle {{{', '.join(sorted(k))}}} is gone: remove it from KNOWN")
+    return 1 if new or gone else 0
 
 
 if __name__ == "__main__":
