@@ -39,8 +39,10 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
+## QUOTALEASE_REQUIRE_REDIS=1: a Redis test without a redis-server fails here
+## (a plain `cargo test` skips it; CONTRIBUTING.md, "Tests with and without Redis").
 test-rust: redis lint
-	$(CARGO) test
+	QUOTALEASE_REQUIRE_REDIS=1 $(CARGO) test
 
 ## The loom model of one key's token / in-flight / retired protocol
 ## (core/tests/loom_entry.rs), under every interleaving. Not part of `make test`:
