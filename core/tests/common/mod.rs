@@ -49,6 +49,11 @@ fn quietly(script: &str, args: &[&str]) {
 /// so `cargo test` on a fresh clone runs every test that needs no Redis and passes.
 /// True when the calling test must skip.
 pub fn skip_without_redis() -> bool {
+    redis_skipped("skipped")
+}
+
+/// [`skip_without_redis`], saying `what` was skipped.
+fn redis_skipped(what: &str) -> bool {
     let required = std::env::var("QUOTALEASE_REQUIRE_REDIS").is_ok_and(|v| !v.is_empty() && v != "0");
     if required || redis_server_installed() {
         return false;
@@ -59,7 +64,7 @@ pub fn skip_without_redis() -> bool {
     let test = std::thread::current().name().unwrap_or("a Redis test").to_string();
     let _ = writeln!(
         std::io::stderr(),
-        "{test}: skipped: no redis-server (set QUOTALEASE_REQUIRE_REDIS=1 to fail instead)"
+        "{test}: {what}: no redis-server (set QUOTALEASE_REQUIRE_REDIS=1 to fail instead)"
     );
     true
 }
@@ -81,9 +86,9 @@ fn redis_server_installed() -> bool {
 
 /// `start()` of a harness server (`RedisServer::start`, `RedisCluster::start`,
 /// ...), or None when [`skip_without_redis`] says to skip: for a test that has
-/// more to check without Redis.
+/// more to check without Redis (it prints "its Redis part skipped: ...").
 pub fn redis_or_none<T>(start: impl FnOnce() -> T) -> Option<T> {
-    (!skip_without_redis()).then(start)
+    (!redis_skipped("its Redis part skipped")).then(start)
 }
 
 /// `let server = common::redis_or_skip!(RedisServer::start());`: the server,
@@ -93,9 +98,9 @@ pub fn redis_or_none<T>(start: impl FnOnce() -> T) -> Option<T> {
 #[allow(unused_macros)] // in a suite with no Redis test
 macro_rules! redis_or_skip {
     ($start:expr) => {
-        match $crate::common::redis_or_none(|| $start) {
-            Some(server) => server,
-            None => return,
+        match $crate::common::skip_without_redis() {
+            true => return,
+            false => $start,
         }
     };
 }
