@@ -84,11 +84,16 @@ fn redis_server_installed() -> bool {
     std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| runnable(&dir.join(program))))
 }
 
+/// [`skip_without_redis`] for a test that has more to check without Redis:
+/// it says "its Redis part skipped: ...".
+pub fn redis_part_skipped() -> bool {
+    redis_skipped("its Redis part skipped")
+}
+
 /// `start()` of a harness server (`RedisServer::start`, `RedisCluster::start`,
-/// ...), or None when [`skip_without_redis`] says to skip: for a test that has
-/// more to check without Redis (it prints "its Redis part skipped: ...").
+/// ...), or None when [`redis_part_skipped`].
 pub fn redis_or_none<T>(start: impl FnOnce() -> T) -> Option<T> {
-    (!redis_skipped("its Redis part skipped")).then(start)
+    (!redis_part_skipped()).then(start)
 }
 
 /// `let server = common::redis_or_skip!(RedisServer::start());`: the server,
