@@ -27,8 +27,10 @@ redis:
 demo:
 	$(CARGO) run -q -p quotalease-cli --no-default-features --bin quotalease -- simulate
 
-## Rust: formatting, lints, unit/property/integration tests and the vectors.
+## Rust: formatting, lints, import circles, unit/property/integration tests and the vectors.
 lint:
+	# no import circle between the modules of core/src (CONTRIBUTING.md, "Layers in the core")
+	python3 scripts/check-cycles.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	# the build make demo runs (no Redis client)
@@ -37,8 +39,10 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
+## QUOTALEASE_REQUIRE_REDIS=1: a Redis test without a redis-server fails here
+## (a plain `cargo test` skips it; CONTRIBUTING.md, "Tests with and without Redis").
 test-rust: redis lint
-	$(CARGO) test
+	QUOTALEASE_REQUIRE_REDIS=1 $(CARGO) test
 
 ## The loom model of one key's token / in-flight / retired protocol
 ## (core/tests/loom_entry.rs), under every interleaving. Not part of `make test`:

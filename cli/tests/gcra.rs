@@ -17,7 +17,7 @@ fn admitted(d: GcraDecision) -> bool {
 
 #[test]
 fn admits_the_burst_then_one_per_emission_interval() {
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     let mut c = redis_util::connect(&redis.url()).unwrap();
     // 10 per second: burst 10, emission interval 100 ms = 100 000 us.
     let g = Gcra::new(10, 1000).unwrap();
@@ -64,7 +64,7 @@ fn admits_the_burst_then_one_per_emission_interval() {
 
 #[test]
 fn with_redis_time_the_burst_is_exact_and_the_key_expires() {
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     let mut c = redis_util::connect(&redis.url()).unwrap();
     // 5 per hour: nothing refills while the test runs (one per 720 s).
     let g = Gcra::new(5, 3_600_000).unwrap();
@@ -86,7 +86,7 @@ fn with_redis_time_the_burst_is_exact_and_the_key_expires() {
 
 #[test]
 fn reloads_the_script_after_noscript_and_rejects_bad_input() {
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     let mut c = redis_util::connect(&redis.url()).unwrap();
     let g = Gcra::new(100, 1000).unwrap();
     assert!(g.acquire(&mut c, "gcra:{r}", 1).unwrap().allowed);

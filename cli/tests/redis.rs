@@ -27,7 +27,7 @@ fn line<'a>(out: &'a str, head: &str) -> &'a str {
 
 #[test]
 fn inspect_shows_the_stored_bucket_and_its_ttl() {
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     let url = redis.url();
     // 10 per hour: no whole token refills while the test runs.
     let l = exact(&url, "t1", 10, 3_600_000);
@@ -131,7 +131,7 @@ fn num(cell: &str) -> f64 {
 
 #[test]
 fn bench_runs_three_strategies_and_counts_redis_commands() {
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     let url = redis.url();
     let (code, out, err) = quotalease(&[
         "bench",
@@ -184,7 +184,7 @@ fn bench_runs_three_strategies_and_counts_redis_commands() {
 
 #[test]
 fn bench_on_hot_and_zipf_keys_admits_no_more_than_the_allowance() {
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     let url = redis.url();
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("bench-chart-{}", std::process::id()));
     let chart = dir.join("peers.svg");
@@ -293,7 +293,7 @@ fn bench_on_hot_and_zipf_keys_admits_no_more_than_the_allowance() {
 
 #[test]
 fn simulate_against_redis_runs_leased_and_exact_in_real_time() {
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     let url = redis.url();
     let chart = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("redis-sim-{}", std::process::id()))
@@ -330,7 +330,7 @@ fn simulate_against_redis_runs_leased_and_exact_in_real_time() {
 
 #[test]
 fn inspect_lists_the_live_holders_of_an_adaptive_key() {
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     let url = redis.url();
     // Three instances on one key with adaptive leasing (the default).
     let fleet: Vec<Limiter> = (0..3)
@@ -388,7 +388,7 @@ fn inspect_never_prints_the_password_of_its_url() {
         .local_addr()
         .unwrap()
         .port();
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     redis.cli(&["ACL", "SETUSER", USER, "on", ">right-password", "~*", "+@all"]);
     for (url, shown) in [
         (
@@ -425,7 +425,7 @@ fn inspect_never_prints_the_password_of_its_url() {
 
 #[test]
 fn policy_sets_gets_lists_and_deletes_in_the_shared_store() {
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     let url = redis.url();
     let run = |args: &[&str]| {
         let mut all = vec!["policy", "--redis", &url, "--key-prefix", "p1"];

@@ -47,7 +47,7 @@ fn second_of_traffic(fleet: &[Limiter]) {
 
 #[test]
 fn one_frame_renders_as_the_snapshot() {
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     let url = redis.url();
     let mut c = redis_util::connect(&url).unwrap();
     // Whole seconds of Redis time, so the manual clocks and Redis agree.
@@ -135,7 +135,7 @@ fn one_frame_renders_as_the_snapshot() {
 
 #[test]
 fn runs_over_tls_and_keeps_the_password_out() {
-    let server = TlsRedisServer::start();
+    let server = common::redis_or_skip!(TlsRedisServer::start());
     let url = format!("rediss://127.0.0.1:{}", server.tls_port);
     // Seed one key over TLS through a limiter, trusting the harness' CA.
     std::env::set_var("SSL_CERT_FILE", &server.ca_file);

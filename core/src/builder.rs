@@ -109,6 +109,11 @@ impl Builder {
 }
 
 impl Limiter {
+    /// A builder with every default.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
     /// Build a limiter from options set by name (what the bindings use).
     pub fn from_options(options: Options) -> Result<Limiter> {
         Limiter::new(options.into_config()?)

@@ -116,7 +116,7 @@ impl Error {
 fn suggest(s: &Option<Box<str>>) -> String {
     match s {
         Some(s) => format!("; did you mean `{s}`?"),
-        None => format!("; the options are {}", crate::options::OPTION_NAMES.join(", ")),
+        None => format!("; the options are {}", crate::option_names::OPTION_NAMES.join(", ")),
     }
 }
 

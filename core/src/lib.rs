@@ -34,29 +34,33 @@ mod error;
 mod events;
 mod fork;
 pub mod guard;
+mod inspection;
+mod keys;
 pub mod ledger;
 mod limiter;
 mod metrics;
+mod option_names;
 pub mod options;
 pub mod policy;
+mod rate;
 mod redact;
+mod url;
 
 #[cfg(feature = "redis")]
 pub use authority::redis::parse_stored;
 pub use authority::{policy_base, redis_key};
 pub use broker::connections_open;
 pub use builder::Builder;
-pub use config::{
-    default_lease_size, http_key, parse_rate, validate_key, validate_policy, Budget, ClockKind, Config, FailurePolicy,
-    Mode, MAX_KEY_LEN,
-};
+pub use config::{default_lease_size, Budget, ClockKind, Config, FailurePolicy, Mode};
 pub use decision::{Decision, Reason};
 pub use error::{Error, ErrorKind, Result};
 pub use events::{Event, EventKind, Listener};
+pub use keys::{http_key, validate_key, MAX_KEY_LEN};
 pub use limiter::{Inspection, Limiter, PolicyListing};
 pub use metrics::Metrics;
 pub use options::{OptionValue, Options, MANUAL_CLOCK_START_MS, OPTION_NAMES};
 pub use policy::{Assignment, Origin, PolicySource, RuleSet, Rules, Tier};
+pub use rate::{parse_rate, validate_policy};
 pub use redact::{redact_secrets, redact_url, RedactedUrl};
 
 /// Tools for testing code that uses a limiter.

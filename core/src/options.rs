@@ -13,36 +13,14 @@
 //!   `clock_start_ms` says otherwise; `clock_start_ms` needs the manual clock.
 //! - A null value (Python `None`, JS `undefined`/`null`) leaves the default.
 
-use crate::config::{parse_rate, ClockKind, Config};
+use crate::config::{ClockKind, Config};
 use crate::error::{Error, Result};
+pub use crate::option_names::OPTION_NAMES;
+use crate::rate::parse_rate;
 
 /// Where a manual clock starts unless told otherwise (as in the
 /// conformance vectors; non-zero, so no reading is ever mistaken for "never").
 pub const MANUAL_CLOCK_START_MS: u64 = 1_000_000;
-
-/// Every option name, in the order the docs list them.
-pub const OPTION_NAMES: &[&str] = &[
-    "url",
-    "limit",
-    "window_ms",
-    "rate",
-    "lease_size",
-    "overshoot_budget",
-    "refill_threshold",
-    "lease_ttl_ms",
-    "on_backend_failure",
-    "expected_replicas",
-    "backend_timeout_ms",
-    "key_prefix",
-    "max_keys",
-    "mode",
-    "clock",
-    "clock_start_ms",
-    "tiers",
-    "default_tier",
-    "policy_file",
-    "policy_refresh_ms",
-];
 
 /// An option's value as a binding received it.
 #[derive(Clone, Copy, Debug, PartialEq)]

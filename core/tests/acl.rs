@@ -128,7 +128,7 @@ fn the_documented_rule_covers_every_command_the_scripts_run() {
 
 #[test]
 fn a_restricted_user_runs_limiters() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     for protocol in ["", "/?protocol=resp3"] {
         let p = unique("acl");
         set_user(server.port, "ql-limiter", &p, &plus(&COMMANDS));
@@ -196,7 +196,7 @@ fn a_restricted_user_runs_limiters() {
 
 #[test]
 fn a_user_lacking_a_command_gets_a_clear_backend_error() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let url = |user: &str| format!("redis://{user}:{PW}@127.0.0.1:{}", server.port);
     let p = unique("acl");
     let limiter = |user: &str| {
@@ -247,7 +247,7 @@ fn a_user_lacking_a_command_gets_a_clear_backend_error() {
 
 #[test]
 fn a_restricted_user_runs_a_limiter_on_a_cluster() {
-    let cluster = RedisCluster::start();
+    let cluster = common::redis_or_skip!(RedisCluster::start());
     let p = unique("aclc");
     let rules: Vec<String> = plus(&COMMANDS).into_iter().chain(plus(&CLUSTER_COMMANDS)).collect();
     for &port in &cluster.ports {

@@ -9,7 +9,7 @@ use quotalease::{Limiter, Reason};
 
 #[test]
 fn cluster_spreads_keys_and_survives_failover() {
-    let cluster = RedisCluster::start();
+    let cluster = common::redis_or_skip!(RedisCluster::start());
     let p = unique("c");
     let l = Limiter::builder()
         .url(cluster.url())
@@ -55,7 +55,7 @@ fn cluster_spreads_keys_and_survives_failover() {
 /// manual clock nothing refills, so Redis' books must match the limiter's.
 #[test]
 fn mixed_noscript_batches_run_every_call_once() {
-    let cluster = RedisCluster::start();
+    let cluster = common::redis_or_skip!(RedisCluster::start());
     let p = unique("ns");
     let l = Limiter::builder()
         .url(cluster.url())

@@ -175,7 +175,7 @@ fn an_idle_key_whose_bucket_expired_is_not_taken_for_a_loss() {
 #[cfg(feature = "redis")]
 #[test]
 fn redis_flushed_mid_run_gives_no_second_allowance() {
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     for leases in [Leases::Adaptive, Leases::Fixed] {
         let prefix = unique("flush");
         let f = fleet(&redis.url(), &prefix, leases);
@@ -195,7 +195,7 @@ fn redis_back_a_second_in_time_gives_no_second_allowance() {
     // The state a promoted replica that missed the last second of writes
     // would serve: the key's bucket and holders as they were at +2 s,
     // restored at +3 s (DUMP / RESTORE REPLACE keep the values exactly).
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     for leases in [Leases::Adaptive, Leases::Fixed] {
         let prefix = unique("rollback");
         let f = fleet(&redis.url(), &prefix, leases);

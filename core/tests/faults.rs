@@ -43,7 +43,7 @@ fn burst(l: &Limiter, tag: &str, n: usize) -> (usize, Vec<Reason>, Duration) {
 
 #[test]
 fn faults_are_survived_and_recovered() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let proxy = FaultProxy::start(server.port);
     let p = unique("fx");
     let l = fleet_limiter(&proxy, &p);
@@ -80,7 +80,7 @@ fn faults_are_survived_and_recovered() {
 
 #[test]
 fn black_hole_during_connect_is_bounded_and_recovers() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let proxy = FaultProxy::start(server.port);
     // Before the limiter's first connection: the TCP connect succeeds but the
     // connection set-up is never answered.

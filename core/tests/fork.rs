@@ -8,7 +8,7 @@ use quotalease::Limiter;
 
 #[test]
 fn forked_child_drops_inherited_leases_and_works() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let p = unique("fk");
     let l = Limiter::builder()
         .url(server.url())

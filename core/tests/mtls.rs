@@ -28,7 +28,7 @@ fn limiter(url: &str, prefix: &str, timeout_ms: u64) -> Limiter {
 
 #[test]
 fn leases_with_a_client_certificate_and_only_with_one_the_ca_signed() {
-    let server = MtlsRedisServer::start();
+    let server = common::redis_or_skip!(MtlsRedisServer::start());
     let base = format!(
         "rediss://127.0.0.1:{}/?ssl_ca_certs={}",
         server.tls_port, server.ca_file

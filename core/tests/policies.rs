@@ -275,7 +275,7 @@ fn lowering_a_tier_keeps_the_state_and_clamps() {
 
 #[test]
 fn a_malformed_store_entry_keeps_the_last_good_policy() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let prefix = unique("bad");
     let l = manual(&server.url()).key_prefix(&prefix).limit(100).build().unwrap();
     l.policy_set_tier("free", "2/s").unwrap();
@@ -300,7 +300,7 @@ fn a_malformed_store_entry_keeps_the_last_good_policy() {
 /// get the lost change's number, and that limiter would skip it.)
 #[test]
 fn a_store_that_lost_a_change_and_is_written_again_is_read_whole() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let prefix = unique("lost");
     let a = manual(&server.url()).key_prefix(&prefix).limit(100).build().unwrap();
     let b = manual(&server.url()).key_prefix(&prefix).limit(100).build().unwrap();
@@ -344,7 +344,7 @@ fn a_store_that_lost_a_change_and_is_written_again_is_read_whole() {
 
 #[test]
 fn the_redis_store_reaches_every_instance_without_a_restart() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let prefix = unique("fleet");
     // real clocks: the ticker polls every 50 ms
     let fleet: Vec<Limiter> = (0..6)
@@ -400,7 +400,7 @@ fn script_calls(server: &RedisServer) -> u64 {
 /// follows). With the store on, the same run also polls.
 #[test]
 fn a_limiter_that_uses_no_store_never_polls_it() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let run = |refresh: Option<u64>| {
         let b = Limiter::builder()
             .url(server.url())
@@ -442,7 +442,7 @@ fn a_limiter_that_uses_no_store_never_polls_it() {
 /// stays within what the old and new limits allow for their intervals.
 #[test]
 fn a_fleet_follows_a_tier_change_within_the_refresh_period() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let prefix = unique("change");
     let fleet: Vec<Limiter> = (0..6)
         .map(|_| {

@@ -12,7 +12,7 @@ use quotalease::Limiter;
 
 #[test]
 fn busy_limiters_recover_after_kill_and_restart() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let p = unique("rc");
     let limiters: Vec<Arc<Limiter>> = (0..3)
         .map(|_| {

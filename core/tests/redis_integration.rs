@@ -30,7 +30,7 @@ fn stored(server: &RedisServer, prefix: &str, key: &str) -> u64 {
 
 #[test]
 fn grants_exhaustion_and_local_denials() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let p = unique("g");
     let l = limiter(&server, &p)
         .limit(5)
@@ -66,7 +66,7 @@ fn grants_exhaustion_and_local_denials() {
 
 #[test]
 fn lease_ttl_gives_idle_tokens_back() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let p = unique("t");
     let l = limiter(&server, &p)
         .limit(100)
@@ -86,7 +86,7 @@ fn lease_ttl_gives_idle_tokens_back() {
 
 #[test]
 fn set_limit_clamps_the_authority() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let p = unique("s");
     let l = limiter(&server, &p)
         .limit(100)
@@ -108,7 +108,7 @@ fn set_limit_clamps_the_authority() {
 
 #[test]
 fn redis_restarted_empty_recovers_by_itself() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let p = unique("r");
     let l = limiter(&server, &p)
         .limit(1000)
@@ -133,8 +133,7 @@ fn redis_restarted_empty_recovers_by_itself() {
     }
 }
 
-fn killed_with_policy(policy: FailurePolicy) -> (Vec<bool>, Vec<Reason>) {
-    let server = RedisServer::start();
+fn killed_with_policy(server: RedisServer, policy: FailurePolicy) -> (Vec<bool>, Vec<Reason>) {
     let p = unique("k");
     let l = limiter(&server, &p)
         .limit(10)
@@ -171,7 +170,8 @@ fn killed_with_policy(policy: FailurePolicy) -> (Vec<bool>, Vec<Reason>) {
 
 #[test]
 fn redis_killed_static_share() {
-    let (allowed, reasons) = killed_with_policy(FailurePolicy::StaticShare);
+    let server = common::redis_or_skip!(RedisServer::start());
+    let (allowed, reasons) = killed_with_policy(server, FailurePolicy::StaticShare);
     // 3 leased tokens first, then the static share (10 / 2 = 5 per hour)
     // starting with its part of what the bucket held at the last answer
     // (6 of 10: 3), then denials.
@@ -182,21 +182,23 @@ fn redis_killed_static_share() {
 
 #[test]
 fn redis_killed_allow() {
-    let (allowed, reasons) = killed_with_policy(FailurePolicy::Allow);
+    let server = common::redis_or_skip!(RedisServer::start());
+    let (allowed, reasons) = killed_with_policy(server, FailurePolicy::Allow);
     assert_eq!(&reasons[..3], &[Reason::Lease; 3]);
     assert!(allowed.iter().all(|a| *a));
 }
 
 #[test]
 fn redis_killed_deny() {
-    let (allowed, reasons) = killed_with_policy(FailurePolicy::Deny);
+    let server = common::redis_or_skip!(RedisServer::start());
+    let (allowed, reasons) = killed_with_policy(server, FailurePolicy::Deny);
     assert_eq!(&reasons[..3], &[Reason::Lease; 3]);
     assert_eq!(allowed.iter().filter(|a| **a).count(), 3);
 }
 
 #[test]
 fn redis_paused_timeout_honoured_and_admit_path_unaffected() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let p = unique("p");
     let l = limiter(&server, &p)
         .limit(1000)
@@ -234,7 +236,7 @@ fn redis_paused_timeout_honoured_and_admit_path_unaffected() {
 
 #[test]
 fn exact_mode_calls_redis_per_request() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let p = unique("e");
     let l = limiter(&server, &p)
         .limit(3)
@@ -251,7 +253,7 @@ fn exact_mode_calls_redis_per_request() {
 
 #[test]
 fn acquire_async_waits_on_its_own_runtime() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let p = unique("a");
     let l = limiter(&server, &p)
         .limit(10)

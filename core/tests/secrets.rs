@@ -196,7 +196,7 @@ fn a_failing_sentinel_connection() {
 
 #[test]
 fn a_primary_refusing_the_password_behind_sentinel() {
-    let group = common::SentinelGroup::start();
+    let group = common::redis_or_skip!(common::SentinelGroup::start());
     let primary = group.primary(None);
     group.cli(
         primary,
@@ -215,7 +215,7 @@ fn a_primary_refusing_the_password_behind_sentinel() {
 fn a_wrong_password_on_a_real_server() {
     // Redis refuses the credentials (WRONGPASS, which the redis crate
     // reports as AuthenticationFailed): the same path as any backend error.
-    let redis = RedisServer::start();
+    let redis = common::redis_or_skip!(RedisServer::start());
     redis.cli(&["ACL", "SETUSER", USER, "on", ">another-password", "~*", "+@all"]);
     let url = format!("redis://{USER}:{PW}@127.0.0.1:{}", redis.port);
     let (l, rx) = limiter(&url);

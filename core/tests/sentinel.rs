@@ -40,7 +40,7 @@ fn await_long(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn leases_from_the_primary_with_the_urls_user_and_database() {
-    let group = SentinelGroup::start();
+    let group = common::redis_or_skip!(SentinelGroup::start());
     let primary = group.primary(None);
     assert_eq!(primary, group.ports[0]);
     // docs/redis.md's least-privilege rule plus what Sentinel and a database need
@@ -142,7 +142,7 @@ fn fleet_recovers_from_a_killed_primary_within_the_bound() {
     const WINDOW_MS: u64 = 1_000;
     const BUDGET: u64 = LIMIT * 2 / 100; // the default overshoot_budget, 2 %
     const TIMEOUT_MS: u64 = 500;
-    let group = SentinelGroup::start();
+    let group = common::redis_or_skip!(SentinelGroup::start());
     let old = group.primary(None);
     let replica = group.ports[1];
     let p = unique("sf");
@@ -262,7 +262,7 @@ fn fleet_recovers_from_a_killed_primary_within_the_bound() {
 /// moves the limiter. Without that check it would keep writing there.
 #[test]
 fn leaves_the_old_primary_once_the_sentinels_name_a_new_one() {
-    let group = SentinelGroup::start();
+    let group = common::redis_or_skip!(SentinelGroup::start());
     let old = group.primary(None);
     let l = Limiter::builder()
         .url(group.url())
@@ -311,7 +311,7 @@ fn leaves_the_old_primary_once_the_sentinels_name_a_new_one() {
 /// so the next call connects again (through Sentinel: to the new primary).
 #[test]
 fn a_server_turned_replica_is_left_at_once() {
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let other = RedisServer::start();
     let l = Limiter::builder()
         .url(server.url())

@@ -71,7 +71,7 @@ fn inspect_answers(l: &Limiter, healthy: bool, when: &str) -> Duration {
 #[test]
 fn spinning_callers_on_every_core_do_not_stop_recovery() {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let server = RedisServer::start();
+    let server = common::redis_or_skip!(RedisServer::start());
     let proxy = FaultProxy::start(server.port);
     let prefix = unique("spin");
     let build = |lease_size: Option<u64>| {

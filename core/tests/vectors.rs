@@ -220,7 +220,7 @@ fn vectors_memory() {
 
 #[test]
 fn vectors_redis() {
-    let server = common::RedisServer::start();
+    let server = common::redis_or_skip!(common::RedisServer::start());
     let mut steps = 0;
     for f in vector_files() {
         steps += run_vector(&f, "redis", Some(&server.url()));
@@ -230,7 +230,7 @@ fn vectors_redis() {
 
 #[test]
 fn vectors_redis_cluster() {
-    let cluster = common::RedisCluster::start();
+    let cluster = common::redis_or_skip!(common::RedisCluster::start());
     let mut steps = 0;
     for f in vector_files() {
         // Same expectations as the standalone server: the scripts see one key each.
@@ -241,7 +241,7 @@ fn vectors_redis_cluster() {
 
 #[test]
 fn vectors_redis_sentinel() {
-    let group = common::SentinelGroup::start();
+    let group = common::redis_or_skip!(common::SentinelGroup::start());
     let mut steps = 0;
     for f in vector_files() {
         // The primary the sentinels name answers as a standalone server does.
@@ -254,7 +254,7 @@ fn vectors_redis_sentinel() {
 fn vectors_redis_as_a_restricted_user() {
     // docs/redis.md's "Redis permissions" rule (core/tests/acl.rs checks it against
     // the scripts), for the prefixes this runner uses (`v…`).
-    let server = common::RedisServer::start();
+    let server = common::redis_or_skip!(common::RedisServer::start());
     let rule = "ACL SETUSER ql-vectors on >vec-pw resetkeys ~v* resetchannels -@all \
                 +evalsha +eval +time +get +set +pttl +hgetall +hset +hdel +pexpire \
                 +hlen +hmget +lrange +lpush +ltrim +type +del +hget +zadd +zrange +zrangebyscore \

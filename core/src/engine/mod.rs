@@ -24,7 +24,7 @@ use crate::config::{validate_key, BackendSpec, Config, Mode, Resolved};
 use crate::error::{Error, Result};
 use crate::events::Listener;
 use crate::fork;
-use crate::limiter::Inspection;
+use crate::inspection::Inspection;
 use crate::metrics::{Counters, Metrics};
 use entry::Entry;
 

@@ -71,7 +71,7 @@ pub fn parse(text: &str) -> Result<PolicyFile> {
             }
             ("keys", toml::Value::Table(keys)) => {
                 for (key, v) in keys {
-                    crate::config::validate_key(key)?;
+                    crate::keys::validate_key(key)?;
                     let a = match v {
                         toml::Value::String(s) => Assignment::parse(s),
                         toml::Value::Table(t) if t.len() == 1 && t.contains_key("tier") => match &t["tier"] {

@@ -18,8 +18,8 @@
 use std::fmt;
 
 use crate::bucket::Policy;
-use crate::config::{parse_rate, validate_policy};
 use crate::error::{Error, Result};
+use crate::rate::{parse_rate, validate_policy};
 
 pub mod file;
 

@@ -42,6 +42,76 @@ fn quietly(script: &str, args: &[&str]) {
     let _ = harness(script).args(args).output();
 }
 
+/// The Redis tests' switch. With `QUOTALEASE_REQUIRE_REDIS=1` (what `make test`
+/// and CI set) every Redis test runs, and one without a redis-server fails. Without
+/// it, a Redis test on a machine with no `redis-server` on PATH (or none at
+/// `QUOTALEASE_REDIS_SERVER`, redisctl's override) is skipped, saying so on stderr,
+/// so `cargo test` on a fresh clone runs every test that needs no Redis and passes.
+/// True when the calling test must skip.
+pub fn skip_without_redis() -> bool {
+    redis_skipped("skipped")
+}
+
+/// [`skip_without_redis`], saying `what` was skipped.
+fn redis_skipped(what: &str) -> bool {
+    let required = std::env::var("QUOTALEASE_REQUIRE_REDIS").is_ok_and(|v| !v.is_empty() && v != "0");
+    if required || redis_server_installed() {
+        return false;
+    }
+    // Straight to stderr: the test harness captures eprintln! of a passing test,
+    // and a skip must be seen.
+    use std::io::Write as _;
+    let test = std::thread::current().name().unwrap_or("a Redis test").to_string();
+    let _ = writeln!(
+        std::io::stderr(),
+        "{test}: {what}: no redis-server (set QUOTALEASE_REQUIRE_REDIS=1 to fail instead)"
+    );
+    true
+}
+
+/// Whether the redis-server redisctl would run exists.
+fn redis_server_installed() -> bool {
+    let program = std::env::var_os("QUOTALEASE_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+    let program = std::path::Path::new(&program);
+    let runnable = |p: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt as _;
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.components().count() > 1 {
+        return runnable(program);
+    }
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| runnable(&dir.join(program))))
+}
+
+/// [`skip_without_redis`] for a test that has more to check without Redis:
+/// it says "its Redis part skipped: ...".
+pub fn redis_part_skipped() -> bool {
+    redis_skipped("its Redis part skipped")
+}
+
+/// `start()` of a harness server (`RedisServer::start`, `RedisCluster::start`,
+/// ...), or None when [`redis_part_skipped`].
+pub fn redis_or_none<T>(start: impl FnOnce() -> T) -> Option<T> {
+    (!redis_part_skipped()).then(start)
+}
+
+/// `let server = common::redis_or_skip!(RedisServer::start());`: the server,
+/// or a return from the calling test when [`skip_without_redis`] says to skip.
+/// Every test that needs a redis-server obtains it this way (or through
+/// [`redis_or_none`]).
+#[allow(unused_macros)] // in a suite with no Redis test
+macro_rules! redis_or_skip {
+    ($start:expr) => {
+        match $crate::common::skip_without_redis() {
+            true => return,
+            false => $start,
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use redis_or_skip;
+
 /// A real redis-server on a free loopback port, stopped on drop.
 pub struct RedisServer {
     pub port: u16,

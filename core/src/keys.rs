@@ -1,0 +1,97 @@
+//! Keys: what a limiter accepts as a key, and the key an HTTP middleware
+//! derives from a raw value (`http_key`). Re-exported by `config` and the
+//! crate root.
+
+use crate::error::{Error, Result};
+
+/// Longest key accepted, in bytes.
+pub const MAX_KEY_LEN: usize = 512;
+
+/// Check a key: non-empty, at most [`MAX_KEY_LEN`] bytes, and free of
+/// [`crate::policy::RULE_SEPARATOR`] (U+001F), which names the buckets of a
+/// key's further rules (`key`, U+001F, window in ms).
+pub fn validate_key(key: &str) -> Result<()> {
+    validate_key_len(key)?;
+    if key.as_bytes().contains(&0x1f) {
+        return Err(Error::InvalidKey(
+            "the key contains U+001F (unit separator), which names the buckets of a key's further rules".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The admit path's check: non-empty, at most [`MAX_KEY_LEN`] bytes. (A key
+/// with U+001F finds no entry it may use there and is refused on the cold
+/// path, by [`validate_key`].)
+#[inline]
+pub fn validate_key_len(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::InvalidKey("the key is empty".into()));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::InvalidKey(format!(
+            "the key is {} bytes long; at most {MAX_KEY_LEN} are allowed",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The limiter key an HTTP middleware uses for a raw key (a header, an
+/// address, a user id): the raw key when it fits in [`MAX_KEY_LEN`] bytes and
+/// holds no U+001F, else `"sha256:"` and the 64 hex digits of its SHA-256. A long header then
+/// never turns a request into an error, and equal raw keys share one bucket
+/// in every process and language. Every middleware uses this rule.
+pub fn http_key(raw: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+    if raw.len() <= MAX_KEY_LEN && !raw.as_bytes().contains(&0x1f) {
+        return raw.into();
+    }
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in Sha256::digest(raw.as_bytes()) {
+        let _ = write!(out, "{b:02x}");
+    }
+    out.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_checked() {
+        assert!(validate_key("a").is_ok());
+        assert_eq!(validate_key("").unwrap_err().kind(), crate::ErrorKind::InvalidKey);
+        assert!(validate_key(&"x".repeat(MAX_KEY_LEN + 1)).is_err());
+        let sep = validate_key("k\u{1f}60000").unwrap_err();
+        assert_eq!(sep.kind(), crate::ErrorKind::InvalidKey);
+        assert!(sep.to_string().contains("U+001F"), "{sep}");
+        assert!(
+            validate_key_len("k\u{1f}60000").is_ok(),
+            "the admit path's check is the length's"
+        );
+    }
+
+    #[test]
+    fn http_keys_stay_within_the_limit() {
+        assert_eq!(http_key("1.2.3.4"), "1.2.3.4");
+        let max = "k".repeat(MAX_KEY_LEN);
+        assert_eq!(http_key(&max), max.as_str());
+        let long = "k".repeat(MAX_KEY_LEN + 1);
+        let h = http_key(&long);
+        assert!(h.starts_with("sha256:") && h.len() == 71, "{h}");
+        assert!(validate_key(&h).is_ok());
+        assert_eq!(h, http_key(&long), "stable");
+        // the SHA-256 of "abc" repeated, checked against Python's hashlib
+        let abc = "abc".repeat(200);
+        assert_eq!(
+            http_key(&abc),
+            "sha256:1318642cb851c27771f76b674b229a3e49b577f6ed728e2beef0c27c38602d35"
+        );
+        // A raw value holding the rule separator is hashed (a valid key).
+        let sep = http_key("user\u{1f}86400000");
+        assert!(sep.starts_with("sha256:") && validate_key(&sep).is_ok(), "{sep}");
+    }
+}
