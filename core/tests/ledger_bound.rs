@@ -611,7 +611,7 @@ fn outages_on_the_memory_authority_admit_at_most_their_refill() {
 
 #[test]
 fn outages_on_redis_admit_at_most_their_refill() {
-    let server = common::RedisServer::start();
+    let server = common::redis_or_skip!(common::RedisServer::start());
     let proxy = common::FaultProxy::start(server.port);
     let (url, direct) = (proxy.url(), server.url());
     let r = runner(8).run(&outage_case(false), |c| {

@@ -1,7 +1,7 @@
 //! The memory authority's Lua: the ledger script (`lua/ledger.lua`) runs here
 //! unchanged, in an embedded Lua 5.1 (the version Redis runs), over a small
 //! in-process store that answers the Redis commands the script uses: `TYPE`,
-//! `GET`, `DEL`, `HGET`, `HMGET`, `HSET`, `HDEL`, `ZADD`, `ZRANGE`,
+//! `GET`, `DEL`, `HGET`, `HMGET`, `HSET`, `HDEL`, `ZADD`, `ZSCORE`, `ZRANGE`,
 //! `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE` and `PEXPIRE`, with Redis' reply
 //! shapes (a missing value is `false`, `TYPE` a status table).
 
@@ -143,6 +143,14 @@ impl Store {
                 order.insert((score, member));
                 Ok(Reply::Int(new))
             }
+            "ZSCORE" => match self.live(&key) {
+                None => Ok(Reply::Nil),
+                Some(Val::ZSet { by_member, .. }) => Ok(match by_member.get(&arg(2)?) {
+                    Some(score) => Reply::Bulk(score.to_string()),
+                    None => Reply::Nil,
+                }),
+                Some(_) => Err(wrong_type()),
+            },
             "ZRANGEBYSCORE" | "ZREMRANGEBYSCORE" | "ZRANGE" => {
                 let scores = args.iter().any(|a| a.eq_ignore_ascii_case("WITHSCORES"));
                 let picked: Vec<(i64, String)> = match self.live(&key) {

@@ -98,6 +98,17 @@ local function refill(to)
   s.t = to
 end
 
+-- a rate stays counted in R a shortest period past its end (room kept for
+-- its renewal, I1), but its holder accrues nothing then (I3): the refill
+-- it held back from `from` to `to` goes to the bucket (within I2; none of
+-- it while learning, when nothing refills)
+local function past_end(rate, from, to)
+  from = max(from, s.z)
+  if rate > 0 and to > from then
+    s.c = min(s.c + rate * (to - from), cap - s.L * window)
+  end
+end
+
 -- records: "L r d f w v k" (commitment tokens, rate and fallback share in
 -- units of 1/w token per ms, demand, the window w of those units, version,
 -- and 1 while its commitment is live and counted in `n`)
@@ -150,7 +161,9 @@ local function reap()
       r.L, r.r, r.d, r.live = 0, 0, 0, false
     elseif kind == 'r' then
       -- a rate ends before its commitment (the carry stays committed)
-      s.R = s.R - conv(r.r, r.w)
+      local rate = conv(r.r, r.w)
+      s.R = s.R - rate
+      past_end(rate, at - min_period, at)
       r.r = 0
     else
       s.F = s.F - conv(r.f, r.w)
@@ -253,6 +266,10 @@ end
 -- grants back); its demand replaces the one it reported last
 local function join(me)
   local old_L, old_r, old_f = me.L, conv(me.r, me.w), conv(me.f, me.w)
+  if old_r > 0 then
+    local due = tonumber(redis.call('ZSCORE', Z, 'r' .. holder))
+    if due then past_end(old_r, due - min_period, now) end
+  end
   if not me.live then s.n = s.n + 1 end
   s.D = s.D - me.d + demand
   me.d = demand
