@@ -17,7 +17,7 @@ use quotalease::{Error, ErrorKind, Limiter, Reason};
 /// The commands of docs/redis.md's rule, in its order: every script call
 /// (EVALSHA, EVAL when a server does not have the script yet), what the
 /// scripts run, `inspect`'s PTTL, and the policy store's commands.
-const COMMANDS: [&str; 22] = [
+const COMMANDS: [&str; 24] = [
     "evalsha",
     "eval",
     "time",
@@ -40,6 +40,8 @@ const COMMANDS: [&str; 22] = [
     "zrange",
     "zrangebyscore",
     "zremrangebyscore",
+    "zscore",
+    "zrem",
 ];
 /// Redis Cluster adds these (the redis crate's topology discovery and redirections).
 const CLUSTER_COMMANDS: [&str; 3] = ["ping", "cluster|slots", "asking"];

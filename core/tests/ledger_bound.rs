@@ -1090,3 +1090,40 @@ fn schedule_k_a_zero_fallback_share_admits_nothing() {
         close(f);
     }
 }
+
+/// A holder that closes leaves the ledger: its fallback share goes back to
+/// the holders that stay. A drainer saturates a 600/min key and closes;
+/// six others then share the key through a 10 s outage under `static-share`
+/// and admit on their shares. Before, the closed holder's share stayed
+/// counted in F for `fallback_ms` (5 minutes) and theirs were 0: nothing.
+#[test]
+fn schedule_l_a_closed_holder_frees_its_fallback_share() {
+    let c = Case {
+        n: 7,
+        limit: 600,
+        window_ms: 60_000,
+        steps: vec![
+            Step::LoadFirst {
+                per_s: 50,
+                ms: 3_000,
+                first: 1,
+            },
+            Step::Close(0),
+            Step::Load { per_s: 4, ms: 3_000 },
+            Step::Outage(true),
+            Step::Load { per_s: 4, ms: 10_000 },
+            Step::Outage(false),
+        ],
+    };
+    for (name, f) in both(&c, FailurePolicy::StaticShare, None) {
+        eprintln!("{name}: {} on the shares, at most {}", f.fallback, f.outage_allowance);
+        let r = check(&f);
+        assert!(r.is_ok(), "{name}: {}", r.unwrap_err());
+        assert!(
+            f.fallback >= 50,
+            "{name}: the six admitted {} on their shares",
+            f.fallback
+        );
+        close(f);
+    }
+}

@@ -52,7 +52,7 @@ fn leases_from_the_primary_with_the_urls_user_and_database() {
     let rule = format!(
         "ACL SETUSER {user} on >{pw} resetkeys ~{p}:* resetchannels -@all \
          +evalsha +eval +time +get +set +pttl +hgetall +hset +hdel +pexpire +role +select \
-         +type +del +hget +hmget +zadd +zrange +zrangebyscore +zremrangebyscore"
+         +type +del +hget +hmget +zadd +zrange +zrangebyscore +zremrangebyscore +zscore +zrem"
     );
     assert_eq!(group.cli(primary, &rule.split(' ').collect::<Vec<_>>()), "OK");
     for &s in group.sentinels() {

@@ -258,7 +258,7 @@ fn vectors_redis_as_a_restricted_user() {
     let rule = "ACL SETUSER ql-vectors on >vec-pw resetkeys ~v* resetchannels -@all \
                 +evalsha +eval +time +get +set +pttl +hgetall +hset +hdel +pexpire \
                 +hlen +hmget +lrange +lpush +ltrim +type +del +hget +zadd +zrange +zrangebyscore \
-                +zremrangebyscore";
+                +zremrangebyscore +zscore +zrem";
     assert_eq!(server.cli(&rule.split(' ').collect::<Vec<_>>()), "OK");
     let url = format!("redis://ql-vectors:vec-pw@127.0.0.1:{}", server.port);
     let mut steps = 0;

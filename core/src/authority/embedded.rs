@@ -1,7 +1,7 @@
 //! The memory authority's Lua: the ledger script (`lua/ledger.lua`) runs here
 //! unchanged, in an embedded Lua 5.1 (the version Redis runs), over a small
 //! in-process store that answers the Redis commands the script uses: `TYPE`,
-//! `GET`, `DEL`, `HGET`, `HMGET`, `HSET`, `HDEL`, `ZADD`, `ZSCORE`, `ZRANGE`,
+//! `GET`, `DEL`, `HGET`, `HMGET`, `HSET`, `HDEL`, `ZADD`, `ZREM`, `ZSCORE`, `ZRANGE`,
 //! `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE` and `PEXPIRE`, with Redis' reply
 //! shapes (a missing value is `false`, `TYPE` a status table).
 
@@ -142,6 +142,23 @@ impl Store {
                 };
                 order.insert((score, member));
                 Ok(Reply::Int(new))
+            }
+            "ZREM" => {
+                let mut n = 0;
+                if let Some(Val::ZSet { by_member, order }) = self.live(&key) {
+                    for m in &args[2..] {
+                        if let Some(score) = by_member.remove(m) {
+                            order.remove(&(score, m.clone()));
+                            n += 1;
+                        }
+                    }
+                    if order.is_empty() {
+                        self.map.remove(&key);
+                    }
+                } else if self.live(&key).is_some() {
+                    return Err(wrong_type());
+                }
+                Ok(Reply::Int(n))
             }
             "ZSCORE" => match self.live(&key) {
                 None => Ok(Reply::Nil),

@@ -271,13 +271,15 @@ impl MemoryAuthority {
                 now,
                 holder,
                 adaptive: true,
+                leaving,
             } => {
                 let ask = ledger::Ask {
                     holder,
                     held: tokens,
                     ..Default::default()
                 };
-                let argv = ledger::args("g", policy.limit, policy.window_ms, Some(now.ms), &ask, 0, 0, (0, 0, 0));
+                let op = if leaving { "x" } else { "g" };
+                let argv = ledger::args(op, policy.limit, policy.window_ms, Some(now.ms), &ask, 0, 0, (0, 0, 0));
                 // A fixed-lease bucket of the key is taken over, as Redis'
                 // script does with the string it finds.
                 lock(&self.buckets).map.remove(&key);

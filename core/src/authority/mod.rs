@@ -50,6 +50,10 @@ pub(crate) enum Call {
         now: Now,
         holder: u64,
         adaptive: bool,
+        /// The holder is closing: with `adaptive`, everything else it has in
+        /// the ledger's sums goes too (its demand, fallback share, the spent
+        /// rest of its commitment).
+        leaving: bool,
     },
     /// Read the stored bucket without changing it.
     Inspect { key: String, policy: Policy, now: Now },

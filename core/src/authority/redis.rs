@@ -397,6 +397,7 @@ impl Connection {
                     now,
                     holder,
                     adaptive,
+                    leaving,
                 } => backs.push((
                     i,
                     if *adaptive {
@@ -409,7 +410,7 @@ impl Connection {
                             script: scripts.ledger.clone(),
                             keys: ledger_keys(key),
                             args: crate::ledger::args(
-                                "g",
+                                if *leaving { "x" } else { "g" },
                                 policy.limit,
                                 policy.window_ms,
                                 now.for_script(),

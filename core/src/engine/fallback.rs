@@ -95,6 +95,7 @@ impl Engine {
                 now: self.now(),
                 holder: 0,
                 adaptive: false,
+                leaving: false,
             });
             let _ = e
                 .fallback_used

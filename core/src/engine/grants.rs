@@ -315,9 +315,14 @@ impl Engine {
 
     /// Return `tokens` of `e` to the authority. With adaptive leasing this
     /// also ends the entry's rate grant (the ledger stops paying for it).
+    /// A closing limiter leaves the ledger: even with nothing to return, a
+    /// key where it holds a valid fallback share gets the call, which frees
+    /// the share for the holders that stay.
     pub(super) fn give_back(&self, e: &Entry, policy: Policy, tokens: u64) {
         let ends_rate = self.r.adaptive && e.rate.swap(0, AcqRel) > 0;
-        if tokens == 0 && !ends_rate {
+        let leaving = self.r.adaptive && self.closed.load(Acquire);
+        let share = e.fallback.load(Relaxed) > 0 && e.fallback_until.load(Relaxed) > self.clock.precise();
+        if tokens == 0 && !ends_rate && !(leaving && share) {
             return;
         }
         let key = &e.key;
@@ -329,6 +334,7 @@ impl Engine {
             now: self.now(),
             holder: self.holder.load(Relaxed),
             adaptive: self.r.adaptive,
+            leaving,
         };
         let done: Done = Box::new(move |r| {
             let r = match r {

@@ -4,9 +4,9 @@
 -- KEYS[1] the key's state (a hash), KEYS[2] its expiries (a sorted set of
 -- "c<holder>" commitment, "r<holder>" rate and "f<holder>" fallback-share
 -- expiries).
--- ARGV: op ("l" lease, "g" give back), limit, window_ms, now ("" for Redis
--- TIME), holder, demand (milli-tokens/s), held (tokens; for "g": tokens
--- returned), want, need, single, rate_now, carry_now, fallback_used, the
+-- ARGV: op ("l" lease, "g" give back, "x" give back and leave), limit, window_ms, now ("" for Redis
+-- TIME), holder, demand (milli-tokens/s), held (tokens; for "g" and "x":
+-- tokens returned), want, need, single, rate_now, carry_now, fallback_used, the
 -- guard's epoch, version and alive_ms, then the tuning (core/src/ledger.rs):
 -- commit_ms, fallback_ms, learn_ms, min_period_ms, max_period_ms,
 -- grant_tokens, carry_ms, rate_cap_pct, saturation_pct; then `spent`, the
@@ -216,6 +216,20 @@ local function share()
   return floor(limit * max(demand, 0) / s.D)
 end
 
+-- leave (op "x", a holder closing, after its give-back): the rest of it
+-- leaves the sums: its demand, its fallback share (free for the holders
+-- that stay, I4) and the rest of its commitment (spent: it spends no more)
+local function leave(me)
+  if me.live then
+    s.L = max(s.L - me.L, 0)
+    s.D = max(s.D - me.d, 0)
+    s.n = max(s.n - 1, 0)
+  end
+  s.F = max(s.F - conv(me.f, me.w), 0)
+  me.L, me.r, me.d, me.f, me.live = 0, 0, 0, 0, false
+  redis.call('ZREM', Z, 'c' .. holder, 'r' .. holder, 'f' .. holder)
+end
+
 -- give back (op "g"): unspent tokens of this holder's commitment return to
 -- the bucket, and its rate (if any) ends; tokens of an expired commitment
 -- were already forgotten and are not credited
@@ -230,6 +244,7 @@ local function give_back()
     s.R = max(s.R - conv(me.r, me.w), 0)
     me.r = 0
   end
+  if op == 'x' and me.known then leave(me) end
   -- the record is written whenever it exists: `reap` may have just expired
   -- its commitment (and leaves this holder's record to `store`)
   if me.known then
@@ -369,7 +384,7 @@ end
 -- the call: reap, refill, then give back or decide
 reap()
 refill(now)
-if op == 'g' then return give_back() end
+if op == 'g' or op == 'x' then return give_back() end
 
 local me = record(holder)
 local lost = guard(me)
