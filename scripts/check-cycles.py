@@ -27,13 +27,7 @@ SRC = ROOT / "core" / "src"
 # Circles still to break, each with what breaking it takes. `make lint` passes
 # with them and fails on any other; remove an entry once its circle is gone
 # (the script says so).
-KNOWN: dict[frozenset[str], str] = {
-    frozenset({"authority", "broker"}): (
-        "issue 24: the broker runs authority::redis::Connection on authority::{Call, Done}, and "
-        "authority::Remote holds a broker::Link; breaking it means the wire types in a leaf module "
-        "and a broker that knows a batch interface, not the Redis connection"
-    ),
-}
+KNOWN: dict[frozenset[str], str] = {}
 
 
 def strip_code(text: str) -> str:

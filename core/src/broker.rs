@@ -16,15 +16,10 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::authority::redis::Connection;
-use crate::authority::{Call, Done};
-use crate::config::BackendSpec;
 use crate::error::{Error, Result};
 use crate::fork;
-use crate::redact::Secrets;
-
-/// Most calls sent in one pipelined round trip.
-const MAX_BATCH: usize = 512;
+use crate::url::BackendSpec;
+use crate::wire::{Call, Done};
 /// How often registered limiters are ticked (coarse clock, maintenance).
 const TICK: Duration = Duration::from_millis(10);
 
@@ -51,7 +46,13 @@ pub(crate) trait Tick: Send + Sync {
     fn tick(&self);
 }
 
-type Job = (Call, Done);
+/// A call and its callback, as queued for a batch loop.
+pub(crate) type Job = (Call, Done);
+
+/// A backend's batch loop, spawned on the broker's runtime for each new
+/// target: the authority's (the broker knows no connection type).
+pub(crate) type Serve = fn(Target, UnboundedReceiver<Job>) -> BoxFuture;
+pub(crate) type BoxFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// The process-wide runtime with its backend loops and ticker.
 pub(crate) struct Broker {
@@ -91,10 +92,11 @@ pub(crate) fn get() -> Result<Arc<Broker>> {
     Ok(b)
 }
 
-/// A link to `target`'s batch loop on the current broker.
-pub(crate) fn link(target: &Target) -> Result<Link> {
+/// A link to `target`'s batch loop on the current broker (started with
+/// `serve` when there is none).
+pub(crate) fn link(target: &Target, serve: Serve) -> Result<Link> {
     let broker = get()?;
-    let tx = broker.loop_for(target);
+    let tx = broker.loop_for(target, serve);
     Ok(Link { broker, tx })
 }
 
@@ -142,7 +144,7 @@ impl Broker {
         lock(&self.loops).len()
     }
 
-    fn loop_for(&self, target: &Target) -> UnboundedSender<Job> {
+    fn loop_for(&self, target: &Target, serve: Serve) -> UnboundedSender<Job> {
         let mut loops = lock(&self.loops);
         if let Some(tx) = loops.get(target) {
             if !tx.is_closed() {
@@ -162,52 +164,6 @@ pub fn connections_open() -> usize {
         .as_ref()
         .filter(|b| b.gen == fork::current())
         .map_or(0, |b| b.backends())
-}
-
-/// One backend's batch loop: drain what is queued (up to [`MAX_BATCH`]),
-/// answer it in one batch, hand each call's result to its callback.
-async fn serve(target: Target, mut rx: UnboundedReceiver<Job>) {
-    let timeout = Duration::from_millis(target.timeout_ms);
-    let mut conn = Connection::new(target.spec.clone(), timeout);
-    // Errors leave this loop for events, logs and callers' error messages:
-    // none may carry the URL's credentials, whatever the redis crate wrote.
-    let secrets = Secrets::of(target.spec.urls());
-    // Every round trip inside is bounded; this outer bound guarantees the
-    // loop itself can never stall on one batch.
-    let guard = timeout * 4 + Duration::from_millis(1_000);
-    let mut calls = Vec::new();
-    let mut dones = Vec::new();
-    while let Some((call, done)) = rx.recv().await {
-        calls.push(call);
-        dones.push(done);
-        while calls.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok((c, d)) => {
-                    calls.push(c);
-                    dones.push(d);
-                }
-                Err(_) => break,
-            }
-        }
-        match tokio::time::timeout(guard, conn.run_batch(&calls)).await {
-            Ok(results) => {
-                for (done, r) in dones.drain(..).zip(results) {
-                    done(r.map_err(|e| secrets.scrub(&e)));
-                }
-            }
-            Err(_) => {
-                tracing::error!("quotalease: a backend batch did not finish in {guard:?}; abandoned");
-                conn.reset();
-                for done in dones.drain(..) {
-                    done(Err(format!(
-                        "the batch did not finish in {} ms; abandoned",
-                        guard.as_millis()
-                    )));
-                }
-            }
-        }
-        calls.clear();
-    }
 }
 
 async fn ticker(tickers: Arc<Mutex<Vec<Weak<dyn Tick>>>>) {

@@ -45,6 +45,7 @@ pub mod policy;
 mod rate;
 mod redact;
 mod url;
+mod wire;
 
 #[cfg(feature = "redis")]
 pub use authority::redis::parse_stored;

@@ -18,14 +18,18 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{
-    AsyncConnectionConfig, Cmd, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError, Script, Value,
-};
+use redis::sentinel::SentinelClient;
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, Script, Value};
 
-use super::{Call, PolicyOp, PolicyReply, Reply, Stored};
+mod sentinel;
+mod store;
+
+use sentinel::{sentinel_client, Watch, SENTINEL_CHECK};
+pub use store::parse_stored;
+
+use super::{Call, Reply};
 use crate::bucket::Grant;
-use crate::config::{tls_files, BackendSpec, SentinelSpec};
+use crate::config::{tls_files, BackendSpec};
 use crate::guard::Seen;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
@@ -88,24 +92,6 @@ pub(crate) struct Connection {
     /// `redis+sentinel://`: the primary `conn` is connected to, and when to
     /// ask the sentinels again whether it still is the primary.
     watch: Watch,
-}
-
-/// How often a connection found through Sentinel asks a sentinel whether its
-/// server is still the primary. After a failover that leaves the old primary
-/// running (`SENTINEL FAILOVER`, a partition), that server keeps accepting
-/// writes until the sentinels get round to demoting it (about 10 s with
-/// default settings), and those writes are lost when it resyncs: the
-/// connection moves to the new primary within this period instead.
-const SENTINEL_CHECK: Duration = Duration::from_secs(1);
-
-#[derive(Default)]
-struct Watch {
-    primary: Option<(String, u16)>,
-    next: Option<tokio::time::Instant>,
-    /// A connection to the sentinel that last answered, and its index.
-    conn: Option<(usize, MultiplexedConnection)>,
-    /// The sentinel to ask first when there is no such connection.
-    from: usize,
 }
 
 fn err_text(e: &RedisError) -> String {
@@ -236,33 +222,6 @@ impl Connection {
             self.conn = Some(conn);
         }
         Ok(self.conn.as_mut().expect("connection was just set"))
-    }
-
-    /// `redis+sentinel://`, at most every [`SENTINEL_CHECK`]: drop the
-    /// connection when a sentinel names another primary than the one it is
-    /// connected to (the next connect then asks the sentinels for it). No
-    /// answer within the round-trip bound keeps the connection: the
-    /// sentinels being away is no reason to leave a working primary.
-    async fn check_primary(&mut self) {
-        let BackendSpec::Sentinel(spec) = &self.spec else {
-            return;
-        };
-        let now = tokio::time::Instant::now();
-        if self.conn.is_none() || self.watch.next.is_some_and(|t| now < t) {
-            return;
-        }
-        self.watch.next = Some(now + SENTINEL_CHECK);
-        let ask = ask_sentinels(spec, &mut self.watch.conn, self.watch.from);
-        match within(self.timeout, ask).await {
-            Ok(Some(named)) if self.watch.primary.as_ref() != Some(&named) => self.conn = None,
-            Ok(_) => {}
-            // A sentinel that does not answer in time: start from the next
-            // one next time, so a black-holed one does not hold up every check.
-            Err(_) => {
-                self.watch.conn = None;
-                self.watch.from += 1;
-            }
-        }
     }
 
     /// Run one script call per index (`build(eval, indices)` makes the
@@ -523,141 +482,6 @@ impl Connection {
             .map(|o| o.unwrap_or_else(|| Err("no reply".into())))
             .collect()
     }
-
-    /// One request to the policy store (its keys: `base` + `:tiers`, `:keys`,
-    /// `:version`, `:log`; one hash tag, one slot).
-    async fn policy(&mut self, base: &str, op: PolicyOp) -> Result<PolicyReply, String> {
-        let keys: Vec<String> = ["tiers", "keys", "version", "log"]
-            .iter()
-            .map(|k| format!("{base}:{k}"))
-            .collect();
-        let bad = |e: redis::ParsingError| format!("unexpected reply from the policy store: {e}");
-        let one = |r: Result<Vec<Result<Value, String>>, String>| -> Result<Value, String> {
-            r?.into_iter().next().unwrap_or_else(|| Err("no reply".into()))
-        };
-        match op {
-            PolicyOp::Poll { since } => {
-                let call = ScriptCall {
-                    script: self.scripts.policy_poll.clone(),
-                    keys,
-                    args: vec![since.to_string()],
-                };
-                let v = one(self.script_batch(std::slice::from_ref(&call)).await)?;
-                let parts: Vec<Value> = redis::from_redis_value(v).map_err(bad)?;
-                let mut it = parts.into_iter();
-                let mut num = || -> Result<u64, String> {
-                    redis::from_redis_value(it.next().ok_or("short reply from the policy store")?).map_err(bad)
-                };
-                let version = num()?;
-                let keys = num()?;
-                let tiers: Option<Vec<(String, String)>> = match it.next() {
-                    Some(v) => Some(pairs(redis::from_redis_value(v).map_err(bad)?)),
-                    None => None,
-                };
-                let changed = match it.next() {
-                    Some(v) => Some(PolicyReply::changed_keys(
-                        &redis::from_redis_value::<Vec<String>>(v).map_err(bad)?,
-                    )),
-                    None => None,
-                };
-                let changed = if tiers.is_some() { changed } else { Some(Vec::new()) };
-                Ok(PolicyReply::Poll {
-                    version,
-                    keys,
-                    tiers,
-                    changed,
-                })
-            }
-            PolicyOp::Set { tier, name, value } => {
-                let call = ScriptCall {
-                    script: self.scripts.policy_write.clone(),
-                    keys,
-                    args: vec![
-                        if tier { "t" } else { "k" }.to_string(),
-                        name,
-                        value.unwrap_or_default(),
-                        super::POLICY_LOG_LEN.to_string(),
-                    ],
-                };
-                let v = one(self.script_batch(std::slice::from_ref(&call)).await)?;
-                Ok(PolicyReply::Version(redis::from_redis_value(v).map_err(bad)?))
-            }
-            PolicyOp::Get { keys: names } => {
-                let mut cmd = redis::cmd("HMGET");
-                cmd.arg(&keys[1]);
-                for n in &names {
-                    cmd.arg(n);
-                }
-                let v = one(self.run(1, |_, _| vec![cmd.clone()]).await)?;
-                Ok(PolicyReply::Values(redis::from_redis_value(v).map_err(bad)?))
-            }
-            PolicyOp::List => {
-                let mut cmds = Vec::new();
-                for (c, k) in [("HGETALL", &keys[0]), ("HGETALL", &keys[1]), ("GET", &keys[2])] {
-                    let mut cmd = redis::cmd(c);
-                    cmd.arg(k);
-                    cmds.push(cmd);
-                }
-                let r = self
-                    .run(3, |_, idx| idx.iter().map(|&i| cmds[i].clone()).collect())
-                    .await?;
-                let mut it = r.into_iter();
-                let mut next = || it.next().unwrap_or_else(|| Err("no reply".into()));
-                let tiers = pairs(redis::from_redis_value(next()?).map_err(bad)?);
-                let keys = pairs(redis::from_redis_value(next()?).map_err(bad)?);
-                let version: Option<u64> = redis::from_redis_value(next()?).map_err(bad)?;
-                Ok(PolicyReply::List {
-                    version: version.unwrap_or(0),
-                    tiers,
-                    keys,
-                })
-            }
-        }
-    }
-
-    /// The stored bucket of a Redis key and its PTTL, for `inspect`.
-    async fn inspect(&mut self, key: &str) -> Result<Stored, String> {
-        let mut get = redis::cmd("GET");
-        get.arg(key);
-        let mut pttl = redis::cmd("PTTL");
-        pttl.arg(key);
-        let mut hmget = redis::cmd("HMGET");
-        hmget.arg(key).arg("c").arg("t").arg("w");
-        let timeout = self.timeout;
-        let conn = match within(timeout, self.connect()).await {
-            Ok(conn) => conn?,
-            Err(()) => return Err("connect timed out".into()),
-        };
-        let query = async {
-            match conn {
-                Conn::Single(c) => read_stored(c, key, &get, &hmget, &pttl).await,
-                Conn::Cluster(c) => read_stored(c, key, &get, &hmget, &pttl).await,
-            }
-        };
-        let (value, ttl) = match within(timeout, query).await {
-            Ok(r) => r.map_err(|e| err_text(&e))?,
-            Err(()) => {
-                self.conn = None;
-                return Err(format!("timed out after {} ms", timeout.as_millis()));
-            }
-        };
-        let (c, t, w) = value.as_deref().map_or((None, None, None), parse_stored);
-        Ok(Stored {
-            tokens: match (c, w) {
-                (Some(c), Some(w)) => Some(c / w.max(1)),
-                _ => None,
-            },
-            refilled_at_ms: t,
-            ttl_ms: (ttl >= 0).then_some(ttl as u64),
-        })
-    }
-}
-
-/// `HGETALL`'s flat `[name, value, ...]` as pairs, sorted by name.
-fn pairs(flat: Vec<String>) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = flat.chunks_exact(2).map(|c| (c[0].clone(), c[1].clone())).collect();
-    out.sort();
-    out
 }
 
 /// A single server's connection settings: connecting bounded. Replies are
@@ -685,78 +509,6 @@ fn read_tls_files(files: &crate::config::TlsFiles) -> Result<redis::TlsCertifica
         None => None,
     };
     Ok(redis::TlsCertificates { client_tls, root_cert })
-}
-
-/// The primary a sentinel names for `spec`'s service (`SENTINEL
-/// GET-MASTER-ADDR-BY-NAME`), asking each sentinel in turn from the one that
-/// answered last (else from `from`); None when none answers.
-async fn ask_sentinels(
-    spec: &SentinelSpec,
-    cached: &mut Option<(usize, MultiplexedConnection)>,
-    from: usize,
-) -> Option<(String, u16)> {
-    let n = spec.sentinels.len();
-    let first = cached.as_ref().map_or(from % n, |(i, _)| *i);
-    for i in (first..first + n).map(|i| i % n) {
-        if cached.as_ref().is_none_or(|(c, _)| *c != i) {
-            *cached = None;
-            let mut info = RedisConnectionInfo::default();
-            if let Some(u) = &spec.sentinel_username {
-                info = info.set_username(u);
-            }
-            if let Some(p) = &spec.sentinel_password {
-                info = info.set_password(p);
-            }
-            let Ok(addr) = format!("redis://{}", spec.sentinels[i]).into_connection_info() else {
-                continue;
-            };
-            let Ok(client) = redis::Client::open(addr.set_redis_settings(info)) else {
-                continue;
-            };
-            match client.get_multiplexed_async_connection().await {
-                Ok(c) => *cached = Some((i, c)),
-                Err(_) => continue,
-            }
-        }
-        let (_, c) = cached.as_mut().expect("a sentinel connection was just set");
-        let named: redis::RedisResult<Option<(String, u16)>> = redis::cmd("SENTINEL")
-            .arg("GET-MASTER-ADDR-BY-NAME")
-            .arg(&spec.service)
-            .query_async(c)
-            .await;
-        match named {
-            Ok(Some(addr)) => return Some(addr),
-            _ => *cached = None,
-        }
-    }
-    None
-}
-
-/// The client that asks the sentinels for `spec`'s primary.
-fn sentinel_client(spec: &SentinelSpec) -> redis::RedisResult<SentinelClient> {
-    let addrs = spec
-        .sentinels
-        .iter()
-        .map(|hp| Ok(format!("redis://{hp}").into_connection_info()?.addr().clone()))
-        .collect::<redis::RedisResult<Vec<_>>>()?;
-    let mut b =
-        SentinelClientBuilder::new(addrs, &spec.service, SentinelServerType::Master)?.set_client_to_redis_db(spec.db);
-    if let Some(u) = &spec.username {
-        b = b.set_client_to_redis_username(u);
-    }
-    if let Some(p) = &spec.password {
-        b = b.set_client_to_redis_password(p);
-    }
-    if spec.resp3 {
-        b = b.set_client_to_redis_protocol(redis::ProtocolVersion::RESP3);
-    }
-    if let Some(u) = &spec.sentinel_username {
-        b = b.set_client_to_sentinel_username(u);
-    }
-    if let Some(p) = &spec.sentinel_password {
-        b = b.set_client_to_sentinel_password(p);
-    }
-    b.build()
 }
 
 /// One script call: its keys and arguments (ARGV), `now` last of the four
@@ -812,41 +564,6 @@ fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
 /// (the same hash tag, so one cluster slot).
 fn ledger_keys(key: &str) -> Vec<String> {
     vec![key.to_string(), format!("{key}:x")]
-}
-
-/// What `inspect` reads of a key: its value (a fixed-lease bucket's string,
-/// or the ledger's `c t w` read as one) and its time to live.
-async fn read_stored<C: redis::aio::ConnectionLike>(
-    c: &mut C,
-    key: &str,
-    get: &redis::Cmd,
-    hmget: &redis::Cmd,
-    pttl: &redis::Cmd,
-) -> Result<(Option<String>, i64), RedisError> {
-    let ty: String = redis::cmd("TYPE").arg(key).query_async(c).await?;
-    let v: Option<String> = if ty == "hash" {
-        let f: Vec<Option<String>> = hmget.query_async(c).await?;
-        ledger_value(&f)
-    } else {
-        get.query_async(c).await?
-    };
-    let t: i64 = pttl.query_async(c).await?;
-    Ok((v, t))
-}
-
-/// A ledger state's `c t w` fields as a stored bucket value (debt reads as 0).
-fn ledger_value(f: &[Option<String>]) -> Option<String> {
-    let n = |i: usize| f.get(i)?.as_deref()?.parse::<i64>().ok();
-    Some(format!("{} {} {}", n(0)?.max(0), n(1)?.max(0), n(2)?.max(1)))
-}
-
-/// The first fields of a stored bucket value `"c t w e v"` (credit, refilled
-/// at, window; None for any that does not parse; epoch and version follow).
-/// Public for tools that read Redis themselves (`quotalease inspect`, `top`).
-pub fn parse_stored(value: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
-    let mut it = value.split(' ').map(|f| f.parse::<u64>().ok());
-    let mut next = || it.next().flatten();
-    (next(), next(), next())
 }
 
 #[cfg(test)]

@@ -1,0 +1,160 @@
+//! The wire between the engine and an authority: one [`Call`] about one key
+//! (or the policy store), its [`Reply`], and the [`Done`] callback that
+//! receives it. A leaf: the broker carries these without knowing who
+//! answers them, and every authority answers them.
+
+use crate::bucket::{Grant, Policy};
+use crate::guard::{Guard, Seen};
+use crate::ledger::{Answer, Ask};
+
+/// One request to the authority about one key.
+#[derive(Clone, Debug)]
+pub(crate) enum Call {
+    /// Take up to `want` tokens if at least `need` are there; with
+    /// `adaptive`, the ledger decides (see [`crate::ledger`]).
+    Lease {
+        key: String,
+        policy: Policy,
+        want: u64,
+        need: u64,
+        now: Now,
+        adaptive: Option<Ask>,
+        /// What the caller saw of the bucket (the failover guard).
+        guard: Guard,
+    },
+    /// Return `tokens` (capped at capacity) from `holder` (0: none); with
+    /// `adaptive`, to the holder's commitment in the ledger.
+    GiveBack {
+        key: String,
+        policy: Policy,
+        tokens: u64,
+        now: Now,
+        holder: u64,
+        adaptive: bool,
+        /// The holder is closing: with `adaptive`, everything else it has in
+        /// the ledger's sums goes too (its demand, fallback share, the spent
+        /// rest of its commitment).
+        leaving: bool,
+    },
+    /// Read the stored bucket without changing it.
+    Inspect { key: String, policy: Policy, now: Now },
+    /// A request to the policy store (never about one bucket). `base` is
+    /// the store's Redis key prefix, set when the call is sent.
+    Policy { base: String, op: PolicyOp },
+}
+
+/// What the policy store is asked: see `docs/policies.md`.
+#[derive(Clone, Debug)]
+pub(crate) enum PolicyOp {
+    /// What changed since version `since` (0: know nothing yet).
+    Poll { since: u64 },
+    /// The stored entries of these keys.
+    Get { keys: Vec<String> },
+    /// Set (`Some`) or delete (`None`) a tier's rules (`tier`) or a key's entry.
+    Set {
+        tier: bool,
+        name: String,
+        value: Option<String>,
+    },
+    /// Every stored tier and key entry.
+    List,
+}
+
+/// Changes kept in the store's log, so a poll can name the keys that changed.
+pub(crate) const POLICY_LOG_LEN: u64 = 1024;
+
+/// The policy store's answers.
+#[derive(Clone, Debug)]
+pub(crate) enum PolicyReply {
+    /// `tiers`: every stored tier (`None`: nothing changed since); `changed`:
+    /// the keys whose entries changed (`None`: any may have, read again).
+    Poll {
+        version: u64,
+        keys: u64,
+        tiers: Option<Vec<(String, String)>>,
+        changed: Option<Vec<String>>,
+    },
+    Values(Vec<Option<String>>),
+    Version(u64),
+    List {
+        version: u64,
+        tiers: Vec<(String, String)>,
+        keys: Vec<(String, String)>,
+    },
+}
+
+impl PolicyReply {
+    /// Read a poll's log (newest first, `"t NAME"` / `"k KEY"`) into the keys that changed.
+    pub fn changed_keys(log: &[String]) -> Vec<String> {
+        let mut keys: Vec<String> = log
+            .iter()
+            .filter_map(|l| l.strip_prefix("k ").map(str::to_string))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+}
+
+/// The caller's clock reading; `explicit` when the authority must use it
+/// instead of its own clock (manual clocks in deterministic tests).
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) struct Now {
+    pub ms: u64,
+    pub explicit: bool,
+}
+
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+impl Now {
+    /// The time a Redis script is told: `None` means Redis `TIME`.
+    pub fn for_script(self) -> Option<u64> {
+        self.explicit.then_some(self.ms)
+    }
+}
+
+/// What the stored bucket holds, for `inspect`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stored {
+    /// Whole tokens stored (`None`: no bucket stored, which reads as full).
+    pub tokens: Option<u64>,
+    /// Clock reading of the last refill.
+    pub refilled_at_ms: Option<u64>,
+    /// Milliseconds until the stored bucket expires (Redis only).
+    pub ttl_ms: Option<u64>,
+}
+
+/// The answer to a [`Call`], variant by variant.
+#[derive(Clone, Debug)]
+pub(crate) enum Reply {
+    /// A chunk (possibly empty), for adaptive calls the rest of the answer,
+    /// and the bucket's stamp (the failover guard).
+    Grant(Grant, Option<Answer>, Seen),
+    /// A give-back was taken.
+    Returned,
+    Stored(Stored),
+    Policy(PolicyReply),
+}
+
+/// The ledger script's lease reply as a [`Reply`].
+pub(crate) fn ledger_reply(r: &[i64]) -> Result<Reply, String> {
+    let ((granted, remaining, wait_ms), answer, (epoch, version, alive_ms, lost)) =
+        crate::ledger::parse(r).ok_or_else(|| format!("unexpected reply from the ledger script: {r:?}"))?;
+    Ok(Reply::Grant(
+        Grant {
+            granted,
+            remaining,
+            wait_ms,
+        },
+        Some(answer),
+        Seen {
+            epoch,
+            version,
+            alive_ms,
+            lost,
+        },
+    ))
+}
+
+/// Receives the answer to one call exactly once.
+pub(crate) type Done = Box<dyn FnOnce(std::result::Result<Reply, String>) + Send>;
