@@ -543,10 +543,11 @@ fn runner(cases: u32) -> proptest::test_runner::TestRunner {
     TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
 }
 
-#[test]
-fn the_memory_authority_admits_no_more_than_one_bucket() {
-    let r = runner(96).run(&case(true), |c| {
-        let f = run_memory(&c, FailurePolicy::Deny, None);
+/// `cases` random schedules of `strategy`, each run by `run`, checked
+/// and closed; a failure panics with the shrunk schedule.
+fn property(cases: u32, strategy: impl Strategy<Value = Case>, run: impl Fn(&Case) -> Result<Fleet, String>) {
+    let r = runner(cases).run(&strategy, |c| {
+        let f = run(&c);
         let r = f.as_ref().map_err(Clone::clone).and_then(check);
         if let Ok(f) = f {
             close(f);
@@ -560,10 +561,15 @@ fn the_memory_authority_admits_no_more_than_one_bucket() {
 }
 
 #[test]
+fn the_memory_authority_admits_no_more_than_one_bucket() {
+    property(96, case(true), |c| run_memory(c, FailurePolicy::Deny, None));
+}
+
+#[test]
 fn redis_admits_no_more_than_one_bucket() {
     let server = common::redis_or_skip!(common::RedisServer::start());
     let url = server.url();
-    let r = runner(12).run(&case(false), |c| {
+    property(12, case(false), |c| {
         let prefix = common::unique("lb");
         let o = Options {
             url: &url,
@@ -574,17 +580,8 @@ fn redis_admits_no_more_than_one_bucket() {
             proxy: None,
             server: None,
         };
-        let f = run(&c, &o);
-        let r = f.as_ref().map_err(Clone::clone).and_then(check);
-        if let Ok(f) = f {
-            close(f);
-        }
-        prop_assert!(r.is_ok(), "{}", r.unwrap_err());
-        Ok(())
+        run(c, &o)
     });
-    if let Err(e) = r {
-        panic!("{e}");
-    }
 }
 
 /// Outages of any length and flaps under `static-share`: outside what the
@@ -595,18 +592,9 @@ fn redis_admits_no_more_than_one_bucket() {
 /// shares where 432 were allowed); the debt's payback is schedule J's.
 #[test]
 fn outages_on_the_memory_authority_admit_at_most_their_refill() {
-    let r = runner(64).run(&outage_case(true), |c| {
-        let f = run_memory(&c, FailurePolicy::StaticShare, None);
-        let r = f.as_ref().map_err(Clone::clone).and_then(check);
-        if let Ok(f) = f {
-            close(f);
-        }
-        prop_assert!(r.is_ok(), "{}", r.unwrap_err());
-        Ok(())
+    property(64, outage_case(true), |c| {
+        run_memory(c, FailurePolicy::StaticShare, None)
     });
-    if let Err(e) = r {
-        panic!("{e}");
-    }
 }
 
 #[test]
@@ -614,7 +602,7 @@ fn outages_on_redis_admit_at_most_their_refill() {
     let server = common::redis_or_skip!(common::RedisServer::start());
     let proxy = common::FaultProxy::start(server.port);
     let (url, direct) = (proxy.url(), server.url());
-    let r = runner(8).run(&outage_case(false), |c| {
+    property(8, outage_case(false), |c| {
         proxy.set("pass");
         let prefix = common::unique("lo");
         let o = Options {
@@ -626,17 +614,8 @@ fn outages_on_redis_admit_at_most_their_refill() {
             proxy: Some(&proxy),
             server: Some(&direct),
         };
-        let f = run(&c, &o);
-        let r = f.as_ref().map_err(Clone::clone).and_then(check);
-        if let Ok(f) = f {
-            close(f);
-        }
-        prop_assert!(r.is_ok(), "{}", r.unwrap_err());
-        Ok(())
+        run(c, &o)
     });
-    if let Err(e) = r {
-        panic!("{e}");
-    }
 }
 
 /// Both authorities, one schedule: the books of each.
