@@ -50,6 +50,26 @@ def check_admits_the_limit(get: Callable[[], int], per_minute: int) -> None:
     assert per_minute <= len(codes) - 1 <= per_minute + refilled
 
 
+def test_no_performance_table_calls_a_fixed_lease_size_the_default() -> None:
+    """An unset lease_size is adaptive leasing: the benchmark tables and the scripts
+    that write them never label a fixed lease size "the default lease_size (20)"."""
+    files = [
+        "bindings/python/README.md",
+        "bindings/node/README.md",
+        "docs/benchmarks.md",
+        "bindings/python/bench/bench_acquire.py",
+        "bindings/node/bench/acquire.js",
+    ]
+    for name in files:
+        text = (ROOT / name).read_text()
+        found = re.findall(r"default lease_?size \(\d+\)", text, re.I)
+        assert not found, f"{name}: {found}"
+    # The scripts' default rows give no lease size, as the label says.
+    bench = (ROOT / "bindings/python/bench/bench_acquire.py").read_text()
+    assert 'dflt = quotalease.Limiter("memory://", limit=big, window_ms=window_ms)\n' in bench
+    assert "default (adaptive leases)" in bench
+
+
 def test_examples_pass_mypy_strict(tmp_path: Path) -> None:
     """What a user's mypy --strict says of the examples, against the shipped stubs.
     Left out: Django's (django-stubs needs its plugin and a settings module), gRPC's
