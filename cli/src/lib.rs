@@ -52,7 +52,8 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the article's scenario through four strategies and print the table and a chart.
+    /// Run a fleet scenario (instances scaling out and in, an idle instance, three keys)
+    /// through five strategies and print the table and a chart.
     Simulate(SimulateArgs),
     /// Show a key's authoritative bucket in Redis (tokens, last refill, TTL).
     Inspect(InspectArgs),
