@@ -45,6 +45,7 @@ from quotalease import (
         ({"limit": 10, "on_backend_failure": "panic"}, "`on_backend_failure` must be one of"),
         ({"limit": 10, "clock": "sundial"}, "`clock` must be"),
         ({"rate": "10/fortnight"}, "`rate` must look like"),
+        ({"rate": "10/MIN"}, "`rate` must look like .*one of ms, s \\(sec, secs, second, seconds\\), m \\(min"),
         # One option under two spellings: an error naming both, not the last one silently.
         (
             {"limit": 10, "windowMs": 2000, "window_ms": 1000},
