@@ -176,7 +176,7 @@ def test_django_example(tmp_path: Path) -> None:
     assert [code for code, _, _ in results] == [200, 200, 200, 429]
     assert json.loads(results[0][2]) == {"q": "x", "remaining": 2}
     assert results[0][1].startswith('"default";r=2;')  # the view's limit: its headers win
-    assert json.loads(results[3][2])["error"] == "rate_limited"
+    assert json.loads(results[3][2])["title"] == "Too Many Requests"
 
 
 def test_grpc_example() -> None:
