@@ -210,9 +210,9 @@ struct lease_config {
   /**
    * NUL-terminated UTF-8. Default "memory://" (an in-process authority
    * private to the limiter); "memory://NAME" is shared by every limiter of
-   * the process with that NAME; "redis://[user:pass@]host:port[/db]",
-   * "rediss://" (TLS), "redis+cluster://host:port[,host:port...]",
-   * "redis+sentinel://host:port[,host:port...]/service_name[/db]".
+   * the process with that NAME; `"redis://[user:pass@]host:port[/db]"`,
+   * "rediss://" (TLS), `"redis+cluster://host:port[,host:port...]"`,
+   * `"redis+sentinel://host:port[,host:port...]/service_name[/db]"`.
    */
   const char *url;
   /**
