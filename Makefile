@@ -27,7 +27,8 @@ redis:
 demo:
 	$(CARGO) run -q -p quotalease-cli --no-default-features --bin quotalease -- simulate
 
-## Rust: formatting, lints, import circles, unit/property/integration tests and the vectors.
+## Rust: formatting, lints (clippy and rustdoc), import circles, unit/property/integration
+## tests and the vectors (with the doctests, among them the README's Rust quick start).
 lint:
 	# no import circle between the modules of core/src (CONTRIBUTING.md, "Layers in the core")
 	python3 scripts/check-cycles.py
@@ -35,6 +36,9 @@ lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 	# the build make demo runs (no Redis client)
 	$(CARGO) clippy -p quotalease-cli --no-default-features -- -D warnings
+	# rustdoc of every workspace library (broken intra-doc links, bad code blocks);
+	# --lib: the CLI's binary is also named quotalease and would collide with the engine's docs
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --lib
 
 fmt:
 	$(CARGO) fmt --all

@@ -169,7 +169,9 @@ struct lease_limiter;
  * `on_backend_failure`, `expected_replicas`, `backend_timeout_ms`,
  * `key_prefix`, `max_keys`, `mode`, `clock`, `clock_start_ms`, and for
  * plan tiers and the shared policy store `tiers`, `default_tier`,
- * `policy_file`, `policy_refresh_ms`. An option not set keeps its default.
+ * `policy_file`, `policy_refresh_ms`. An option not set keeps its default;
+ * setting it again under the same name replaces the value, and under its
+ * other spelling ("window_ms" after "windowMs") is `LEASE_ERR_CONFIG`.
  *
  * Thread safety: a `lease_options` is not synchronised. Calls that change it
  * (`lease_options_set_*`, `lease_options_free`) must not run at the same
@@ -208,9 +210,9 @@ struct lease_config {
   /**
    * NUL-terminated UTF-8. Default "memory://" (an in-process authority
    * private to the limiter); "memory://NAME" is shared by every limiter of
-   * the process with that NAME; "redis://[user:pass@]host:port[/db]",
-   * "rediss://" (TLS), "redis+cluster://host:port[,host:port...]",
-   * "redis+sentinel://host:port[,host:port...]/service_name[/db]".
+   * the process with that NAME; `"redis://[user:pass@]host:port[/db]"`,
+   * "rediss://" (TLS), `"redis+cluster://host:port[,host:port...]"`,
+   * `"redis+sentinel://host:port[,host:port...]/service_name[/db]"`.
    */
   const char *url;
   /**

@@ -13,6 +13,9 @@
 # build): one environment, so one compiled dependency tree; then stripped.
 # Tools (maturin, ziglang, auditwheel, twine) go into $TARGET/dist-tools, a
 # venv of their own. Needs cargo, python3 >= 3.11, node/npm, strip, tar.
+# The build machine's paths (home, cargo registry, the checkout, the target
+# directory) are remapped to /build/... in every compiled artifact
+# (--remap-path-prefix, -ffile-prefix-map); make test-dist checks with strings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,6 +42,32 @@ if ! "$tools/bin/python" -c 'import ziglang' 2>/dev/null || [ "$("$tools/bin/mat
 fi
 export PATH=$tools/bin:$PATH
 
+# Panic locations and any other path rustc or the C compiler embeds name
+# /build/... instead of the build machine's directories. The last matching prefix
+# wins, so the most specific comes last (the target directory may sit inside
+# the checkout, the checkout inside $HOME). Appended to CARGO_ENCODED_RUSTFLAGS
+# when the caller set that (cargo then ignores RUSTFLAGS), else to RUSTFLAGS.
+remaps=("$HOME=/build/home" "${RUSTUP_HOME:-$HOME/.rustup}=/build/rustup"
+  "${CARGO_HOME:-$HOME/.cargo}=/build/cargo" "$ROOT=/build/quotalease" "$target_dir=/build/target")
+if [ -n "${CARGO_ENCODED_RUSTFLAGS+set}" ]; then # set, even empty: cargo reads it, not RUSTFLAGS
+  sep=$'\x1f'
+  for r in "${remaps[@]}"; do
+    CARGO_ENCODED_RUSTFLAGS+="${CARGO_ENCODED_RUSTFLAGS:+$sep}--remap-path-prefix=$r"
+  done
+  export CARGO_ENCODED_RUSTFLAGS
+else
+  for r in "${remaps[@]}"; do
+    case $r in *[[:space:]]*)
+      echo "error: '$r' has whitespace, which RUSTFLAGS cannot carry; export CARGO_ENCODED_RUSTFLAGS (your flags separated by 0x1f) and dist.sh appends the remaps there" >&2
+      exit 1 ;;
+    esac
+    RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }--remap-path-prefix=$r"
+  done
+  export RUSTFLAGS
+fi
+cflags_remap=""
+for r in "${remaps[@]}"; do cflags_remap+=" '-ffile-prefix-map=$r'"; done
+
 dist=$ROOT/dist
 stage=$target_dir/dist-stage
 rm -rf "$dist" "$stage"
@@ -53,7 +82,7 @@ mkdir -p "$wrap"
 for w in cc c++; do
   cat >"$wrap/zig$w" <<SH
 #!/bin/sh
-exec "$tools/bin/maturin" zig $w -- -g -fno-sanitize=all -target $ZIG_TARGET "\$@"
+exec "$tools/bin/maturin" zig $w -- -g -fno-sanitize=all$cflags_remap -target $ZIG_TARGET "\$@"
 SH
   chmod +x "$wrap/zig$w"
 done

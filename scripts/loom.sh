@@ -4,7 +4,7 @@
 # --cfg loom changes the flags of every crate, so it builds into its own target
 # directory (target/loom) and never invalidates the shared one: about 3 minutes
 # the first time on a 2-core machine, then the model runs for 2 to 2.5 minutes
-# (105 s and 150 s on this machine under other load).
+# (105 s and 150 s measured on a 2-core machine with other builds running).
 # Extra arguments go to the test binary (e.g. a test name).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,6 +11,9 @@
 #   C       a program built with pkg-config against the extracted archive
 #           (moved after extraction: lease.pc is relocatable), and statically;
 #   Go      the Go package (a copy of bindings/go) builds against the archive.
+# And no shipped binary (the wheel's .so, the addon, liblease.so and .a)
+# carries a path of the machine that built it (`strings`: no /root/, /home/,
+# no path of this checkout).
 # Each smoke test: limit 3 per minute on one key, 3 allowed, the 4th denied,
 # and the bucket is in Redis. Ends with "N passed, N failed".
 set -euo pipefail
@@ -258,6 +261,33 @@ c_layout() {
   echo "pkg-config lease $(pkg-config --modversion lease); SONAME $soname -> liblease.so.$v; stripped"
 }
 step "C: archive layout (SONAME links, lease.pc version, LICENSE, stripped)" c_layout
+
+# No build machine's path in what ships: dist.sh remaps them (--remap-path-prefix).
+no_build_paths() {
+  local bin=$work/binaries f hits bad=0
+  mkdir -p "$bin/wheel" "$bin/npm"
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+    "$work/dist/quotalease-$version-cp311-abi3-manylinux_2_17_x86_64.whl" "$bin/wheel"
+  tar -xzf "$work/dist/quotalease-linux-x64-gnu-$version.tgz" -C "$bin/npm"
+  local files=("$bin"/wheel/quotalease/*.so "$bin"/npm/package/*.node "$lease/lib/liblease.so.$version" "$lease/lib/liblease.a")
+  for f in "${files[@]}"; do
+    [ -f "$f" ] || { echo "missing: $f"; return 1; }
+    # /root/ and /home/ (a home directory), and this checkout's absolute path.
+    hits=$({
+      strings -a "$f" | grep -E '/root/|/home/'
+      strings -a "$f" | grep -F -- "$ROOT"
+    } | sort -u | head -n 5 || true)
+    if [ -n "$hits" ]; then
+      echo "${f#"$bin"/}: build paths, e.g.:"
+      sed 's/^/     /' <<<"$hits"
+      bad=1
+    else
+      echo "${f##*/}: no build path ($(strings -a "$f" | grep -c '^/build/' || true) remapped /build/... strings)"
+    fi
+  done
+  [ "$bad" = 0 ]
+}
+step "no build path in the shipped binaries (strings: no /root/, /home/, $ROOT)" no_build_paths
 c_shared() {
   cd "$work"
   cc -std=c11 -Wall -Wextra -Werror smoke.c $(pkg-config --cflags --libs lease) -o smoke-c

@@ -5,6 +5,7 @@ import "C"
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 )
 
@@ -102,7 +103,24 @@ func newError(status C.lease_status, msg *C.char, ctx errContext) error {
 	if text == "" {
 		text = fmt.Sprintf("liblease status %d", int(status))
 	}
-	return &Error{Kind: kindOfStatus(int(status), ctx), Message: text}
+	return &Error{Kind: kindOfStatus(int(status), ctx), Message: stripCFunction(text)}
+}
+
+// stripCFunction drops the C function liblease names first
+// ("lease_limiter_new_from_options: invalid configuration: ..."): a Go
+// caller called New, not the C ABI, and reads the engine's message as it
+// reads in every other language.
+func stripCFunction(text string) string {
+	name, rest, ok := strings.Cut(text, ": ")
+	if !ok || !strings.HasPrefix(name, "lease_") {
+		return text
+	}
+	for _, c := range name {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return text
+		}
+	}
+	return rest
 }
 
 // kindOfStatus is the Kind of a liblease status (TestKindsAreTheCABIs checks it

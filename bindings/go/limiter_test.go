@@ -119,6 +119,29 @@ func TestRateWithLimitOrWindowIsAConfigError(t *testing.T) {
 	}
 }
 
+func TestErrorsNameNoCFunction(t *testing.T) {
+	// liblease prefixes its messages with the C function's name; a Go caller
+	// called New, not lease_limiter_new_from_options, and reads the engine's
+	// message as every other language does.
+	_, err := New(Config{Limit: 10, Rate: "10/MIN"})
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindConfig {
+		t.Fatalf("got %v, want a config error", err)
+	}
+	if strings.Contains(e.Message, "lease_") || !strings.HasPrefix(err.Error(), "quotalease: invalid configuration: `rate`") {
+		t.Errorf("the message names a C function or lost the engine's text: %q", err.Error())
+	}
+	l := mustNew(t, manual(10, 1000))
+	if _, err := l.AcquireN("", 1); err == nil || strings.Contains(err.Error(), "lease_") ||
+		!strings.HasPrefix(err.Error(), "quotalease: invalid key: ") {
+		t.Errorf("empty key: %v", err)
+	}
+	// A message without a C function's name first is left whole.
+	if got := stripCFunction("invalid configuration: `limit` must be at least 1"); got != "invalid configuration: `limit` must be at least 1" {
+		t.Errorf("stripCFunction: %q", got)
+	}
+}
+
 func TestUnknownOptionSuggestsTheClosestName(t *testing.T) {
 	// Config's fields cannot be misspelt; the engine's suggestion still
 	// reaches Go through the options-by-name path New uses.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"strconv"
 	"unsafe"
 )
 
@@ -79,8 +80,10 @@ func WithTier(f func(*http.Request) string) MiddlewareOption {
 	return func(m *middleware) { m.tier = f }
 }
 
-// WithDeniedHandler replaces the default 429 response. The RateLimit and
-// Retry-After headers are already set when it runs.
+// WithDeniedHandler replaces the default 429 response (application/problem+json,
+// RFC 9457, the body of every quotalease middleware:
+// {"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit exceeded","retry_after_ms":N}).
+// The RateLimit and Retry-After headers are already set when it runs.
 func WithDeniedHandler(h http.Handler) MiddlewareOption {
 	return func(m *middleware) { m.denied = h }
 }
@@ -99,8 +102,21 @@ func WithErrorHandler(f func(http.ResponseWriter, *http.Request, error)) Middlew
 	return func(m *middleware) { m.onError = f }
 }
 
-func defaultDenied(w http.ResponseWriter, _ *http.Request) {
-	http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+// problemBody is the default 429 body for d, the same bytes in every
+// quotalease middleware (Python, Node's Express, Go): RFC 9457 problem
+// details with the retry delay in milliseconds.
+func problemBody(d Decision) []byte {
+	return []byte(`{"type":"about:blank","title":"Too Many Requests","status":429,` +
+		`"detail":"rate limit exceeded","retry_after_ms":` + strconv.FormatUint(d.RetryAfterMs, 10) + `}`)
+}
+
+func writeProblem(w http.ResponseWriter, d Decision) {
+	body := problemBody(d)
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = w.Write(body)
 }
 
 func defaultError(w http.ResponseWriter, r *http.Request, err error) {
@@ -116,7 +132,7 @@ func defaultError(w http.ResponseWriter, r *http.Request, err error) {
 //	mux := http.NewServeMux()
 //	http.ListenAndServe(":8080", quotalease.Middleware(lim, quotalease.ByRemoteIP)(mux))
 func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.Handler) http.Handler {
-	m := &middleware{lim: lim, key: key, denied: http.HandlerFunc(defaultDenied), onError: defaultError}
+	m := &middleware{lim: lim, key: key, onError: defaultError}
 	if m.key == nil {
 		m.key = ByRemoteIP
 	}
@@ -155,7 +171,11 @@ func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.H
 				h[name] = values
 			}
 			if !d.Allowed {
-				m.denied.ServeHTTP(w, r)
+				if m.denied != nil {
+					m.denied.ServeHTTP(w, r)
+				} else {
+					writeProblem(w, d)
+				}
 				return
 			}
 			next.ServeHTTP(w, r)

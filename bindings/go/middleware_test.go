@@ -2,7 +2,9 @@ package quotalease
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -56,8 +58,18 @@ func TestMiddlewareHeadersAnd429(t *testing.T) {
 		}
 	}
 	resp, body := get(t, srv.URL, map[string]string{"X-Api-Key": "k1"})
-	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "rate limit exceeded") {
-		t.Fatalf("4th: %d %q", resp.StatusCode, body)
+	// The body of every quotalease middleware (Python's and Node's bytes too).
+	var problem struct {
+		RetryAfterMs uint64 `json:"retry_after_ms"`
+	}
+	if err := json.Unmarshal([]byte(body), &problem); err != nil || problem.RetryAfterMs == 0 {
+		t.Fatalf("4th: not a problem body with retry_after_ms: %q (%v)", body, err)
+	}
+	want := fmt.Sprintf(`{"type":"about:blank","title":"Too Many Requests","status":429,`+
+		`"detail":"rate limit exceeded","retry_after_ms":%d}`, problem.RetryAfterMs)
+	if resp.StatusCode != http.StatusTooManyRequests || body != want ||
+		resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("4th: %d %q %q, want %q", resp.StatusCode, resp.Header.Get("Content-Type"), body, want)
 	}
 	if resp.Header.Get("Retry-After") == "" || resp.Header.Get("RateLimit") != `"default";r=0;t=60` {
 		t.Fatalf("429 headers %v", resp.Header)

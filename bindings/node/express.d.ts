@@ -40,7 +40,9 @@ export interface RateLimitOptions<Req extends IncomingMessage = IncomingMessage,
   skip?: (req: Req) => boolean
   /**
    * Called instead of `next()` when denied, after the RateLimit and
-   * Retry-After headers were set. Default: status 429, body "Too Many Requests".
+   * Retry-After headers were set. Default: status 429, `application/problem+json`
+   * (RFC 9457) `{"type":"about:blank","title":"Too Many Requests","status":429,
+   * "detail":"rate limit exceeded","retry_after_ms":N}`, as in every quotalease middleware.
    */
   onDenied?: (req: Req, res: Res, next: NextFunction, decision: Decision) => void
 }

@@ -2,16 +2,19 @@
 // Express / Connect middleware: one decision per request, RateLimit headers
 // on every response, 429 with Retry-After when denied.
 
-const { checkOptions, decide, keyOption, setHeaders } = require('./http-common.js')
+const { PROBLEM_CONTENT_TYPE, checkOptions, decide, keyOption, problemBody, setHeaders } = require('./http-common.js')
 
 function defaultKey(req) {
   return req.ip || (req.socket && req.socket.remoteAddress) || 'unknown'
 }
 
-function defaultOnDenied(req, res) {
+// The body of every quotalease middleware: RFC 9457 problem details.
+function defaultOnDenied(req, res, next, decision) {
+  const body = problemBody(decision)
   res.statusCode = 429
-  res.setHeader('Content-Type', 'text/plain; charset=utf-8')
-  res.end('Too Many Requests\n')
+  res.setHeader('Content-Type', PROBLEM_CONTENT_TYPE)
+  res.setHeader('Content-Length', Buffer.byteLength(body))
+  res.end(body)
 }
 
 const KNOWN = ['limiter', 'key', 'cost', 'tier', 'skip', 'onDenied', 'trustedProxies']

@@ -13,6 +13,9 @@ function defaultKey(request) {
   return request.ip || 'unknown'
 }
 
+// Fastify's own error convention (the shape of its error replies and of
+// @fastify/rate-limit's 429), not the problem+json body of the other
+// middleware: what Fastify users and their error handlers expect.
 function defaultOnDenied(request, reply, decision) {
   const s = Math.max(1, Math.ceil(decision.retryAfterMs / 1000))
   reply.code(429).send({

@@ -7,6 +7,24 @@
 const { Limiter, codes, httpKey } = require('./index.js')
 const { clientKey, trustedProxies } = require('./proxies.js')
 
+/** The content type of the 429 body (RFC 9457 problem details). */
+const PROBLEM_CONTENT_TYPE = 'application/problem+json'
+
+/**
+ * The 429 body every quotalease HTTP middleware sends by default, in every
+ * language (the same bytes in Python and Go): RFC 9457 problem details with
+ * the retry delay in milliseconds.
+ */
+function problemBody(decision) {
+  return JSON.stringify({
+    type: 'about:blank',
+    title: 'Too Many Requests',
+    status: 429,
+    detail: 'rate limit exceeded',
+    retry_after_ms: decision.retryAfterMs,
+  })
+}
+
 function fail(Ctor, message) {
   const err = new Ctor(message)
   err.code = codes.CONFIG
@@ -90,4 +108,4 @@ function setHeaders(decision, set) {
   for (const name in h) set(name, h[name])
 }
 
-module.exports = { fail, checkOptions, keyOption, decide, setHeaders }
+module.exports = { checkOptions, decide, fail, keyOption, PROBLEM_CONTENT_TYPE, problemBody, setHeaders }

@@ -7,11 +7,11 @@
 
 use redis::{ErrorKind, ServerErrorKind};
 
-/// The script. KEYS[1]: the TAT, in microseconds since 2024-01-01 UTC (so
+/// The script. `KEYS[1]`: the TAT, in microseconds since 2024-01-01 UTC (so
 /// that the value keeps sub-microsecond precision in a double).
-/// ARGV[1] emission interval in microseconds (may be fractional), ARGV[2]
-/// burst, ARGV[3] cost, ARGV[4] now in microseconds since the Unix epoch, or
-/// "" for Redis `TIME`. Returns {allowed 0|1, remaining, retry_after_us}.
+/// `ARGV[1]` emission interval in microseconds (may be fractional), `ARGV[2]`
+/// burst, `ARGV[3]` cost, `ARGV[4]` now in microseconds since the Unix epoch, or
+/// "" for Redis `TIME`. Returns `{allowed 0|1, remaining, retry_after_us}`.
 pub const SCRIPT: &str = r#"
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])

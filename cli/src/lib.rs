@@ -33,6 +33,37 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// The environment variable `inspect`, `top`, `bench` and `policy` read the
+/// Redis URL from when `--redis` is not given (`simulate` does not: it would
+/// turn the demo into a real-time run against that Redis).
+pub const REDIS_URL_ENV: &str = "QUOTALEASE_REDIS_URL";
+
+/// The Redis URL a subcommand was given (`--redis`, else [`REDIS_URL_ENV`],
+/// which clap reads), or the error naming both.
+pub fn redis_url(given: &Option<String>) -> Result<&str, String> {
+    match given.as_deref() {
+        Some(url) if !url.trim().is_empty() => Ok(url),
+        _ => Err(format!(
+            "no Redis URL: give --redis URL (e.g. --redis redis://127.0.0.1:6379) or set {REDIS_URL_ENV}"
+        )),
+    }
+}
+
+impl Cli {
+    /// A usage error the parser cannot see: a Redis subcommand without a URL
+    /// (neither `--redis` nor [`REDIS_URL_ENV`]).
+    pub fn missing_redis(&self) -> Option<String> {
+        let given = match &self.command {
+            Command::Simulate(_) => return None,
+            Command::Inspect(a) => &a.redis,
+            Command::Bench(a) => &a.redis,
+            Command::Top(a) => &a.redis,
+            Command::Policy(a) => &a.redis,
+        };
+        redis_url(given).err()
+    }
+}
+
 /// Command line.
 #[derive(Parser, Debug)]
 #[command(
@@ -52,7 +83,8 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the article's scenario through four strategies and print the table and a chart.
+    /// Run a fleet scenario (instances scaling out and in, an idle instance, three keys)
+    /// through five strategies and print the table and a chart.
     Simulate(SimulateArgs),
     /// Show a key's authoritative bucket in Redis (tokens, last refill, TTL).
     Inspect(InspectArgs),
@@ -71,10 +103,10 @@ pub enum Command {
 #[derive(Args, Debug, Clone)]
 pub struct PolicyCmdArgs {
     /// Redis URL (redis://host:port or rediss://).
-    #[arg(long)]
-    pub redis: String,
+    #[arg(long, global = true, env = REDIS_URL_ENV, hide_env_values = true)]
+    pub redis: Option<String>,
     /// The limiters' key_prefix.
-    #[arg(long, default_value = "ql")]
+    #[arg(long, global = true, default_value = "ql")]
     pub key_prefix: String,
     /// What to do.
     #[command(subcommand)]
@@ -213,8 +245,8 @@ pub struct SimulateArgs {
 #[derive(Args, Debug, Clone)]
 pub struct InspectArgs {
     /// Redis URL (redis://host:port).
-    #[arg(long)]
-    pub redis: String,
+    #[arg(long, env = REDIS_URL_ENV, hide_env_values = true)]
+    pub redis: Option<String>,
     /// The key, as the application passes it to acquire.
     pub key: String,
     #[command(flatten)]
@@ -229,8 +261,8 @@ pub struct InspectArgs {
 #[derive(Args, Debug, Clone)]
 pub struct TopArgs {
     /// Redis URL (redis://host:port or rediss://).
-    #[arg(long)]
-    pub redis: String,
+    #[arg(long, env = REDIS_URL_ENV, hide_env_values = true)]
+    pub redis: Option<String>,
     /// The keys' policy: granted/s and denied/s of fixed-lease keys (adaptive keys store their limit).
     #[command(flatten)]
     #[allow(missing_docs)]
@@ -262,8 +294,8 @@ pub struct TopArgs {
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Redis URL (redis://host:port).
-    #[arg(long)]
-    pub redis: String,
+    #[arg(long, env = REDIS_URL_ENV, hide_env_values = true)]
+    pub redis: Option<String>,
     /// Threads deciding requests (each GCRA thread has its own Redis connection).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=512))]
     pub threads: u64,
@@ -478,7 +510,7 @@ fn policy_cmd(a: &PolicyCmdArgs) -> Result<(), String> {
         }
         PolicyAction::List => policy::Action::List,
     };
-    print!("{}", policy::run(&a.redis, &a.key_prefix, &action)?);
+    print!("{}", policy::run(redis_url(&a.redis)?, &a.key_prefix, &action)?);
     Ok(())
 }
 
@@ -486,7 +518,7 @@ fn policy_cmd(a: &PolicyCmdArgs) -> Result<(), String> {
 fn top(a: &TopArgs) -> Result<(), String> {
     use std::io::{IsTerminal, Write};
     let o = top::Options {
-        redis: a.redis.clone(),
+        redis: redis_url(&a.redis)?.to_string(),
         key_prefix: a.key_prefix.clone(),
         policy: a.policy.resolve(None, 60_000)?,
         rows: a.rows as usize,
@@ -526,7 +558,7 @@ fn top(a: &TopArgs) -> Result<(), String> {
 fn inspect(a: &InspectArgs) -> Result<(), String> {
     let policy = a.policy.resolve(None, 60_000)?;
     let out = inspect::run(&inspect::Options {
-        redis: a.redis.clone(),
+        redis: redis_url(&a.redis)?.to_string(),
         key: a.key.clone(),
         policy,
         key_prefix: a.key_prefix.clone(),
@@ -543,7 +575,7 @@ fn bench(a: &BenchArgs) -> Result<(), String> {
         .unwrap_or((1_000_000_000, 1_000));
     let (result, out) = bench::run(
         &bench::Options {
-            redis: a.redis.clone(),
+            redis: redis_url(&a.redis)?.to_string(),
             threads: a.threads as usize,
             duration_ms: a.duration,
             keys: a.keys,

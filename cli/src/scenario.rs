@@ -1,4 +1,4 @@
-//! The article's scenario as a deterministic event list: instances starting,
+//! The demo's scenario as a deterministic event list: instances starting,
 //! stopping and going idle behind a load balancer that spreads each key
 //! unevenly, and the requests of three keys.
 

@@ -1,4 +1,4 @@
-//! `quotalease simulate`: the same traffic through four strategies, each a
+//! `quotalease simulate`: the same traffic through five strategies, each a
 //! fleet of real `quotalease::Limiter`s (one per simulated instance), in
 //! virtual time on the embedded `memory://` authority or in real time on Redis.
 

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::quotalease;
+use common::{quotalease, quotalease_with_env};
 
 /// Runs the command, expects `code`, and that stderr mentions every needle.
 fn fails(args: &[&str], code: i32, needles: &[&str]) {
@@ -75,9 +75,9 @@ fn usage_errors_exit_2_and_name_the_flag() {
     fails(&["simulate", "--seed", "-1"], 2, &["unexpected argument '-1'"]);
     fails(&["simulate", "--lease-ttl-ms", "0"], 2, &["--lease-ttl-ms"]);
     fails(&["simulate", "--bogus"], 2, &["unexpected argument '--bogus'"]);
-    fails(&["inspect", "k"], 2, &["--redis <REDIS>"]);
+    fails(&["inspect", "k"], 2, &["--redis URL", "QUOTALEASE_REDIS_URL"]);
     fails(&["inspect", "--redis", "redis://127.0.0.1:1"], 2, &["<KEY>"]);
-    fails(&["bench"], 2, &["--redis <REDIS>"]);
+    fails(&["bench"], 2, &["--redis URL", "QUOTALEASE_REDIS_URL"]);
     fails(
         &["bench", "--redis", "redis://127.0.0.1:1", "--threads", "0"],
         2,
@@ -333,4 +333,41 @@ fn help_and_version() {
     let (code, out, _) = quotalease(&["--version"]);
     assert_eq!(code, 0);
     assert_eq!(out.trim(), format!("quotalease {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn a_redis_command_without_a_url_names_the_flag_and_the_variable() {
+    for args in [
+        &["inspect", "user:1"][..],
+        &["top", "--frames", "1"],
+        &["bench", "--duration", "1s"],
+        &["policy", "list"],
+    ] {
+        fails(args, 2, &["no Redis URL", "--redis", "QUOTALEASE_REDIS_URL"]);
+        // An empty variable is no URL either.
+        let (code, _, stderr) = quotalease_with_env(args, Some(""));
+        assert_eq!(code, 2, "quotalease {args:?} with an empty variable:\n{stderr}");
+        assert!(stderr.contains("QUOTALEASE_REDIS_URL"), "{stderr}");
+    }
+}
+
+#[test]
+fn help_names_the_variable_but_never_prints_its_value() {
+    let secret = "redis://:s3cret-Pw@127.0.0.1:1/0";
+    for args in [
+        &["top", "--help"][..],
+        &["policy", "list", "--help"],
+        &["inspect", "--help"],
+    ] {
+        let (code, out, err) = quotalease_with_env(args, Some(secret));
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("[env: QUOTALEASE_REDIS_URL]"),
+            "quotalease {args:?}:\n{out}"
+        );
+        assert!(
+            !out.contains("s3cret") && !err.contains("s3cret"),
+            "quotalease {args:?} printed the URL:\n{out}"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{quotalease, RedisServer};
+use common::{quotalease, quotalease_with_env, RedisServer};
 use quotalease::{Config, Limiter, Mode};
 
 /// A limiter in exact mode: every admitted request takes one token from Redis now.
@@ -517,4 +517,41 @@ fn policy_sets_gets_lists_and_deletes_in_the_shared_store() {
     assert_eq!(code, 0);
     let (_, out, _) = run(&["list"]);
     assert!(out.contains("tiers (0)") && out.contains("keys (0)"), "{out}");
+}
+
+#[test]
+fn the_redis_url_comes_from_the_flag_anywhere_after_the_subcommand_or_the_environment() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let p = ["--key-prefix", "envp"];
+    // --redis after the policy action (it used to be accepted only before it).
+    let (code, out, err) = quotalease(&["policy", "set", "--tier", "pro", "10/s", "--redis", &url, p[0], p[1]]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("tier pro = 10/s"), "{out}");
+    // ... and still before it.
+    let (code, out, err) = quotalease(&["policy", "--redis", &url, p[0], p[1], "get", "--tier", "pro"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("10/s"), "{out}");
+    // QUOTALEASE_REDIS_URL when no --redis is given, for every Redis subcommand.
+    let (code, out, err) = quotalease_with_env(&["policy", "list", p[0], p[1]], Some(&url));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("pro"), "{out}");
+    let (code, out, err) = quotalease_with_env(&["inspect", "user:1", "--rate", "10/s", p[0], p[1]], Some(&url));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("redis key"), "{out}");
+    let (code, _, err) = quotalease_with_env(
+        &["top", "--frames", "1", "--interval-ms", "100", p[0], p[1]],
+        Some(&url),
+    );
+    assert_eq!(code, 0, "{err}");
+    // --redis wins over the variable (here a port nothing listens on).
+    let (code, out, err) = quotalease_with_env(
+        &["policy", "get", "--tier", "pro", "--redis", &url, p[0], p[1]],
+        Some("redis://127.0.0.1:1"),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("10/s"), "{out}");
+    // ... and a URL from the variable is used, not ignored: a dead one fails.
+    let (code, _, err) = quotalease_with_env(&["policy", "list", p[0], p[1]], Some("redis://127.0.0.1:1"));
+    assert_eq!(code, 1, "{err}");
 }

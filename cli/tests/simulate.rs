@@ -302,3 +302,34 @@ fn the_binary_prints_the_table_and_writes_the_chart() {
     assert!(svg.contains("</svg>"));
     std::fs::remove_dir_all(chart.parent().unwrap()).unwrap();
 }
+
+#[test]
+fn the_help_counts_the_strategies_the_table_prints_and_cites_nothing_unlinked() {
+    let (code, help, err) = common::quotalease(&["--help"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, sub_help, err) = common::quotalease(&["simulate", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    let chart = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("help-{}", std::process::id()))
+        .join("demo.svg");
+    let (code, out, err) = common::quotalease(&["simulate", "--duration", "10s", "--chart", chart.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_dir_all(chart.parent().unwrap()).unwrap();
+    let labels = [
+        "per-instance limit",
+        "static share",
+        "exact",
+        "fixed leases",
+        "adaptive (quotalease)",
+    ];
+    let printed = labels.iter().filter(|l| out.contains(*l)).count();
+    let words = ["", "one", "two", "three", "four", "five", "six", "seven"];
+    for text in [&help, &sub_help] {
+        assert!(
+            text.contains(&format!("through {} strategies", words[printed])),
+            "the help does not say the {printed} strategies the table prints:\n{text}"
+        );
+        // No reference the reader cannot follow ("the article's scenario").
+        assert!(!text.contains("article"), "{text}");
+    }
+}

@@ -21,6 +21,13 @@
 //! instances × lease_size.
 #![warn(missing_docs)]
 
+/// The project README's Rust code blocks, compiled and run as doctests
+/// (`cargo test -p quotalease --doc`), so its quick start cannot rot. Its
+/// other blocks are labelled with their language, which rustdoc skips.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 mod authority;
 mod broker;
 pub mod bucket;

@@ -9,6 +9,9 @@
 //! too, for Node and Go. Rules kept here:
 //! - `rate` ("600/min") and `limit`/`window_ms` are alternatives: giving both
 //!   is an error (never a silent override).
+//! - One option under two spellings (`window_ms` and `windowMs`) is an error
+//!   naming both (never a silent override); setting the same spelling again
+//!   replaces the value, as a C caller may do.
 //! - `clock = "manual"` starts at [`MANUAL_CLOCK_START_MS`] unless
 //!   `clock_start_ms` says otherwise; `clock_start_ms` needs the manual clock.
 //! - A null value (Python `None`, JS `undefined`/`null`) leaves the default.
@@ -58,6 +61,8 @@ pub struct Options {
     window_set: bool,
     manual_clock: bool,
     clock_start_ms: Option<u64>,
+    /// The spelling each option was first given in (canonical name, as given).
+    spelled: Vec<(&'static str, Box<str>)>,
 }
 
 /// The option's canonical (snake_case) name, if it is one.
@@ -177,6 +182,18 @@ impl Options {
         if value == OptionValue::Null {
             return Ok(self);
         }
+        let seen = match self.spelled.iter().find(|(f, _)| *f == field) {
+            Some((_, first)) if **first != *name => {
+                return Err(Error::config(
+                    field,
+                    format!(
+                        "was given twice, as `{first}` and as `{name}` (two spellings of one option): give it once"
+                    ),
+                ));
+            }
+            Some(_) => true,
+            None => false,
+        };
         let c = &mut self.cfg;
         match field {
             "url" => c.url = string(field, value)?.to_string(),
@@ -225,6 +242,10 @@ impl Options {
             "policy_file" => c.policy_file = Some(string(field, value)?.to_string()),
             "policy_refresh_ms" => c.policy_refresh_ms = int(field, value)?,
             _ => unreachable!("every name in OPTION_NAMES is handled"),
+        }
+        // Only once the value is accepted: a failed set changes nothing.
+        if !seen {
+            self.spelled.push((field, name.into()));
         }
         Ok(self)
     }
@@ -313,6 +334,34 @@ mod tests {
             }
         );
         assert_eq!(OPTION_NAMES.len(), 20);
+    }
+
+    #[test]
+    fn two_spellings_of_one_option_are_an_error_naming_both() {
+        let e = build(&[("limit", Int(10)), ("windowMs", Int(2000)), ("window_ms", Int(1000))]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        assert_eq!(
+            e.to_string(),
+            "invalid configuration: `window_ms` was given twice, as `windowMs` and as `window_ms` \
+             (two spellings of one option): give it once"
+        );
+        let e = build(&[("lease_size", Int(3)), ("leaseSize", Int(4))]).unwrap_err();
+        assert!(e.to_string().contains("as `lease_size` and as `leaseSize`"), "{e}");
+        // A null value sets nothing, so the other spelling is the only one.
+        assert_eq!(
+            build(&[("window_ms", Null), ("windowMs", Int(2000)), ("limit", Int(1))])
+                .unwrap()
+                .window_ms,
+            2000
+        );
+        // The same spelling again replaces the value (a C caller's second set).
+        assert_eq!(build(&[("limit", Int(1)), ("limit", Int(5))]).unwrap().limit, 5);
+        // A rejected value records no spelling: the other one is still free.
+        let mut o = Options::new();
+        assert!(o.set("windowMs", Str("soon")).is_err());
+        o.set("window_ms", Int(1000)).unwrap();
+        o.set("limit", Int(1)).unwrap();
+        assert_eq!(o.into_config().unwrap().window_ms, 1000);
     }
 
     #[test]

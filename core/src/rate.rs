@@ -25,13 +25,20 @@ pub fn validate_policy(limit: u64, window_ms: u64) -> Result<Policy> {
     Ok(Policy { limit, window_ms })
 }
 
+/// The units [`parse_rate`] accepts, as its error lists them.
+const RATE_UNITS: &str = "ms, s (sec, secs, second, seconds), m (min, mins, minute, minutes), \
+                          h (hr, hrs, hour, hours), d (day, days)";
+
 /// Parse a rate such as `"600/min"`, `"10/s"`, `"5000/hour"`, `"100/30s"` into
 /// `(limit, window_ms)`.
 pub fn parse_rate(rate: &str) -> Result<(u64, u64)> {
     let bad = || {
         Error::config(
             "rate",
-            format!("must look like \"600/min\", \"10/s\", \"100/30s\" or \"5000/hour\" (got {rate:?})"),
+            format!(
+                "must look like \"600/min\", \"10/s\", \"100/30s\" or \"5000/hour\": a whole number of tokens, \
+                 \"/\", an optional whole count and a lowercase unit, one of {RATE_UNITS} (got {rate:?})"
+            ),
         )
     };
     let (n, per) = rate.trim().split_once('/').ok_or_else(bad)?;
@@ -72,6 +79,16 @@ mod tests {
         assert_eq!(parse_rate("5/30secs").unwrap(), (5, 30_000));
         for bad in ["", "10", "x/min", "10/fortnight", "0/min", "10/0s"] {
             assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+        // A unit in capitals or a fractional count: the error lists the units.
+        for bad in ["10/MIN", "1.5/s", "10/fortnight"] {
+            let e = parse_rate(bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with("invalid configuration: `rate` must look like \"600/min\"")
+                    && e.contains("one of ms, s (sec, secs, second, seconds), m (min, mins, minute, minutes), h (hr, hrs, hour, hours), d (day, days)")
+                    && e.ends_with(&format!("(got {bad:?})")),
+                "{e}"
+            );
         }
     }
 }

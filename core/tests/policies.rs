@@ -26,6 +26,18 @@ fn admitted(l: &Limiter, key: &str, tier: Option<&str>, n: usize) -> usize {
 }
 
 #[test]
+fn a_tier_named_where_no_tiers_are_defined_says_so() {
+    let l = Limiter::builder().limit(10).window_ms(1_000).build().unwrap();
+    let e = l.acquire_with("a", 1, Some("gold")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Config);
+    assert_eq!(
+        e.to_string(),
+        "invalid configuration: unknown tier \"gold\" (no tiers are defined); \
+         define it in `tiers`, the policy file or the store"
+    );
+}
+
+#[test]
 fn a_tier_named_by_the_caller_picks_the_rules() {
     let l = manual("memory://").limit(100).window_ms(1_000).build().unwrap();
     assert_eq!(admitted(&l, "a", Some("free"), 10), 5);

@@ -49,9 +49,9 @@ pub const LEASE_AUTO: u64 = u64::MAX;
 pub struct lease_config {
     /// NUL-terminated UTF-8. Default "memory://" (an in-process authority
     /// private to the limiter); "memory://NAME" is shared by every limiter of
-    /// the process with that NAME; "redis://[user:pass@]host:port[/db]",
-    /// "rediss://" (TLS), "redis+cluster://host:port[,host:port...]",
-    /// "redis+sentinel://host:port[,host:port...]/service_name[/db]".
+    /// the process with that NAME; `"redis://[user:pass@]host:port[/db]"`,
+    /// "rediss://" (TLS), `"redis+cluster://host:port[,host:port...]"`,
+    /// `"redis+sentinel://host:port[,host:port...]/service_name[/db]"`.
     pub url: *const c_char,
     /// Tokens per window for every key (required: the default 0 is rejected).
     pub limit: u64,

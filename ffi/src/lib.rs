@@ -10,7 +10,7 @@
 //! - every function returns a [`lease_status`] with fixed numbers that are
 //!   never reused, and writes results through out-params;
 //! - every pointer is NULL-checked (a NULL is `LEASE_ERR_NULL`, never a crash);
-//! - every exported body runs inside one panic boundary ([`ffi_boundary!`]),
+//! - every exported body runs inside one panic boundary (`ffi_boundary!`),
 //!   so no panic crosses into C (it becomes `LEASE_ERR_PANIC`);
 //! - the message of the last failure on the calling thread is
 //!   [`lease_last_error`].

@@ -20,7 +20,9 @@ use crate::error::{c_str, fail, fail_with, lease_status, lease_status::*, null_a
 /// `on_backend_failure`, `expected_replicas`, `backend_timeout_ms`,
 /// `key_prefix`, `max_keys`, `mode`, `clock`, `clock_start_ms`, and for
 /// plan tiers and the shared policy store `tiers`, `default_tier`,
-/// `policy_file`, `policy_refresh_ms`. An option not set keeps its default.
+/// `policy_file`, `policy_refresh_ms`. An option not set keeps its default;
+/// setting it again under the same name replaces the value, and under its
+/// other spelling ("window_ms" after "windowMs") is `LEASE_ERR_CONFIG`.
 ///
 /// Thread safety: a `lease_options` is not synchronised. Calls that change it
 /// (`lease_options_set_*`, `lease_options_free`) must not run at the same
@@ -196,6 +198,18 @@ mod tests {
             LEASE_ERR_NULL
         );
         assert!(last().contains("`value`"), "{}", last());
+        // windowMs was set: the other spelling is an error naming both, the
+        // same spelling again replaces the value.
+        assert_eq!(
+            unsafe { lease_options_set_int(o, c"window_ms".as_ptr(), 2000) },
+            LEASE_ERR_CONFIG
+        );
+        assert_eq!(
+            last(),
+            "lease_options_set_int: invalid configuration: `window_ms` was given twice, as `windowMs` and as \
+             `window_ms` (two spellings of one option): give it once"
+        );
+        assert_eq!(unsafe { lease_options_set_int(o, c"limit".as_ptr(), 5) }, LEASE_OK);
         let cfg = unsafe { &*o }.options.clone().into_config().unwrap();
         assert_eq!((cfg.limit, cfg.window_ms), (5, 1000));
         unsafe { lease_options_free(o) };

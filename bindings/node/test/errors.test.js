@@ -104,6 +104,9 @@ test('invalid option values are config errors that name the option', () => {
     [{ rate: '0/min' }, /`limit` must be at least 1/],
     [{ rate: '10/s', limit: 5 }, /`rate` cannot be combined with `limit` or `window_ms`/],
     [{ windowMs: 1000, rate: '10/s' }, /`rate` cannot be combined/],
+    // One option under both spellings: an error naming both, not the last one silently.
+    [{ limit: 10, windowMs: 2000, window_ms: 1000 }, /`window_ms` was given twice, as `windowMs` and as `window_ms`/],
+    [{ rate: '10/MIN' }, /`rate` must look like .*one of ms, s \(sec, secs, second, seconds\), m \(min/],
     [{ limit: 5, clockStartMs: 5 }, /`clock_start_ms` needs `clock` = "manual"/],
   ]
   for (const [o, message] of cases) {

@@ -34,7 +34,15 @@ test('express: headers on every response, 429 with Retry-After when denied', asy
   assert.equal(denied.status, 429)
   assert.match(denied.headers.get('retry-after'), /^[1-9]\d*$/)
   assert.match(denied.headers.get('ratelimit'), /^"default";r=0;t=\d+$/)
-  assert.equal(await denied.text(), 'Too Many Requests\n')
+  // The body of every quotalease middleware (Python's and Go's bytes too).
+  assert.equal(denied.headers.get('content-type'), 'application/problem+json')
+  const body = await denied.text()
+  const { retry_after_ms: retryAfterMs } = JSON.parse(body)
+  assert.ok(Number.isInteger(retryAfterMs) && retryAfterMs > 0, body)
+  assert.equal(
+    body,
+    `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit exceeded","retry_after_ms":${retryAfterMs}}`,
+  )
 
   // Another key has its own budget; the default key is the client address.
   assert.equal((await fetch(`${srv.base}/`, { headers: { 'x-api-key': 'bob' } })).status, 200)

@@ -779,12 +779,17 @@ impl Limiter {
 
     fn __repr__(&self) -> String {
         let c = self.inner.config();
+        // What was configured: fixed leases of n, or 'adaptive' when no
+        // lease_size was given (leases sized by demand), not the resolved size.
+        let lease_size = match c.lease_size {
+            Some(n) => n.to_string(),
+            None => "'adaptive'".to_string(),
+        };
         format!(
-            "Limiter(url='{}', limit={}, window_ms={}, lease_size={}, mode='{}')",
+            "Limiter(url='{}', limit={}, window_ms={}, lease_size={lease_size}, mode='{}')",
             ql::redact_url(&c.url),
             c.limit,
             c.window_ms,
-            self.inner.lease_size(),
             c.mode.as_str()
         )
     }

@@ -4,6 +4,7 @@ script (tests/harness/redisctl), unique key prefixes, and a bounded poll."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -119,6 +120,18 @@ def day_limiter(server: RedisServer, prefix: str, *, limit: int, lease_size: int
         key_prefix=prefix,
         clock="manual",
     )
+
+
+def check_problem(content_type: str, body: bytes) -> None:
+    """The 429 body every quotalease middleware sends, in every language (the
+    same bytes in Go and Node): RFC 9457 problem details and the retry delay."""
+    assert content_type == "application/problem+json", content_type
+    payload = json.loads(body)
+    assert isinstance(payload["retry_after_ms"], int) and payload["retry_after_ms"] > 0, payload
+    assert body == (
+        b'{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit exceeded",'
+        b'"retry_after_ms":%d}' % payload["retry_after_ms"]
+    ), body
 
 
 _counter = itertools.count()

@@ -75,7 +75,13 @@ def test_defaults_and_repr() -> None:
     lim = Limiter(limit=1000)
     assert lim.lease_size == 20  # 2 % of the limit, at most 20
     assert lim.acquire("k").window_ms == 60_000
-    assert repr(lim) == "Limiter(url='memory://', limit=1000, window_ms=60000, lease_size=20, mode='lease')"
+    # No lease_size given: adaptive leasing, and the repr says so (not the resolved 20).
+    assert repr(lim) == "Limiter(url='memory://', limit=1000, window_ms=60000, lease_size='adaptive', mode='lease')"
+    assert repr(Limiter(rate="600/min")) == (
+        "Limiter(url='memory://', limit=600, window_ms=60000, lease_size='adaptive', mode='lease')"
+    )
+    fixed = Limiter(limit=1000, lease_size=20)
+    assert repr(fixed) == "Limiter(url='memory://', limit=1000, window_ms=60000, lease_size=20, mode='lease')"
     secret = Limiter("redis://:hunter2@127.0.0.1:1/0", limit=5)
     assert "hunter2" not in repr(secret)
 

@@ -45,6 +45,12 @@ from quotalease import (
         ({"limit": 10, "on_backend_failure": "panic"}, "`on_backend_failure` must be one of"),
         ({"limit": 10, "clock": "sundial"}, "`clock` must be"),
         ({"rate": "10/fortnight"}, "`rate` must look like"),
+        ({"rate": "10/MIN"}, "`rate` must look like .*one of ms, s \\(sec, secs, second, seconds\\), m \\(min"),
+        # One option under two spellings: an error naming both, not the last one silently.
+        (
+            {"limit": 10, "windowMs": 2000, "window_ms": 1000},
+            "`window_ms` was given twice, as `windowMs` and as `window_ms`",
+        ),
         ({"rate": "0/min"}, "`limit` must be at least 1"),
         ({"rate": "10/min", "limit": 10}, "`rate` cannot be combined with `limit` or `window_ms`"),
         ({"rate": "10/min", "window_ms": 10}, "`rate` cannot be combined"),

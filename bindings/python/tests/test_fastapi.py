@@ -15,10 +15,10 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
-from conftest import DAY, PATIENT, RedisServer, unique, wait_for
+from conftest import DAY, PATIENT, RedisServer, check_problem, unique, wait_for
 from quotalease import ConfigError, Decision, InvalidCostError, Limiter, http_key
 from quotalease.asgi import RateLimitMiddleware
-from quotalease.fastapi import RateLimited, limit
+from quotalease.fastapi import RateLimited, limit, problem_response
 
 
 def by_user(request: Request) -> str | None:
@@ -118,6 +118,22 @@ def test_beside_the_app_wide_middleware_and_a_custom_denial_handler() -> None:
     assert "retry-after" in codes[2].headers
     # The app-wide middleware counted all three (it runs first), the route's limit two admits.
     assert app_wide.inspect("ann")["admitted"] == 3
+
+
+def test_problem_response_answers_with_the_middlewares_body() -> None:
+    app = FastAPI()
+    app.add_exception_handler(RateLimited, problem_response)
+
+    @app.get("/", dependencies=[Depends(limit("1/min", key=by_user))])
+    async def home() -> str:
+        return "home"
+
+    with TestClient(app) as client:
+        codes = [client.get("/", headers={"x-user": "ann"}) for _ in range(2)]
+    assert [r.status_code for r in codes] == [200, 429]
+    check_problem(codes[1].headers["content-type"], codes[1].content)
+    assert int(codes[1].headers["retry-after"]) >= 1
+    assert codes[1].headers["ratelimit"].startswith('"default";r=0;t=')
 
 
 def test_beside_the_middleware_the_routes_fields_are_the_only_ones() -> None:

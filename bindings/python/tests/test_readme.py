@@ -50,6 +50,26 @@ def check_admits_the_limit(get: Callable[[], int], per_minute: int) -> None:
     assert per_minute <= len(codes) - 1 <= per_minute + refilled
 
 
+def test_no_performance_table_calls_a_fixed_lease_size_the_default() -> None:
+    """An unset lease_size is adaptive leasing: the benchmark tables and the scripts
+    that write them never label a fixed lease size "the default lease_size (20)"."""
+    files = [
+        "bindings/python/README.md",
+        "bindings/node/README.md",
+        "docs/benchmarks.md",
+        "bindings/python/bench/bench_acquire.py",
+        "bindings/node/bench/acquire.js",
+    ]
+    for name in files:
+        text = (ROOT / name).read_text()
+        found = re.findall(r"default lease_?size \(\d+\)", text, re.I)
+        assert not found, f"{name}: {found}"
+    # The scripts' default rows give no lease size, as the label says.
+    bench = (ROOT / "bindings/python/bench/bench_acquire.py").read_text()
+    assert 'dflt = quotalease.Limiter("memory://", limit=big, window_ms=window_ms)\n' in bench
+    assert "default (adaptive leases)" in bench
+
+
 def test_examples_pass_mypy_strict(tmp_path: Path) -> None:
     """What a user's mypy --strict says of the examples, against the shipped stubs.
     Left out: Django's (django-stubs needs its plugin and a settings module), gRPC's
@@ -156,7 +176,7 @@ def test_django_example(tmp_path: Path) -> None:
     assert [code for code, _, _ in results] == [200, 200, 200, 429]
     assert json.loads(results[0][2]) == {"q": "x", "remaining": 2}
     assert results[0][1].startswith('"default";r=2;')  # the view's limit: its headers win
-    assert json.loads(results[3][2])["error"] == "rate_limited"
+    assert json.loads(results[3][2])["title"] == "Too Many Requests"
 
 
 def test_grpc_example() -> None:

@@ -6,8 +6,9 @@
 //! never reaches the inner service:
 //!
 //! - HTTP ([`Http`], the default): status 429, `Retry-After` (whole seconds),
-//!   body `Too Many Requests`, or your own response with
-//!   [`RateLimitLayer::on_denied`];
+//!   the body of every quotalease middleware (RFC 9457 problem details,
+//!   `application/problem+json`, with `retry_after_ms`), or your own response
+//!   with [`RateLimitLayer::on_denied`];
 //! - gRPC ([`Grpc`], [`RateLimitLayer::grpc`]): a trailers-only response with
 //!   status `RESOURCE_EXHAUSTED` (8), the retry delay as a `google.rpc.RetryInfo`
 //!   detail in `grpc-status-details-bin` (what `tonic_types::StatusExt` and
@@ -70,13 +71,25 @@ pub trait Respond<B>: Send + Sync + 'static {
     fn failed(&self, parts: &Parts, error: &quotalease::Error) -> Response<B>;
 }
 
-/// HTTP answers: 429 `Too Many Requests` (text/plain), 500 on a limiter error.
+/// HTTP answers: 429 with the body of every quotalease middleware (Python,
+/// Express, Go), RFC 9457 problem details as `application/problem+json`:
+/// `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit exceeded","retry_after_ms":N}`;
+/// 500 on a limiter error.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Http;
 
 impl<B: From<String>> Respond<B> for Http {
-    fn denied(&self, _parts: &Parts, _decision: &Decision) -> Response<B> {
-        text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n")
+    fn denied(&self, _parts: &Parts, decision: &Decision) -> Response<B> {
+        let body = format!(
+            "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
+             \"detail\":\"rate limit exceeded\",\"retry_after_ms\":{}}}",
+            decision.retry_after_ms
+        );
+        let mut res = Response::new(B::from(body));
+        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        res.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        res
     }
 
     fn failed(&self, _parts: &Parts, _error: &quotalease::Error) -> Response<B> {

@@ -114,7 +114,22 @@ async fn admits_then_answers_429_with_retry_after() {
     }
     let r = request(addr, "/", &[("x-api-key", "alice")]).await;
     assert_eq!(r.status, 429);
-    assert_eq!(r.body, "Too Many Requests\n");
+    // The body of every quotalease middleware (Python's, Node's and Go's bytes too).
+    assert_eq!(r.headers["content-type"], "application/problem+json");
+    let ms = r
+        .body
+        .rsplit_once("\"retry_after_ms\":")
+        .and_then(|(_, n)| n.strip_suffix('}'))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no retry_after_ms: {}", r.body));
+    assert!(ms > 0, "{}", r.body);
+    assert_eq!(
+        r.body,
+        format!(
+            "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
+             \"detail\":\"rate limit exceeded\",\"retry_after_ms\":{ms}}}"
+        )
+    );
     let retry: u64 = r.headers["retry-after"].parse().unwrap();
     assert!((1..=60).contains(&retry), "Retry-After {retry}");
     assert!(r.headers["ratelimit"].starts_with("\"default\";r=0;"));

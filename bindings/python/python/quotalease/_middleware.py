@@ -32,11 +32,24 @@ def metadata_pairs(decision: Decision) -> list[tuple[str, str]]:
     return [(name.lower(), value) for name, value in decision.headers().items()]
 
 
+#: The content type of the 429 body (RFC 9457 problem details).
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
 def denied_payload(decision: Decision) -> dict[str, object]:
-    return {"error": "rate_limited", "detail": DENIED_DETAIL, "retry_after_ms": decision.retry_after_ms}
+    """The 429 body every HTTP middleware sends, in every language: RFC 9457
+    problem details with the retry delay in milliseconds."""
+    return {
+        "type": "about:blank",
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": "rate limit exceeded",
+        "retry_after_ms": decision.retry_after_ms,
+    }
 
 
 def denied_body(decision: Decision) -> bytes:
+    """:func:`denied_payload` as compact JSON (the same bytes as Go's and Node's)."""
     return json.dumps(denied_payload(decision), separators=(",", ":")).encode()
 
 

@@ -9,7 +9,9 @@
 
 Every HTTP response carries the IETF ``RateLimit`` and ``RateLimit-Policy``
 headers; a denied request gets ``429 Too Many Requests`` with ``Retry-After``
-and a small JSON body, and never reaches the app.
+and the body every quotalease middleware sends (``application/problem+json``,
+RFC 9457: ``{"type":"about:blank","title":"Too Many Requests","status":429,
+"detail":"rate limit exceeded","retry_after_ms":N}``), and never reaches the app.
 
 ``key(request)`` picks the bucket. ``request`` is a
 ``starlette.requests.Request`` when Starlette is installed (FastAPI, Starlette),
@@ -37,7 +39,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from . import Limiter
-from ._middleware import Rule, denied_body, header_pairs
+from ._middleware import PROBLEM_CONTENT_TYPE, Rule, denied_body, header_pairs
 from ._proxies import TrustedProxies, TrustedProxiesSpec, asgi_forwarding, default_key_check
 
 Scope = MutableMapping[str, Any]
@@ -115,7 +117,7 @@ class RateLimitMiddleware:
                     "type": "http.response.start",
                     "status": 429,
                     "headers": [
-                        (b"content-type", b"application/json"),
+                        (b"content-type", PROBLEM_CONTENT_TYPE.encode()),
                         (b"content-length", str(len(body)).encode()),
                         *extra,
                     ],

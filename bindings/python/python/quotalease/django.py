@@ -38,7 +38,9 @@ Settings (``settings.QUOTALEASE``, a dict; every entry optional):
   (true: not limited); ``TIER``: a plan tier or ``tier(request)``, handed to
   ``acquire`` for limiters with tiers.
 - ``DENIED``: ``denied(request, decision) -> HttpResponse`` instead of the 429
-  JSON answer (the RateLimit and ``Retry-After`` headers are added to it).
+  answer every quotalease middleware sends (``application/problem+json``,
+  RFC 9457, with ``retry_after_ms``); the RateLimit and ``Retry-After`` headers
+  are added to it.
 
 Every limited response carries ``RateLimit-Policy`` and ``RateLimit``; a denied
 request gets ``429 Too Many Requests`` with ``Retry-After`` and never reaches
@@ -64,12 +66,12 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 from django.views.decorators.debug import sensitive_variables
 
 from . import ConfigError, Limiter
-from ._middleware import Rule, denied_payload, header_pairs
+from ._middleware import PROBLEM_CONTENT_TYPE, Rule, denied_body, header_pairs
 from ._native import Decision
 from ._proxies import TrustedProxies, environ_client
 
@@ -218,7 +220,10 @@ def _rule(conf: dict[str, Any], limiter: Limiter, key: Any, cost: Any, group: An
 
 
 def _denied(request: HttpRequest, decision: Decision, handler: Denied | None) -> HttpResponse:
-    response = handler(request, decision) if handler else JsonResponse(denied_payload(decision), status=429)
+    if handler is not None:
+        response = handler(request, decision)
+    else:
+        response = HttpResponse(denied_body(decision), status=429, content_type=PROBLEM_CONTENT_TYPE)
     _add_headers(response, decision)
     return response
 

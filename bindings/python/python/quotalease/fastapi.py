@@ -13,9 +13,11 @@ of the route. Admitted: the response carries ``RateLimit-Policy`` and
 ``RateLimit`` and the dependency's value is the :class:`quotalease.Decision`
 (``d: Decision = Depends(limit(...))``). Denied: it raises
 :class:`RateLimited`, an ``HTTPException`` with status 429 and the
-``Retry-After`` and RateLimit headers; FastAPI answers it with
-``{"detail": ...}``, and ``app.add_exception_handler(RateLimited, ...)``
-replaces that answer (``exc.decision`` is there). The app-wide limit is
+``Retry-After`` and RateLimit headers; FastAPI answers it in its own
+convention for an ``HTTPException``, ``{"detail": ...}``, and
+``app.add_exception_handler(RateLimited, ...)`` replaces that answer
+(``exc.decision`` is there; ``problem_response`` answers with the body of
+every quotalease middleware, ``application/problem+json``). The app-wide limit is
 :class:`quotalease.asgi.RateLimitMiddleware`; both can be used together.
 
 ``rate`` is a rate such as ``"10/min"`` (a new limiter on ``url``, default
@@ -38,12 +40,12 @@ from typing import Any
 from fastapi import HTTPException, Request, Response
 
 from . import Limiter
-from ._middleware import DENIED_DETAIL, Rule, header_pairs
+from ._middleware import DENIED_DETAIL, PROBLEM_CONTENT_TYPE, Rule, denied_body, header_pairs
 from ._native import Decision
 from ._proxies import TrustedProxiesSpec
 from .asgi import client_address, default_key
 
-__all__ = ["RateLimited", "RouteLimit", "endpoint_group", "limit"]
+__all__ = ["RateLimited", "RouteLimit", "endpoint_group", "limit", "problem_response"]
 
 
 class RateLimited(HTTPException):
@@ -53,6 +55,16 @@ class RateLimited(HTTPException):
     def __init__(self, decision: Decision) -> None:
         super().__init__(status_code=429, detail=DENIED_DETAIL, headers=dict(header_pairs(decision)))
         self.decision = decision
+
+
+def problem_response(request: Request, exc: Exception) -> Response:
+    """An exception handler answering :class:`RateLimited` with the 429 body of
+    every quotalease middleware (``application/problem+json``, RFC 9457, with
+    ``retry_after_ms``) instead of FastAPI's ``{"detail": ...}``:
+    ``app.add_exception_handler(RateLimited, problem_response)``."""
+    if not isinstance(exc, RateLimited):
+        raise exc
+    return Response(denied_body(exc.decision), status_code=429, media_type=PROBLEM_CONTENT_TYPE, headers=exc.headers)
 
 
 def endpoint_group(request: Request) -> str:

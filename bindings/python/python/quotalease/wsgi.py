@@ -9,7 +9,9 @@
 
 Every response carries the IETF ``RateLimit`` and ``RateLimit-Policy``
 headers; a denied request gets ``429 Too Many Requests`` with ``Retry-After``
-and a small JSON body, and never reaches the app.
+and the body every quotalease middleware sends (``application/problem+json``,
+RFC 9457: ``{"type":"about:blank","title":"Too Many Requests","status":429,
+"detail":"rate limit exceeded","retry_after_ms":N}``), and never reaches the app.
 
 ``key(request)`` picks the bucket. ``request`` is a ``werkzeug.wrappers.Request``
 when Werkzeug is installed (Flask), otherwise the WSGI ``environ`` dict. The
@@ -33,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._middleware import Rule, denied_body, header_pairs
+from ._middleware import PROBLEM_CONTENT_TYPE, Rule, denied_body, header_pairs
 from ._native import Limiter
 from ._proxies import TrustedProxies, TrustedProxiesSpec, default_key_check, environ_client
 
@@ -92,7 +94,7 @@ class RateLimitMiddleware:
             body = denied_body(decision)
             start_response(
                 "429 Too Many Requests",
-                [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *extra],
+                [("Content-Type", PROBLEM_CONTENT_TYPE), ("Content-Length", str(len(body))), *extra],
             )
             return [body]
 
