@@ -2,10 +2,12 @@ package quotalease
 
 import (
 	"errors"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestDefaultConfigHasTheDocumentedDefaults(t *testing.T) {
@@ -412,5 +414,26 @@ func TestOvershootBudgetCapsWhatAnInstanceHolds(t *testing.T) {
 	}
 	if _, err := New(Config{Limit: 100, OvershootBudget: "150%"}); err == nil || !strings.Contains(err.Error(), "overshoot_budget") {
 		t.Fatalf("want a config error naming overshoot_budget, got %v", err)
+	}
+}
+
+// A server that accepts connections and never answers (a listener nobody
+// reads): a cold Acquire waits one BackendTimeoutMs in all, connect
+// included, then the failure policy decides (it once waited two).
+func TestABlackHoleCostsOneTimeout(t *testing.T) {
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close()
+	l := mustNew(t, Config{URL: "redis://" + hole.Addr().String(), Rate: "600/min", BackendTimeoutMs: 1000})
+	start := time.Now()
+	d, err := l.Acquire("k")
+	waited := time.Since(start)
+	if err != nil || d.Reason != ReasonFallback {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if waited >= 2*time.Second {
+		t.Fatalf("waited %v: more than one BackendTimeoutMs (1 s)", waited)
 	}
 }

@@ -170,7 +170,8 @@ impl Limiter {
     pub fn policy(&self, key: &str, tier: Option<&str>) -> Result<(Rules, PolicySource)> {
         self.engine.check_open()?;
         validate_key(key)?;
-        self.engine.await_policy(key);
+        self.engine
+            .await_policy(key, std::time::Instant::now() + self.engine.wait_bound());
         let r = self.engine.resolve(key, tier)?;
         Ok((r.rules, r.source))
     }

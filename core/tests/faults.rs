@@ -96,3 +96,33 @@ fn black_hole_during_connect_is_bounded_and_recovers() {
         l.acquire("after", 1).unwrap().reason == Reason::Lease
     });
 }
+
+/// A server that accepts connections and never answers (a listener nobody
+/// reads; no redis-server needed): a cold acquire waits one
+/// `backend_timeout_ms` in all, connect included, then the failure policy
+/// decides. Following a policy store, the key's first store read and its
+/// lease call share that one wait (issue 25: each had its own, 2 s here).
+#[test]
+fn a_black_hole_costs_one_timeout() {
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    for store_ms in [0, 1_000] {
+        let l = Limiter::builder()
+            .url(format!("redis://{}", hole.local_addr().unwrap()))
+            .rate("600/min")
+            .backend_timeout_ms(1_000)
+            .policy_refresh_ms(store_ms)
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        let d = l.acquire("k", 1).unwrap();
+        let waited = start.elapsed();
+        assert!(!d.allowed || d.reason == Reason::Fallback, "{d:?}");
+        assert!(
+            waited < Duration::from_secs(2),
+            "policy_refresh_ms {store_ms}: waited {waited:?}, more than one backend_timeout_ms (1 s)"
+        );
+        if store_ms == 0 {
+            assert_eq!(d.reason, Reason::Fallback);
+        }
+    }
+}

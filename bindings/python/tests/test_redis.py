@@ -139,3 +139,33 @@ def test_a_failing_event_callback_does_not_break_the_limiter(
     wait_for("the callback's error to be reported", lambda: fired() and bool(reported))
     assert isinstance(reported[0], RuntimeError) and str(reported[0]) == "callback bug"
     assert lim.acquire("again").reason == "fallback"
+
+
+@pytest.mark.parametrize("store_ms", [0, 1000])
+def test_a_black_hole_costs_one_timeout(store_ms: int) -> None:
+    # A server that accepts connections and never answers (a listening
+    # socket nobody reads): a cold acquire waits one backend_timeout_ms in
+    # all, connect included, then the failure policy decides. Following a
+    # policy store, the key's first store read and its lease share that wait
+    # (each once had its own).
+    import socket
+    import time
+
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)
+        lim = Limiter(
+            url=f"redis://127.0.0.1:{hole.getsockname()[1]}",
+            rate="600/min",
+            backend_timeout_ms=1000,
+            policy_refresh_ms=store_ms,
+        )
+        start = time.monotonic()
+        d = lim.acquire("k")
+        waited = time.monotonic() - start
+        lim.close()
+    assert waited < 2.0, f"waited {waited:.2f} s: more than one backend_timeout_ms (1 s)"
+    if store_ms == 0:
+        assert d.reason == "fallback"
+    else:
+        assert d.reason == "fallback" or not d.allowed

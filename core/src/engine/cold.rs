@@ -2,7 +2,8 @@
 //! [`Engine::step`], decides or says what to wait for; two drivers run it,
 //! one blocking a thread (`acquire`, `try_acquire`) and one awaiting
 //! (`acquire_async`), with the same deadline: `backend_timeout_ms` plus a
-//! little slack, after which the failure policy or a `pending` denial applies.
+//! little slack for the whole request (its first policy read and every
+//! rule's call), after which the failure policy or a `pending` denial applies.
 
 use std::sync::atomic::Ordering::*;
 use std::sync::{Arc, Mutex};
@@ -100,19 +101,23 @@ impl Engine {
         // The admit path checks a key's length only; the separator that
         // names rule buckets is refused here, before the key is looked up.
         validate_key(key)?;
+        // One deadline for the whole request: its key's first policy read
+        // and the lease call of each rule share one `backend_timeout_ms`.
+        let deadline = Instant::now() + self.wait_bound();
         if waiting == Waiting::Yes {
-            self.await_policy(key);
+            self.await_policy(key, deadline);
         } else {
             let _ = self.policy_wait(key);
         }
-        cold_path!(self, key, cost, tier, |b| self.drive(b, cost, waiting))
+        cold_path!(self, key, cost, tier, |b| self.drive(b, cost, waiting, deadline))
     }
 
     /// Async driver of the cold path (runs on the broker's runtime).
     pub async fn acquire_slow_async(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
         validate_key(key)?;
-        self.await_policy_async(key).await;
-        cold_path!(self, key, cost, tier, |b| self.drive_async(b, cost).await)
+        let deadline = tokio::time::Instant::now() + self.wait_bound();
+        self.await_policy_async(key, deadline).await;
+        cold_path!(self, key, cost, tier, |b| self.drive_async(b, cost, deadline).await)
     }
 
     /// Every rule admitted: the decision of the rule with the fewest tokens left.
@@ -171,8 +176,7 @@ impl Engine {
 
     /// The blocking cold path of one bucket.
     /// `None`: the entry was evicted under the request (decide again).
-    fn drive(&self, e: &Arc<Entry>, cost: u64, waiting: Waiting) -> Result<Option<Decision>> {
-        let deadline = Instant::now() + self.wait_bound();
+    fn drive(&self, e: &Arc<Entry>, cost: u64, waiting: Waiting, deadline: Instant) -> Result<Option<Decision>> {
         loop {
             let in_time = match self.step(e, cost, waiting)? {
                 Step::Done(d) => return Ok(Some(d)),
@@ -191,8 +195,7 @@ impl Engine {
     }
 
     /// The awaiting cold path of one bucket.
-    async fn drive_async(&self, e: &Arc<Entry>, cost: u64) -> Result<Option<Decision>> {
-        let deadline = tokio::time::Instant::now() + self.wait_bound();
+    async fn drive_async(&self, e: &Arc<Entry>, cost: u64, deadline: tokio::time::Instant) -> Result<Option<Decision>> {
         loop {
             let in_time = match self.step(e, cost, Waiting::Yes)? {
                 Step::Done(d) => return Ok(Some(d)),
@@ -351,7 +354,7 @@ impl Engine {
         Step::Done(self.deny(e, p, local, Reason::Exhausted, retry))
     }
 
-    pub(super) fn wait_bound(&self) -> Duration {
+    pub(crate) fn wait_bound(&self) -> Duration {
         // The broker's own round trip is bounded by the timeout; a little
         // slack lets its verdict (grant or circuit open) arrive first.
         Duration::from_millis(self.r.cfg.backend_timeout_ms + 20)

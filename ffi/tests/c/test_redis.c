@@ -228,6 +228,40 @@ static void secrets_stay_out_of_events(void) {
   degrade_without_secrets(secret_url, "AuthenticationFailed");
 }
 
+/* A server that accepts connections and never answers (a listening socket
+ * nobody reads): a cold acquire waits one backend_timeout_ms in all, connect
+ * included, then the failure policy decides (issue 25: it waited two). */
+static void a_black_hole_costs_one_timeout(void) {
+  struct sockaddr_in a;
+  socklen_t n = sizeof a;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  char hole[128];
+  lease_config c;
+  lease_limiter *l;
+  lease_decision d;
+  double t, waited;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 16) == 0 &&
+            getsockname(fd, (struct sockaddr *)&a, &n) == 0,
+        "a listening socket");
+  snprintf(hole, sizeof hole, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+  lease_config_init(&c);
+  c.url = hole;
+  c.limit = 600;
+  c.window_ms = 60000;
+  c.backend_timeout_ms = 1000;
+  EXPECT(lease_limiter_new(&c, &l), LEASE_OK);
+  t = now_s();
+  EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  waited = now_s() - t;
+  CHECK(d.reason == LEASE_REASON_FALLBACK, "reason %s", lease_reason_name(d.reason));
+  CHECK(waited < 2.0, "waited %.2f s: more than one backend_timeout_ms (1 s)", waited);
+  lease_limiter_free(l);
+  close(fd);
+}
+
 static void events_reach_the_callback(void) {
   char prefix[64];
   lease_config c;
@@ -289,6 +323,7 @@ int main(void) {
   RUN(try_acquire_is_pending_on_a_cold_key);
   RUN(flush_and_close_give_tokens_back);
   RUN(secrets_stay_out_of_events);
+  RUN(a_black_hole_costs_one_timeout);
   RUN(events_reach_the_callback); /* last: it kills and restarts the server */
   SUMMARY();
 }

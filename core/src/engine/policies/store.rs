@@ -48,8 +48,7 @@ impl Engine {
 
     /// [`Self::policy_wait`], waited for.
     /// (The first poll, then the key's entry: at most two waits.)
-    pub(crate) fn await_policy(&self, key: &str) {
-        let bound = std::time::Instant::now() + Duration::from_millis(self.r.cfg.backend_timeout_ms + 20);
+    pub(crate) fn await_policy(&self, key: &str, bound: std::time::Instant) {
         for _ in 0..2 {
             match self.policy_wait(key) {
                 Some(ready) => {
@@ -63,8 +62,7 @@ impl Engine {
     }
 
     /// [`Self::await_policy`] for the async driver.
-    pub(crate) async fn await_policy_async(&self, key: &str) {
-        let bound = tokio::time::Instant::now() + Duration::from_millis(self.r.cfg.backend_timeout_ms + 20);
+    pub(crate) async fn await_policy_async(&self, key: &str, bound: tokio::time::Instant) {
         for _ in 0..2 {
             match self.policy_wait(key) {
                 Some(ready) => {
