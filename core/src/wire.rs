@@ -157,4 +157,22 @@ pub(crate) fn ledger_reply(r: &[i64]) -> Result<Reply, String> {
 }
 
 /// Receives the answer to one call exactly once.
+///
+/// A call that got no reply in time fails with a text made by [`silence`]:
+/// the circuit tells silence (perhaps a slow authority) from an error.
 pub(crate) type Done = Box<dyn FnOnce(std::result::Result<Reply, String>) + Send>;
+
+/// How every "no reply in time" failure begins (see [`silence`]).
+const SILENCE: &str = "timed out";
+
+/// The failure of a call that got no reply within `backend_timeout_ms`
+/// (`detail` says which wait, e.g. "after 250 ms").
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn silence(detail: std::fmt::Arguments) -> String {
+    format!("{SILENCE} {detail}")
+}
+
+/// Whether a failed call's text says silence rather than an error.
+pub(crate) fn is_silence(err: &str) -> bool {
+    err.starts_with(SILENCE)
+}

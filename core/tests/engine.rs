@@ -176,6 +176,9 @@ fn closed_limiter_refuses_every_call() {
 /// may still admit (its static share's tokens; none under `deny`), not the
 /// authority's last estimate: for a key it never answered that was the whole
 /// limit, so a denied request's headers said `r=6` (seen from Node and Go).
+/// A key never answered starts its share empty when the circuit opens and
+/// admits the share's refill: 3 a minute here, one each 20 s (issue 22: a
+/// full share at once was one more limit per instance on top of the bucket).
 #[test]
 fn fallback_decisions_report_the_share_left() {
     let name = "fallback-remaining";
@@ -191,6 +194,13 @@ fn fallback_decisions_report_the_share_left() {
             .build()
             .unwrap();
         assert!(quotalease::testing::memory_outage(&format!("{name}-{policy}"), true));
+        let d = l.acquire("k", 1).unwrap();
+        assert!(!d.allowed && d.reason == Reason::Fallback, "{policy}: {d:?}");
+        if share > 0 {
+            assert_eq!(d.retry_after_ms, 20_000, "{policy}: {d:?}");
+        }
+        // A whole window on: the share refilled (the cap grew with it).
+        l.advance_clock(60_000).unwrap();
         for left in (0..share).rev() {
             let d = l.acquire("k", 1).unwrap();
             assert!(d.allowed && d.reason == Reason::Fallback, "{policy}: {d:?}");

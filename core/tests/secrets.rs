@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::{await_cond, RedisServer};
-use quotalease::{Error, ErrorKind, EventKind, Limiter};
+use quotalease::{Error, ErrorKind, EventKind, Limiter, Reason};
 
 const USER: &str = "alice-user-QRS";
 const PW: &str = "s3cret-pw-XYZ";
@@ -152,7 +152,7 @@ fn a_failing_connection_its_event_its_error_and_its_logs() {
     logs();
     let (l, rx) = limiter(&url);
     let d = l.acquire("k", 1).unwrap();
-    assert!(d.allowed, "static share admits while Redis is unreachable: {d:?}");
+    assert_eq!(d.reason, Reason::Fallback, "the failure policy decides: {d:?}");
     let message = degraded(&rx);
     assert_clean("the degraded event", &message);
     assert!(message.contains("backend unreachable"), "{message}");

@@ -33,7 +33,9 @@ for (const [name, call] of [
       const start = performance.now()
       const d = await call(l)
       const waited = performance.now() - start
-      assert.equal(d.reason, 'fallback')
+      // a first silence: denied as pending (the server may only be slow);
+      // the failure policy decides once the silence lasts a timeout more
+      assert.deepEqual([d.allowed, d.reason], [false, 'pending'])
       assert.ok(waited < 2000, `waited ${waited.toFixed(0)} ms: more than one backendTimeoutMs (1000)`)
     } finally {
       await l.close()

@@ -9,6 +9,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::redis::Connection;
 use crate::broker::{BoxFuture, Job, Target};
 use crate::redact::Secrets;
+use crate::wire::silence;
 
 /// Most calls sent in one batch.
 const MAX_BATCH: usize = 512;
@@ -52,10 +53,10 @@ async fn serve(target: Target, mut rx: UnboundedReceiver<Job>) {
                 tracing::error!("quotalease: a backend batch did not finish in {guard:?}; abandoned");
                 conn.reset();
                 for done in dones.drain(..) {
-                    done(Err(format!(
-                        "the batch did not finish in {} ms; abandoned",
+                    done(Err(silence(format_args!(
+                        "after {} ms: the batch was abandoned",
                         guard.as_millis()
-                    )));
+                    ))));
                 }
             }
         }

@@ -31,6 +31,7 @@ use super::{Call, Reply};
 use crate::bucket::Grant;
 use crate::config::{tls_files, BackendSpec};
 use crate::guard::Seen;
+use crate::wire::silence;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
@@ -96,6 +97,16 @@ pub(crate) struct Connection {
 
 fn err_text(e: &RedisError) -> String {
     e.to_string()
+}
+
+/// A failed connect's text: the crate's own connect timeout (it may fire
+/// before ours) is silence, like ours, not an error (see [`silence`]).
+fn connect_err(what: &str, e: &RedisError) -> String {
+    if e.is_timeout() {
+        silence(format_args!("({what}: {e})"))
+    } else {
+        format!("{what}: {e}")
+    }
 }
 
 /// One tick of the runtime's timer: what a call past its deadline waits
@@ -177,7 +188,7 @@ impl Connection {
                         client
                             .get_multiplexed_async_connection_with_config(&single_config(self.timeout))
                             .await
-                            .map_err(|e| format!("connect: {e}"))?,
+                            .map_err(|e| connect_err("connect", &e))?,
                     )
                 }
                 BackendSpec::Sentinel(spec) => {
@@ -190,7 +201,7 @@ impl Connection {
                     let client = sentinel
                         .async_get_client()
                         .await
-                        .map_err(|e| format!("connect (via Sentinel): {e}"))?;
+                        .map_err(|e| connect_err("connect (via Sentinel)", &e))?;
                     self.watch.primary = match client.get_connection_info().addr() {
                         redis::ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port)),
                         _ => None,
@@ -200,7 +211,7 @@ impl Connection {
                         client
                             .get_multiplexed_async_connection_with_config(&single_config(self.timeout))
                             .await
-                            .map_err(|e| format!("connect (via Sentinel): {e}"))?,
+                            .map_err(|e| connect_err("connect (via Sentinel)", &e))?,
                     )
                 }
                 BackendSpec::Cluster(nodes) => {
@@ -214,7 +225,7 @@ impl Connection {
                         client
                             .get_async_connection()
                             .await
-                            .map_err(|e| format!("connect: {e}"))?,
+                            .map_err(|e| connect_err("connect", &e))?,
                     )
                 }
                 BackendSpec::Memory(_) => return Err("not a Redis backend".into()),
@@ -256,7 +267,7 @@ impl Connection {
                 Ok(conn) => conn?,
                 Err(()) => {
                     self.conn = None;
-                    return Err(format!("connect timed out after {} ms", timeout.as_millis()));
+                    return Err(silence(format_args!("connecting, after {} ms", timeout.as_millis())));
                 }
             };
             let (replies, silent) = match conn {
@@ -266,13 +277,13 @@ impl Connection {
             if silent {
                 self.conn = None;
                 if replies.iter().all(Option::is_none) {
-                    return Err(format!("timed out after {} ms", timeout.as_millis()));
+                    return Err(silence(format_args!("after {} ms", timeout.as_millis())));
                 }
             }
             let mut retry = Vec::new();
             for (&idx, reply) in todo.iter().zip(replies) {
                 let Some(reply) = reply else {
-                    out[idx] = Some(Err(format!("no reply within {} ms", timeout.as_millis())));
+                    out[idx] = Some(Err(silence(format_args!("after {} ms", timeout.as_millis()))));
                     continue;
                 };
                 let reply = match reply {

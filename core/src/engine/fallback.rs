@@ -13,6 +13,7 @@ use crate::config::{FailurePolicy, Mode};
 use crate::decision::{Decision, Reason};
 use crate::events::{Event, EventKind};
 use crate::metrics::Counters;
+use crate::wire::is_silence;
 
 impl Engine {
     /// The failure policy, once local tokens are spent and the backend is down.
@@ -52,18 +53,23 @@ impl Engine {
     /// of the limit) of what the bucket held at the authority's last answer
     /// plus the refill since, rounded up. A fleet whose shares sum to the
     /// key's rate so starts an outage with about what the bucket held, not
-    /// with one more whole limit; a key never answered may hold a full share.
-    /// (The cap grows at the share's own refill rate, so it holds back only
-    /// a bucket fuller than the authority's last word: new, or refilled
-    /// since an earlier outage.)
+    /// with one more whole limit. A key the authority never answered starts
+    /// empty when the circuit opened: this instance cannot know what the
+    /// others took, so it admits only the refill of its share since (the
+    /// outage's refill the docs allow; a full share each was one more limit
+    /// per instance, issue 22). (The cap grows at the share's own refill
+    /// rate, so it holds back only a bucket fuller than the authority's last
+    /// word: new, or refilled since an earlier outage.)
     fn share_left(&self, e: &Entry, p: Policy, share: Policy, now: u64) -> u64 {
-        let at = e.auth_at.load(Relaxed);
-        if at == 0 || p.limit == 0 {
+        if p.limit == 0 {
             return share.limit;
         }
+        let (at, remaining) = match e.auth_at.load(Relaxed) {
+            0 => (self.circuit.opened_at(), 0),
+            at => (at, e.auth_remaining.load(Relaxed)),
+        };
         let since = now.saturating_sub(at) as u128;
-        let held = (e.auth_remaining.load(Relaxed) as u128 + since * p.limit as u128 / p.window_ms.max(1) as u128)
-            .min(p.limit as u128);
+        let held = (remaining as u128 + since * p.limit as u128 / p.window_ms.max(1) as u128).min(p.limit as u128);
         (held * share.limit as u128).div_ceil(p.limit as u128) as u64
     }
 
@@ -151,7 +157,7 @@ impl Engine {
                 }
             }
             Err(err) => {
-                if self.circuit.on_failure(self.clock.precise()) == Some(Transition::Opened) {
+                if self.circuit.on_failure(self.clock.precise(), is_silence(err)) == Some(Transition::Opened) {
                     let policy = self.r.cfg.on_backend_failure.as_str();
                     self.transition(
                         EventKind::Degraded,

@@ -122,7 +122,7 @@ impl Engine {
             policies: policies::Policies::new(&r.cfg, r.file.clone()),
             authority,
             fallback: MemoryAuthority::default(),
-            circuit: Circuit::default(),
+            circuit: Circuit::new(r.cfg.backend_timeout_ms),
             counters: Counters::default(),
             pending: AtomicU64::new(0),
             signal: Signal::default(),

@@ -5,6 +5,7 @@ use redis::{RedisError, Value};
 
 use super::{err_text, within, Conn, Connection, ScriptCall};
 use crate::authority::{PolicyOp, PolicyReply, Stored};
+use crate::wire::silence;
 
 impl Connection {
     /// One request to the policy store (its keys: `base` + `:tiers`, `:keys`,
@@ -109,7 +110,7 @@ impl Connection {
         let timeout = self.timeout;
         let conn = match within(timeout, self.connect()).await {
             Ok(conn) => conn?,
-            Err(()) => return Err("connect timed out".into()),
+            Err(()) => return Err(silence(format_args!("connecting, after {} ms", timeout.as_millis()))),
         };
         let query = async {
             match conn {
@@ -121,7 +122,7 @@ impl Connection {
             Ok(r) => r.map_err(|e| err_text(&e))?,
             Err(()) => {
                 self.conn = None;
-                return Err(format!("timed out after {} ms", timeout.as_millis()));
+                return Err(silence(format_args!("after {} ms", timeout.as_millis())));
             }
         };
         let (c, t, w) = value.as_deref().map_or((None, None, None), parse_stored);
