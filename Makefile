@@ -38,7 +38,9 @@ lint:
 	$(CARGO) clippy -p quotalease-cli --no-default-features -- -D warnings
 	# rustdoc of every workspace library (broken intra-doc links, bad code blocks);
 	# --lib: the CLI's binary is also named quotalease and would collide with the engine's docs
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --lib
+	# RUSTC_BOOTSTRAP=1 as in scripts/api-surface.py (rustdoc's JSON for the Rust API
+	# snapshot, make check-compat): the same settings, so both reuse one build of the deps
+	RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --lib
 
 fmt:
 	$(CARGO) fmt --all

@@ -11,13 +11,22 @@ the committed snapshot under tests/api/).
     scripts/api-surface.py node     every public .d.ts of bindings/node (all but
                                     the generated binding.d.ts) without comments
                                     and blank lines
+    scripts/api-surface.py rust     the quotalease crate's public items from
+                                    rustdoc's JSON (RUSTC_BOOTSTRAP=1, the
+                                    toolchain's own format): paths, signatures,
+                                    public fields, variants, inherent methods
+                                    and the traits implemented by hand; items
+                                    hidden from the docs (`internals`) left out
 
-Standard library only (no mypy, no TypeScript needed).
+Standard library only (no mypy, no TypeScript, no nightly toolchain needed).
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -125,12 +134,225 @@ def node_surface() -> str:
     return "\n".join(out) + "\n"
 
 
+def rustdoc_json() -> dict:
+    """Build the engine crate's rustdoc JSON and load it."""
+    env = dict(os.environ, RUSTC_BOOTSTRAP="1")
+    cargo = os.environ.get("CARGO", "cargo")
+    subprocess.run(
+        [cargo, "rustdoc", "-q", "-p", "quotalease", "--lib", "--", "-Z", "unstable-options", "--output-format", "json"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    meta = subprocess.run(
+        [cargo, "metadata", "--format-version", "1", "--no-deps"], cwd=ROOT, check=True, capture_output=True, text=True
+    )
+    target = Path(json.loads(meta.stdout)["target_directory"])
+    return json.loads((target / "doc" / "quotalease.json").read_text())
+
+
+class RustSurface:
+    """Renders rustdoc JSON items as one line per item, Rust-like."""
+
+    def __init__(self, doc: dict) -> None:
+        self.idx = doc["index"]
+        self.root = doc["root"]
+        self.out: list[str] = []
+
+    def item(self, i: int) -> dict:
+        return self.idx[str(i)]
+
+    def ty(self, t: dict | None) -> str:
+        if t is None:
+            return "()"
+        (k, v), = t.items()
+        if k == "resolved_path":
+            return self.path(v)
+        if k == "primitive" or k == "generic":
+            return v
+        if k == "borrowed_ref":
+            life = f"{v['lifetime']} " if v["lifetime"] else ""
+            return f"&{life}{'mut ' if v['is_mutable'] else ''}{self.ty(v['type'])}"
+        if k == "raw_pointer":
+            return f"*{'mut' if v['is_mutable'] else 'const'} {self.ty(v['type'])}"
+        if k == "tuple":
+            return "(" + ", ".join(self.ty(x) for x in v) + ")"
+        if k == "slice":
+            return f"[{self.ty(v)}]"
+        if k == "array":
+            return f"[{self.ty(v['type'])}; {v['len']}]"
+        if k == "impl_trait":
+            return "impl " + " + ".join(self.bound(b) for b in v)
+        if k == "dyn_trait":
+            return "dyn " + " + ".join(self.path(p["trait"]) for p in v["traits"])
+        if k == "qualified_path":
+            return f"<{self.ty(v['self_type'])}>::{v['name']}"
+        if k == "function_pointer":
+            sig = v["sig"]
+            return f"fn({', '.join(self.ty(a) for _, a in sig['inputs'])}) -> {self.ty(sig['output'])}"
+        return k
+
+    def path(self, p: dict) -> str:
+        # as the source spells it; the crate's own items by their name alone
+        name = p["path"]
+        if name.startswith("crate::"):
+            name = name.rsplit("::", 1)[-1]
+        args = p.get("args")
+        if not args:
+            return name
+        if "angle_bracketed" in args:
+            parts = []
+            for a in args["angle_bracketed"]["args"]:
+                (ak, av), = a.items()
+                parts.append(self.ty(av) if ak == "type" else str(av) if ak == "lifetime" else ak)
+            for c in args["angle_bracketed"].get("constraints", []):
+                binding = c.get("binding", {})
+                if "equality" in binding:
+                    parts.append(f"{c['name']} = {self.ty(binding['equality'].get('type'))}")
+                else:
+                    parts.append(f"{c['name']}: " + " + ".join(self.bound(b) for b in binding.get("constraint", [])))
+            return f"{name}<{', '.join(parts)}>" if parts else name
+        if "parenthesized" in args:
+            a = args["parenthesized"]
+            return f"{name}({', '.join(self.ty(x) for x in a['inputs'])}) -> {self.ty(a['output'])}"
+        return name
+
+    def bound(self, b: dict) -> str:
+        if "trait_bound" in b:
+            return self.path(b["trait_bound"]["trait"])
+        if "outlives" in b:
+            return b["outlives"]
+        return "?"
+
+    def generics(self, g: dict) -> str:
+        parts = []
+        for p in g["params"]:
+            kind = p["kind"]
+            if "lifetime" in kind:
+                parts.append(p["name"])
+            elif "type" in kind:
+                if kind["type"].get("is_synthetic"):
+                    continue
+                bounds = kind["type"]["bounds"]
+                parts.append(p["name"] + (": " + " + ".join(self.bound(b) for b in bounds) if bounds else ""))
+            elif "const" in kind:
+                parts.append(f"const {p['name']}: {self.ty(kind['const']['type'])}")
+        return f"<{', '.join(parts)}>" if parts else ""
+
+    def fn(self, name: str, f: dict) -> str:
+        h = f["header"]
+        quals = ("const " if h["is_const"] else "") + ("async " if h["is_async"] else "") + ("unsafe " if h["is_unsafe"] else "")
+        args = []
+        for arg, t in f["sig"]["inputs"]:
+            if arg == "self":
+                args.append({"&Self": "&self", "&mut Self": "&mut self", "Self": "self"}.get(self.ty(t), f"self: {self.ty(t)}"))
+            else:
+                args.append(f"{arg}: {self.ty(t)}")
+        out = f["sig"]["output"]
+        ret = f" -> {self.ty(out)}" if out is not None else ""
+        return f"{quals}fn {name}{self.generics(f['generics'])}({', '.join(args)}){ret}"
+
+    def impls(self, prefix: str, ids: list[int]) -> None:
+        traits = []
+        for i in ids:
+            imp = self.item(i)["inner"]["impl"]
+            if imp["is_synthetic"] or imp["blanket_impl"] is not None:
+                continue
+            if imp["trait"] is not None:
+                traits.append(self.path(imp["trait"]))
+                continue
+            for m in imp["items"]:
+                it = self.item(m)
+                if it["visibility"] != "public":
+                    continue
+                (k, v), = it["inner"].items()
+                if k == "function":
+                    self.out.append(f"{prefix}::{self.fn(it['name'], v)}")
+                elif k == "assoc_const":
+                    self.out.append(f"{prefix}::const {it['name']}: {self.ty(v['type'])}")
+        for t in sorted(traits):
+            self.out.append(f"impl {t} for {prefix}")
+
+    def render(self, path: str, i: int, name: str | None = None) -> None:
+        it = self.item(i)
+        name = name or it["name"]
+        full = f"{path}::{name}" if path else name
+        (k, v), = it["inner"].items()
+        if k == "module":
+            for c in v["items"]:
+                self.render(full, c)
+        elif k == "use":
+            if v["id"] is not None and str(v["id"]) in self.idx:
+                if v["is_glob"]:
+                    for c in self.item(v["id"])["inner"]["module"]["items"]:
+                        self.render(path, c)
+                else:
+                    self.render(path, v["id"], v["name"])
+            else:
+                self.out.append(f"pub use {v['source']} as {path}::{v['name']}")
+        elif k == "function":
+            self.out.append(f"pub {self.fn(full, v)}")
+        elif k == "constant":
+            self.out.append(f"pub const {full}: {self.ty(v['type'])}")
+        elif k == "static":
+            self.out.append(f"pub static {full}: {self.ty(v['type'])}")
+        elif k == "type_alias":
+            self.out.append(f"pub type {full}{self.generics(v['generics'])} = {self.ty(v['type'])}")
+        elif k == "struct":
+            kind = v["kind"]
+            self.out.append(f"pub struct {full}{self.generics(v['generics'])}")
+            fields = kind.get("plain", {}).get("fields", []) if isinstance(kind, dict) else []
+            if isinstance(kind, dict) and "tuple" in kind:
+                fields = [f for f in kind["tuple"] if f is not None]
+            for f in fields:
+                fi = self.item(f)
+                if fi["visibility"] == "public":
+                    self.out.append(f"{full}.{fi['name']}: {self.ty(fi['inner']['struct_field'])}")
+            self.impls(full, v["impls"])
+        elif k == "enum":
+            self.out.append(f"pub enum {full}{self.generics(v['generics'])}")
+            for var in v["variants"]:
+                vi = self.item(var)
+                vk = vi["inner"]["variant"]["kind"]
+                if isinstance(vk, dict) and "tuple" in vk:
+                    tys = ", ".join(self.ty(self.item(f)["inner"]["struct_field"]) for f in vk["tuple"] if f is not None)
+                    self.out.append(f"{full}::{vi['name']}({tys})")
+                elif isinstance(vk, dict) and "struct" in vk:
+                    fs = ", ".join(
+                        f"{self.item(f)['name']}: {self.ty(self.item(f)['inner']['struct_field'])}" for f in vk["struct"]["fields"]
+                    )
+                    self.out.append(f"{full}::{vi['name']} {{ {fs} }}")
+                else:
+                    self.out.append(f"{full}::{vi['name']}")
+            self.impls(full, v["impls"])
+        elif k == "trait":
+            self.out.append(f"pub trait {full}{self.generics(v['generics'])}")
+            for m in v["items"]:
+                mi = self.item(m)
+                (mk, mv), = mi["inner"].items()
+                if mk == "function":
+                    self.out.append(f"{full}::{self.fn(mi['name'], mv)}")
+        elif k == "macro":
+            self.out.append(f"macro {name}!")
+        else:
+            self.out.append(f"{k} {full}")
+
+
+def rust_surface() -> str:
+    surface = RustSurface(rustdoc_json())
+    surface.render("", surface.root)
+    return "\n".join(surface.out) + "\n"
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[1] == "python":
         sys.stdout.write(python_surface())
         return 0
     if len(argv) == 2 and argv[1] == "node":
         sys.stdout.write(node_surface())
+        return 0
+    if len(argv) == 2 and argv[1] == "rust":
+        sys.stdout.write(rust_surface())
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The public API of the Python package (its .py and .pyi modules) and of the
-# Node package (its .d.ts files) against the snapshots committed under
-# tests/api/, so that an API change shows in review as a snapshot diff.
+# The public API of the Python package (its .py and .pyi modules), of the
+# Node package (its .d.ts files) and of the Rust crate (rustdoc's JSON, built
+# with RUSTC_BOOTSTRAP=1 by the stable toolchain) against the snapshots
+# committed under tests/api/, so that an API change shows in review as a
+# snapshot diff.
 # scripts/api-surface.py prints the normalised surface (no bodies, docs or
 # comments). `--update` rewrites the snapshots after an intended change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-snapshots=(python:tests/api/python.pyi.snapshot node:tests/api/node.d.ts.snapshot)
+snapshots=(python:tests/api/python.pyi.snapshot node:tests/api/node.d.ts.snapshot rust:tests/api/rust.snapshot)
 if [ "${1:-}" = "--update" ]; then
   mkdir -p tests/api
   for s in "${snapshots[@]}"; do

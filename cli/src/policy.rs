@@ -118,7 +118,7 @@ pub fn run(redis: &str, key_prefix: &str, action: &Action) -> Result<String, Str
             let _ = writeln!(
                 out,
                 "store {} on {} (version {})",
-                quotalease::policy_base(key_prefix),
+                quotalease::internals::policy_base(key_prefix),
                 quotalease::RedactedUrl(redis),
                 list.version
             );

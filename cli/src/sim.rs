@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quotalease::bucket::{BucketState, Policy};
+use quotalease::internals::BucketState;
+use quotalease::Quota;
 use quotalease::{default_lease_size, ClockKind, Config, Limiter, Mode};
 
 use crate::histogram::Histogram;
@@ -465,7 +466,7 @@ pub fn run(opts: &Options) -> Result<Report, String> {
     let nbins = shape.duration_ms.div_ceil(bin_ms).max(1) as usize;
 
     // The allowance: one exact global bucket with no latency, per key.
-    let policy = Policy {
+    let policy = Quota {
         limit: shape.limit,
         window_ms: shape.window_ms,
     };

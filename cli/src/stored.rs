@@ -23,7 +23,7 @@ pub struct Bucket {
 impl Bucket {
     /// Parse `"c t w e v"` (or the older `"c t w"`) with the core's own parser.
     pub fn parse(value: &str) -> Bucket {
-        let (credit, refilled_at, window_ms) = quotalease::parse_stored(value);
+        let (credit, refilled_at, window_ms) = quotalease::internals::parse_stored(value);
         Bucket {
             credit: credit.and_then(|c| i64::try_from(c).ok()),
             refilled_at,

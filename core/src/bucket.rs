@@ -15,16 +15,17 @@
 /// exactly representable integer in an IEEE double (Redis' Lua numbers).
 pub const MAX_CAPACITY_UNITS: u64 = 1 << 52;
 
-/// The policy of one key: `limit` tokens per `window_ms`.
+/// A key's quota: `limit` tokens per `window_ms` (one rule; a key's rules
+/// are [`crate::Rules`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Policy {
+pub struct Quota {
     /// Tokens per window; also the bucket's capacity.
     pub limit: u64,
     /// Window length in milliseconds.
     pub window_ms: u64,
 }
 
-impl Policy {
+impl Quota {
     /// Bucket capacity in credit units.
     pub fn capacity_units(&self) -> u64 {
         self.limit * self.window_ms
@@ -61,7 +62,7 @@ pub struct BucketState {
 
 impl BucketState {
     /// A bucket seen for the first time is full.
-    pub fn full(policy: Policy, now: u64) -> Self {
+    pub fn full(policy: Quota, now: u64) -> Self {
         BucketState {
             credit: policy.capacity_units(),
             ts: now,
@@ -72,7 +73,7 @@ impl BucketState {
     /// Bring the bucket to `now` under `policy`: convert units if the window
     /// changed, clamp to capacity if the limit was lowered, add refill for the
     /// elapsed time. Time going backwards refills nothing and keeps `ts`.
-    pub fn refill(&mut self, policy: Policy, now: u64) {
+    pub fn refill(&mut self, policy: Quota, now: u64) {
         if self.unit_window != policy.window_ms {
             // Convert whole tokens exactly; the fraction of one token is scaled
             // (rounding down loses less than one credit unit).
@@ -95,12 +96,12 @@ impl BucketState {
     }
 
     /// Whole tokens in the bucket.
-    pub fn whole_tokens(&self, policy: Policy) -> u64 {
+    pub fn whole_tokens(&self, policy: Quota) -> u64 {
         self.credit / policy.window_ms
     }
 
     /// Take up to `want` whole tokens, but only if at least `need` are there.
-    pub fn take(&mut self, policy: Policy, want: u64, need: u64, now: u64) -> Grant {
+    pub fn take(&mut self, policy: Quota, want: u64, need: u64, now: u64) -> Grant {
         self.refill(policy, now);
         let need = need.max(1).min(policy.limit);
         let avail = self.whole_tokens(policy);
@@ -119,7 +120,7 @@ impl BucketState {
     }
 
     /// Give `tokens` back, capped at capacity. Returns whole tokens remaining.
-    pub fn give_back(&mut self, policy: Policy, tokens: u64, now: u64) -> u64 {
+    pub fn give_back(&mut self, policy: Quota, tokens: u64, now: u64) -> u64 {
         self.refill(policy, now);
         let cap = policy.capacity_units();
         self.credit = self
@@ -132,7 +133,7 @@ impl BucketState {
     /// Milliseconds until this bucket is full again (then it can be forgotten:
     /// a missing bucket reads as full). Measured from `ts`, which a debt may
     /// have put in the future.
-    pub fn ms_until_full(&self, policy: Policy) -> u64 {
+    pub fn ms_until_full(&self, policy: Quota) -> u64 {
         (policy.capacity_units().saturating_sub(self.credit)).div_ceil(policy.limit)
     }
 
@@ -142,7 +143,7 @@ impl BucketState {
     /// `load` (credit units per ms) is what rate grants running until
     /// `load_until` take of the refill (adaptive leasing): the debt is paid
     /// by the rest of it until then, and by the whole refill after.
-    pub fn debit(&mut self, policy: Policy, tokens: u64, now: u64, load: u64, load_until: u64) {
+    pub fn debit(&mut self, policy: Quota, tokens: u64, now: u64, load: u64, load_until: u64) {
         self.refill(policy, now);
         let units = tokens.saturating_mul(policy.window_ms);
         if units <= self.credit {
@@ -171,7 +172,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const P: Policy = Policy {
+    const P: Quota = Quota {
         limit: 10,
         window_ms: 1000,
     };
@@ -239,7 +240,7 @@ mod tests {
     #[test]
     fn lowering_the_limit_clamps_stored_tokens() {
         let mut b = BucketState::full(P, 0);
-        let low = Policy {
+        let low = Quota {
             limit: 3,
             window_ms: 1000,
         };
@@ -250,7 +251,7 @@ mod tests {
     fn changing_the_window_converts_whole_tokens_exactly() {
         let mut b = BucketState::full(P, 0);
         b.take(P, 3, 1, 0);
-        let minute = Policy {
+        let minute = Quota {
             limit: 10,
             window_ms: 60_000,
         };
@@ -275,7 +276,7 @@ mod tests {
             window_ms in 1u64..120_000,
             steps in prop::collection::vec((0u64..5_000, 1u64..600, 0u64..3), 1..60),
         ) {
-            let p = Policy { limit, window_ms };
+            let p = Quota { limit, window_ms };
             let mut b = BucketState::full(p, 0);
             let mut now = 0u64;
             let mut granted = 0u64;

@@ -4,7 +4,7 @@
 
 use std::str::FromStr;
 
-use crate::bucket::Policy;
+use crate::bucket::Quota;
 use crate::error::{Error, Result};
 use crate::rate::validate_policy;
 use crate::redact::RedactedUrl;
@@ -260,8 +260,8 @@ pub(crate) struct Resolved {
 }
 
 impl Resolved {
-    pub fn policy(&self) -> Policy {
-        Policy {
+    pub fn policy(&self) -> Quota {
+        Quota {
             limit: self.cfg.limit,
             window_ms: self.cfg.window_ms,
         }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::bucket::Policy;
+use crate::bucket::Quota;
 use crate::policy::{rule_name, RuleSet, Rules};
 
 /// Why a decision came out the way it did.
@@ -115,7 +115,7 @@ impl Decision {
     pub fn rules(&self) -> Rules {
         match self.rule_set.get() {
             Some(r) => *r,
-            None => Rules::one(Policy {
+            None => Rules::one(Quota {
                 limit: self.limit,
                 window_ms: self.window_ms,
             }),
@@ -137,7 +137,7 @@ impl Decision {
     pub fn rule_name(&self) -> String {
         rule_name(
             &self.rules(),
-            &Policy {
+            &Quota {
                 limit: self.limit,
                 window_ms: self.window_ms,
             },

@@ -184,12 +184,6 @@ pub(crate) fn parse(r: &[i64]) -> Option<Parsed> {
     Some(((u(0)?, u(1)?, u(2)?), answer, (u(11)?, u(12)?, u(13)?, u(14)? == 1)))
 }
 
-/// Tokens per window that a demand of `demand` milli-tokens per second is,
-/// for a key with window `window_ms` (the unit of rates and shares).
-pub fn demand_units(demand: u64, window_ms: u64) -> u64 {
-    ((demand as u128 * window_ms as u128) / 1_000_000) as u64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,7 +30,7 @@ struct ReadmeDoctests;
 
 mod authority;
 mod broker;
-pub mod bucket;
+mod bucket;
 mod builder;
 mod circuit;
 mod clock;
@@ -40,24 +40,21 @@ mod engine;
 mod error;
 mod events;
 mod fork;
-pub mod guard;
+mod guard;
 mod inspection;
 mod keys;
-pub mod ledger;
+mod ledger;
 mod limiter;
 mod metrics;
 mod option_names;
-pub mod options;
-pub mod policy;
+mod options;
+mod policy;
 mod rate;
 mod redact;
 mod url;
 mod wire;
 
-#[cfg(feature = "redis")]
-pub use authority::redis::parse_stored;
-pub use authority::{policy_base, redis_key};
-pub use broker::connections_open;
+pub use bucket::Quota;
 pub use builder::Builder;
 pub use config::{default_lease_size, Budget, ClockKind, Config, FailurePolicy, Mode};
 pub use decision::{Decision, Reason};
@@ -70,6 +67,20 @@ pub use options::{OptionValue, Options, MANUAL_CLOCK_START_MS, OPTION_NAMES};
 pub use policy::{Assignment, Origin, PolicySource, RuleSet, Rules, Tier};
 pub use rate::{parse_rate, validate_policy};
 pub use redact::{redact_secrets, redact_url, RedactedUrl};
+
+/// What the workspace's own crates (the CLI, the bindings, the benchmarks
+/// and tests) reach inside the engine: the stored format, bucket math, the
+/// ledger's tuning table. Not part of the API: any release may change it.
+#[doc(hidden)]
+pub mod internals {
+    #[cfg(feature = "redis")]
+    pub use crate::authority::redis::parse_stored;
+    pub use crate::authority::{policy_base, redis_key};
+    pub use crate::broker::connections_open;
+    pub use crate::bucket::BucketState;
+    pub use crate::ledger::TUNING;
+    pub use crate::policy::{MAX_RULES, RULE_SEPARATOR};
+}
 
 /// Tools for testing code that uses a limiter.
 pub mod testing {

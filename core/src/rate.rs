@@ -2,11 +2,11 @@
 //! parsed from text such as `"600/min"` (`parse_rate`). Re-exported by
 //! `config` and the crate root.
 
-use crate::bucket::{Policy, MAX_CAPACITY_UNITS};
+use crate::bucket::{Quota, MAX_CAPACITY_UNITS};
 use crate::error::{Error, Result};
 
 /// Check that (limit, window) is a usable policy.
-pub fn validate_policy(limit: u64, window_ms: u64) -> Result<Policy> {
+pub fn validate_policy(limit: u64, window_ms: u64) -> Result<Quota> {
     if limit == 0 {
         return Err(Error::config("limit", "must be at least 1"));
     }
@@ -22,7 +22,7 @@ pub fn validate_policy(limit: u64, window_ms: u64) -> Result<Policy> {
             ),
         ));
     }
-    Ok(Policy { limit, window_ms })
+    Ok(Quota { limit, window_ms })
 }
 
 /// The units [`parse_rate`] accepts, as its error lists them.

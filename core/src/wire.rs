@@ -3,7 +3,7 @@
 //! receives it. A leaf: the broker carries these without knowing who
 //! answers them, and every authority answers them.
 
-use crate::bucket::{Grant, Policy};
+use crate::bucket::{Grant, Quota};
 use crate::guard::{Guard, Seen};
 use crate::ledger::{Answer, Ask};
 
@@ -14,7 +14,7 @@ pub(crate) enum Call {
     /// `adaptive`, the ledger decides (see [`crate::ledger`]).
     Lease {
         key: String,
-        policy: Policy,
+        policy: Quota,
         want: u64,
         need: u64,
         now: Now,
@@ -26,7 +26,7 @@ pub(crate) enum Call {
     /// `adaptive`, to the holder's commitment in the ledger.
     GiveBack {
         key: String,
-        policy: Policy,
+        policy: Quota,
         tokens: u64,
         now: Now,
         holder: u64,
@@ -37,7 +37,7 @@ pub(crate) enum Call {
         leaving: bool,
     },
     /// Read the stored bucket without changing it.
-    Inspect { key: String, policy: Policy, now: Now },
+    Inspect { key: String, policy: Quota, now: Now },
     /// A request to the policy store (never about one bucket). `base` is
     /// the store's Redis key prefix, set when the call is sent.
     Policy { base: String, op: PolicyOp },

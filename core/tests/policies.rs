@@ -126,7 +126,7 @@ fn a_key_naming_a_rule_bucket_is_refused_and_spends_nothing() {
     for mode in [Mode::Lease, Mode::Exact] {
         let l = manual("memory://").limit(100).mode(mode).build().unwrap();
         assert_eq!(admitted(&l, "k", Some("burst"), 2), 2);
-        let sub = format!("k{}60000", quotalease::policy::RULE_SEPARATOR);
+        let sub = format!("k{}60000", quotalease::internals::RULE_SEPARATOR);
         for tier in [None, Some("burst"), Some("free")] {
             let e = l.acquire_with(&sub, 1, tier).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidKey, "{mode:?} {tier:?}: {e}");
@@ -293,7 +293,7 @@ fn a_malformed_store_entry_keeps_the_last_good_policy() {
     l.policy_set_tier("free", "2/s").unwrap();
     assert_eq!(admitted(&l, "k", Some("free"), 5), 2);
     // someone writes garbage into the store by hand
-    let base = quotalease::policy_base(&prefix);
+    let base = quotalease::internals::policy_base(&prefix);
     server.cli(&["HSET", &format!("{base}:tiers"), "free", "lots/forever"]);
     server.cli(&["INCR", &format!("{base}:version")]);
     l.refresh_policies().unwrap();
@@ -319,7 +319,7 @@ fn a_store_that_lost_a_change_and_is_written_again_is_read_whole() {
     a.policy_set_tier("gold", "2/s").unwrap();
     b.refresh_policies().unwrap();
     // What a replica copied...
-    let base = quotalease::policy_base(&prefix);
+    let base = quotalease::internals::policy_base(&prefix);
     let parts = ["tiers", "version", "log"];
     for k in parts {
         assert_eq!(

@@ -57,7 +57,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::{unique, SentinelGroup};
-use quotalease::ledger::TUNING;
+use quotalease::internals::TUNING;
 use quotalease::{EventKind, Limiter, Reason};
 
 const INSTANCES: usize = 4;

@@ -54,7 +54,7 @@ fn one_thread_and_two_connections_per_backend_for_any_number_of_limiters() {
         }
         assert_eq!(clients(&server), 2, "{n} limiters: {}", server.cli(&["CLIENT", "LIST"]));
         assert_eq!(broker_threads(), 1, "{n} limiters");
-        assert_eq!(quotalease::connections_open(), 2, "{n} limiters");
+        assert_eq!(quotalease::internals::connections_open(), 2, "{n} limiters");
     }
     // A different round-trip bound is a different backend: its own lease
     // connection (it follows no policy store, the default: no store connection).

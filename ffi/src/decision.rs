@@ -3,7 +3,7 @@
 use std::ffi::{c_char, CString};
 use std::sync::OnceLock;
 
-use quotalease::bucket::Policy;
+use quotalease::Quota;
 use quotalease::{Decision, Error, Reason, Rules};
 
 use crate::error::{fail_with, lease_status, write_str};
@@ -11,7 +11,7 @@ use crate::error::{fail_with, lease_status, write_str};
 /// Most rules one key can be held to (a tier such as "10/s, 10000/day" has
 /// two): the length of `lease_decision`'s rule arrays.
 pub const LEASE_MAX_RULES: usize = 4;
-const _: () = assert!(LEASE_MAX_RULES == quotalease::policy::MAX_RULES);
+const _: () = assert!(LEASE_MAX_RULES == quotalease::internals::MAX_RULES);
 
 /// Why a decision came out the way it did: one of the `LEASE_REASON_*` constants.
 pub type lease_reason = u32;
@@ -114,8 +114,8 @@ fn decision_of(c: &lease_decision) -> quotalease::Result<Decision> {
             ),
         });
     }
-    let list: Vec<Policy> = (0..n)
-        .map(|i| Policy {
+    let list: Vec<Quota> = (0..n)
+        .map(|i| Quota {
             limit: c.rule_limits[i],
             window_ms: c.rule_window_ms[i],
         })

@@ -339,7 +339,7 @@ mod tests {
         // An upper bound on one rule's text: a limit and a window of 2^52
         // each (their product is at most 2^52, so no rule reaches both).
         let rule = format!("{0}/{0}ms", 1u64 << 52);
-        let rules = vec![rule; quotalease::policy::MAX_RULES].join(", ");
+        let rules = vec![rule; quotalease::internals::MAX_RULES].join(", ");
         let tier = "t".repeat(64);
         let source = format!("tier {tier} (assigned by default_tier, defined in default_tier)");
         assert!(policy_text(&rules, Some(&tier), &source).len() < 512);

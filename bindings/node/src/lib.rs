@@ -24,7 +24,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
-use quotalease::bucket::Policy;
+use quotalease::Quota;
 use quotalease::{
     Decision, Error as QlError, ErrorKind, Event, Limiter, OptionValue, Options, PolicyListing, PolicySource, Reason,
     Rules,
@@ -81,7 +81,7 @@ pub(crate) const KEY_BUF: usize = 1024;
 /// Numbers in the scratch array: limit, remaining, retryAfterMs,
 /// resetAfterMs, windowMs, `reason | allowed << 3`, the binding rule's
 /// index, the number of rules, then each rule's limit and windowMs.
-pub(crate) const SCRATCH_LEN: usize = 8 + 2 * quotalease::policy::MAX_RULES;
+pub(crate) const SCRATCH_LEN: usize = 8 + 2 * quotalease::internals::MAX_RULES;
 
 /// A decision as numbers, in the scratch array's order but with the code
 /// first: `[code, limit, remaining, retryAfterMs, resetAfterMs, windowMs,
@@ -592,7 +592,7 @@ pub fn decision_headers<'e>(
         }
         let mut list = Vec::with_capacity(flat.len() / 2);
         for pair in flat.chunks(2) {
-            list.push(Policy {
+            list.push(Quota {
                 limit: n(pair[0], "rules[].limit")?,
                 window_ms: n(pair[1], "rules[].windowMs")?,
             });

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::embedded::{Host, Store};
 use super::{Call, PolicyOp, PolicyReply, Reply, Stored};
-use crate::bucket::{BucketState, Grant, Policy};
+use crate::bucket::{BucketState, Grant, Quota};
 use crate::guard::{Guard, Seen, Stamp};
 use crate::ledger;
 
@@ -18,20 +18,20 @@ pub(crate) struct KeyState {
 }
 
 impl KeyState {
-    fn new(policy: Policy, now: u64) -> Self {
+    fn new(policy: Quota, now: u64) -> Self {
         KeyState {
             bucket: BucketState::full(policy, now),
             stamp: Stamp::new(now),
         }
     }
 
-    fn refill(&mut self, p: Policy, now: u64) {
+    fn refill(&mut self, p: Quota, now: u64) {
         self.bucket.refill(p, now);
     }
 
     /// The failover guard of fixed leases: a lost state re-debits the
     /// holder's recent grants (see `guard.rs`).
-    fn guard(&mut self, p: Policy, g: &Guard, now: u64) -> bool {
+    fn guard(&mut self, p: Quota, g: &Guard, now: u64) -> bool {
         if !self.stamp.lost(g) {
             return false;
         }
@@ -40,11 +40,11 @@ impl KeyState {
         true
     }
 
-    fn alive_ms(&self, p: Policy, now: u64) -> u64 {
+    fn alive_ms(&self, p: Quota, now: u64) -> u64 {
         self.bucket.ms_until_full(p) + self.bucket.ts.saturating_sub(now)
     }
 
-    fn is_idle(&self, p: Policy, now: u64) -> bool {
+    fn is_idle(&self, p: Quota, now: u64) -> bool {
         let mut probe = self.clone();
         probe.refill(p, now);
         probe.bucket.ms_until_full(p) == 0
@@ -73,7 +73,7 @@ pub(crate) struct MemoryAuthority {
 /// Every key's state of a memory authority at one moment (for tests of the
 /// failover guard: [`crate::testing::memory_snapshot`]).
 #[derive(Clone, Debug)]
-pub struct Snapshot(HashMap<String, (KeyState, Policy)>, Store);
+pub struct Snapshot(HashMap<String, (KeyState, Quota)>, Store);
 
 impl Default for MemoryAuthority {
     fn default() -> Self {
@@ -93,7 +93,7 @@ pub(crate) fn ledger_keys(key: &str) -> Vec<String> {
 
 #[derive(Default)]
 struct Buckets {
-    map: HashMap<String, (KeyState, Policy)>,
+    map: HashMap<String, (KeyState, Quota)>,
     sweep_at: usize,
     ledger_sweep_at: usize,
 }
@@ -384,7 +384,7 @@ impl MemoryAuthority {
     }
 
     /// A plain lease (no holder), for the static-share fallback buckets.
-    pub fn lease(&self, key: &str, policy: Policy, want: u64, need: u64, now: u64) -> Grant {
+    pub fn lease(&self, key: &str, policy: Quota, want: u64, need: u64, now: u64) -> Grant {
         let mut b = lock(&self.buckets);
         b.with_key(key, policy, now, |st| {
             st.refill(policy, now);
@@ -397,7 +397,7 @@ impl MemoryAuthority {
     /// than the instance's part of what the authority last said the key
     /// held. Only ever lowers it, so a circuit that opens again and again
     /// (a Redis Cluster with one master down) never refills it.
-    pub fn cap(&self, key: &str, policy: Policy, tokens: u64, now: u64) {
+    pub fn cap(&self, key: &str, policy: Quota, tokens: u64, now: u64) {
         let mut b = lock(&self.buckets);
         b.with_key(key, policy, now, |st| {
             st.refill(policy, now);
@@ -412,7 +412,7 @@ impl MemoryAuthority {
 impl Buckets {
     /// Run `f` on the key's state (created full if missing), then sweep idle
     /// keys now and then.
-    fn with_key<R>(&mut self, key: &str, policy: Policy, now: u64, f: impl FnOnce(&mut KeyState) -> R) -> R {
+    fn with_key<R>(&mut self, key: &str, policy: Quota, now: u64, f: impl FnOnce(&mut KeyState) -> R) -> R {
         let r = match self.map.get_mut(key) {
             Some((st, p)) => {
                 *p = policy;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::entry::Entry;
 use super::Engine;
-use crate::bucket::Policy;
+use crate::bucket::Quota;
 use crate::config::{validate_key_len, Mode};
 use crate::decision::{Decision, Reason};
 use crate::error::{Error, Result};
@@ -19,7 +19,7 @@ impl Engine {
     /// Tokens to ask for when `need` more are needed now and `local` are held:
     /// fixed leases top up to `lease_size`; adaptive ones ask for what the
     /// key's demand spends in one period and a round trip.
-    pub(super) fn want(&self, e: &Entry, p: Policy, need: u64, local: u64) -> u64 {
+    pub(super) fn want(&self, e: &Entry, p: Quota, need: u64, local: u64) -> u64 {
         if self.r.adaptive {
             let d = self.sample_demand(e, self.clock.precise()) as u128;
             if self.single(p) {
@@ -41,7 +41,7 @@ impl Engine {
 
     /// `(lease size, prefetch threshold)` for a key's policy.
     #[inline(always)]
-    pub(super) fn lease_params(&self, p: Policy) -> (u64, u64) {
+    pub(super) fn lease_params(&self, p: Quota) -> (u64, u64) {
         let lease = self.r.lease_size.min(p.limit);
         (lease, self.r.refill_threshold.min(lease))
     }
@@ -189,7 +189,7 @@ impl Engine {
     fn decision(
         &self,
         e: &Entry,
-        p: Policy,
+        p: Quota,
         allowed: bool,
         local: u64,
         retry_after_ms: u64,
@@ -215,13 +215,13 @@ impl Engine {
         }
     }
 
-    pub(super) fn deny(&self, e: &Entry, p: Policy, local: u64, reason: Reason, retry_after_ms: u64) -> Decision {
+    pub(super) fn deny(&self, e: &Entry, p: Quota, local: u64, reason: Reason, retry_after_ms: u64) -> Decision {
         self.count(e, &e.denied);
         self.decision(e, p, false, local, retry_after_ms.max(1), reason)
     }
 
     /// Count an admission; a leased admit that left few tokens prefetches.
-    pub(super) fn admit(&self, e: &Arc<Entry>, p: Policy, left: u64, reason: Reason, now: u64) -> Decision {
+    pub(super) fn admit(&self, e: &Arc<Entry>, p: Quota, left: u64, reason: Reason, now: u64) -> Decision {
         e.touch(now);
         self.count(e, &e.admitted);
         let threshold = e.threshold.load(Relaxed);

@@ -292,7 +292,7 @@ impl Engine {
     /// cannot cover is denied here with the time the next ones take, and the
     /// grant is renewed ahead of its deadline. When the grant has ended, the
     /// key steps again as one with no grant.
-    fn step_rate(&self, e: &Arc<Entry>, p: crate::bucket::Policy, cost: u64, waiting: Waiting, now: u64) -> Step {
+    fn step_rate(&self, e: &Arc<Entry>, p: crate::bucket::Quota, cost: u64, waiting: Waiting, now: u64) -> Step {
         self.accrue(e, now, e.commit.load(Relaxed));
         if let Some(left) = e.try_take(cost) {
             return Step::Done(self.admit(e, p, left, self.admit_reason(), now));

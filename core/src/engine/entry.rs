@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 use std::sync::Mutex;
 
-use crate::bucket::Policy;
+use crate::bucket::Quota;
 use crate::guard::Recent;
 use crate::policy::MAX_RULES;
 
@@ -106,12 +106,12 @@ pub(crate) struct Entry {
 
 impl Entry {
     #[cfg(test)]
-    pub fn new(key: &str, policy: Policy, threshold: u64, now: u64) -> Self {
+    pub fn new(key: &str, policy: Quota, threshold: u64, now: u64) -> Self {
         Self::with(key, policy, threshold, now, false)
     }
 
     /// A new entry; `sub`: the bucket of a further rule.
-    pub fn with(key: &str, policy: Policy, threshold: u64, now: u64, sub: bool) -> Self {
+    pub fn with(key: &str, policy: Quota, threshold: u64, now: u64, sub: bool) -> Self {
         Entry {
             tokens: AtomicU64::new(0),
             last_used: AtomicU64::new(now),
@@ -156,8 +156,8 @@ impl Entry {
     }
 
     #[inline]
-    pub fn policy(&self) -> Policy {
-        Policy {
+    pub fn policy(&self) -> Quota {
+        Quota {
             limit: self.limit.load(Relaxed),
             window_ms: self.window_ms.load(Relaxed),
         }
@@ -293,7 +293,7 @@ mod tests {
     fn try_take_spends_only_what_is_there() {
         let e = Entry::new(
             "k",
-            Policy {
+            Quota {
                 limit: 10,
                 window_ms: 1000,
             },
@@ -309,7 +309,7 @@ mod tests {
 
     #[test]
     fn a_rate_accrues_exactly_and_hands_back_what_does_not_fit() {
-        let p = Policy {
+        let p = Quota {
             limit: 10,
             window_ms: 1000,
         };

@@ -9,13 +9,13 @@ use super::cold::{Slot, Step, Waiting};
 use super::entry::Entry;
 use super::{lock, Engine};
 use crate::authority::{Call, Reply};
-use crate::bucket::Policy;
+use crate::bucket::Quota;
 use crate::decision::{Decision, Reason};
 use crate::error::Result;
 use crate::metrics::Counters;
 
 impl Engine {
-    pub(super) fn step_exact(&self, e: &Arc<Entry>, p: Policy, cost: u64, waiting: Waiting, now: u64) -> Result<Step> {
+    pub(super) fn step_exact(&self, e: &Arc<Entry>, p: Quota, cost: u64, waiting: Waiting, now: u64) -> Result<Step> {
         if self.circuit.is_open() && !self.circuit.take_probe(now) {
             return Ok(Step::Done(self.fallback(e, cost, now)));
         }

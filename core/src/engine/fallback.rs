@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::entry::Entry;
 use super::{lock, Engine};
-use crate::bucket::Policy;
+use crate::bucket::Quota;
 use crate::circuit::Transition;
 use crate::config::{FailurePolicy, Mode};
 use crate::decision::{Decision, Reason};
@@ -60,7 +60,7 @@ impl Engine {
     /// per instance, issue 22). (The cap grows at the share's own refill
     /// rate, so it holds back only a bucket fuller than the authority's last
     /// word: new, or refilled since an earlier outage.)
-    fn share_left(&self, e: &Entry, p: Policy, share: Policy, now: u64) -> u64 {
+    fn share_left(&self, e: &Entry, p: Quota, share: Quota, now: u64) -> u64 {
         if p.limit == 0 {
             return share.limit;
         }
@@ -76,7 +76,7 @@ impl Engine {
     /// A failure-policy decision says what this instance may still admit
     /// (its share's tokens; none under `deny`), not the authority's last
     /// estimate, which for a key it never answered is the whole limit.
-    fn left(d: Decision, remaining: u64, p: Policy) -> Decision {
+    fn left(d: Decision, remaining: u64, p: Quota) -> Decision {
         let remaining = remaining.min(p.limit);
         Decision {
             remaining,
@@ -114,12 +114,12 @@ impl Engine {
     /// is valid (the valid shares of all holders sum to at most the key's
     /// rate, I4), a share of 0 included: the others hold the whole rate;
     /// else the static share `limit / expected_replicas`.
-    fn fallback_share(&self, e: &Entry, p: Policy, now: u64) -> Policy {
+    fn fallback_share(&self, e: &Entry, p: Quota, now: u64) -> Quota {
         if self.r.adaptive {
             let fb = e.fallback.load(Relaxed);
             if now < e.fallback_until.load(Relaxed) {
                 // A share of `r` credit units per ms is `r` tokens per window.
-                return Policy {
+                return Quota {
                     limit: fb,
                     window_ms: p.window_ms,
                 };
@@ -129,7 +129,7 @@ impl Engine {
     }
 
     /// The authority's view of a key's policy: local mode enforces the static share.
-    pub(super) fn authority_policy(&self, p: Policy) -> Policy {
+    pub(super) fn authority_policy(&self, p: Quota) -> Quota {
         if self.r.cfg.mode == Mode::Local {
             self.share(p)
         } else {
@@ -138,8 +138,8 @@ impl Engine {
     }
 
     /// This instance's static share of a policy: `limit / expected_replicas`.
-    fn share(&self, p: Policy) -> Policy {
-        Policy {
+    fn share(&self, p: Quota) -> Quota {
+        Quota {
             limit: (p.limit / self.r.cfg.expected_replicas).max(1),
             window_ms: p.window_ms,
         }

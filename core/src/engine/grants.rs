@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::entry::Entry;
 use super::Engine;
 use crate::authority::{Call, Done, Now, Reply};
-use crate::bucket::{Grant, Policy};
+use crate::bucket::{Grant, Quota};
 use crate::config::Mode;
 use crate::error::Result;
 use crate::ledger::{Answer, Ask, TUNING};
@@ -21,7 +21,7 @@ impl Engine {
     /// under one whole token (the default 2 % of a limit below 50). Such a
     /// key is leased exactly what each request needs, with no prefetch and
     /// no rate, so the fleet admits what one exact bucket would.
-    pub(super) fn single(&self, p: Policy) -> bool {
+    pub(super) fn single(&self, p: Quota) -> bool {
         self.r.adaptive
             && matches!(self.r.cfg.overshoot_budget,
                 crate::config::Budget::PerMillion(ppm) if (p.limit as u128) * (ppm as u128) < 1_000_000)
@@ -307,7 +307,7 @@ impl Engine {
 
     /// `Some(retry_after_ms)` when the authority said it cannot give `need`
     /// tokens yet: the denial costs no network call.
-    pub(super) fn exhausted_for(&self, e: &Entry, p: Policy, need: u64, now: u64) -> Option<u64> {
+    pub(super) fn exhausted_for(&self, e: &Entry, p: Quota, need: u64, now: u64) -> Option<u64> {
         let until = e.exhausted_until.load(Relaxed);
         let known = e.exhausted_need.load(Relaxed);
         (until > now && need >= known).then(|| until - now + p.ms_for_tokens(need - known))
@@ -318,7 +318,7 @@ impl Engine {
     /// A closing limiter leaves the ledger: even with nothing to return, a
     /// key where it holds a valid fallback share gets the call, which frees
     /// the share for the holders that stay.
-    pub(super) fn give_back(&self, e: &Entry, policy: Policy, tokens: u64) {
+    pub(super) fn give_back(&self, e: &Entry, policy: Quota, tokens: u64) {
         let ends_rate = self.r.adaptive && e.rate.swap(0, AcqRel) > 0;
         let leaving = self.r.adaptive && self.closed.load(Acquire);
         let share = e.fallback.load(Relaxed) > 0 && e.fallback_until.load(Relaxed) > self.clock.precise();

@@ -56,7 +56,7 @@ pub(crate) struct Engine {
     gen: AtomicU64,
     closed: AtomicBool,
     table: Table,
-    overrides: Mutex<HashMap<String, crate::bucket::Policy>>,
+    overrides: Mutex<HashMap<String, crate::bucket::Quota>>,
     /// Tiers, the policy store's and file's entries (`policies.rs`).
     pub(crate) policies: policies::Policies,
     authority: Authority,
@@ -203,7 +203,7 @@ impl Engine {
         flushed
     }
 
-    pub fn set_policy(&self, key: &str, p: crate::bucket::Policy) {
+    pub fn set_policy(&self, key: &str, p: crate::bucket::Quota) {
         lock(&self.overrides).insert(key.to_owned(), p);
         if let Some(e) = self.table.get(key) {
             if let Ok(r) = self.resolve(key, None) {
@@ -214,7 +214,7 @@ impl Engine {
 
     /// Hold one bucket's entry to `p` (a no-op when it already is): stored
     /// tokens above a lowered limit go back; the authority clamps its own.
-    pub(crate) fn set_entry_policy(&self, e: &Entry, p: crate::bucket::Policy) {
+    pub(crate) fn set_entry_policy(&self, e: &Entry, p: crate::bucket::Quota) {
         if e.policy() == p {
             return;
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::entry::Entry;
 use super::{lock, Engine};
-use crate::bucket::Policy;
+use crate::bucket::Quota;
 use crate::error::Result;
 use crate::metrics::{Counters, Metrics};
 
@@ -99,7 +99,7 @@ impl Table {
 impl Engine {
     /// The entry of one bucket (a key's own, or with `sub` a further
     /// rule's), created (after eviction when full) with `policy` if new.
-    pub(super) fn entry_with(&self, key: &str, policy: Policy, sub: bool) -> Arc<Entry> {
+    pub(super) fn entry_with(&self, key: &str, policy: Quota, sub: bool) -> Arc<Entry> {
         if let Some(e) = self.table.get(key) {
             return e;
         }
@@ -156,7 +156,7 @@ impl Engine {
     }
 
     /// Lease TTL, applied lazily on the cold path as well as by the sweeper.
-    pub(super) fn expire_if_idle(&self, e: &Entry, p: Policy, now: u64) -> u64 {
+    pub(super) fn expire_if_idle(&self, e: &Entry, p: Quota, now: u64) -> u64 {
         let last = e.last_used.load(Relaxed);
         // The ledger's commitment ends at `lease_until` (I3): the tokens go
         // back before the authority forgets them.

@@ -17,7 +17,7 @@
 
 use std::fmt;
 
-use crate::bucket::Policy;
+use crate::bucket::Quota;
 use crate::error::{Error, Result};
 use crate::rate::{parse_rate, validate_policy};
 
@@ -34,14 +34,14 @@ pub const RULE_SEPARATOR: char = '\u{1f}';
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rules {
     len: u8,
-    rules: [Policy; MAX_RULES],
+    rules: [Quota; MAX_RULES],
 }
 
-const NO_RULE: Policy = Policy { limit: 0, window_ms: 0 };
+const NO_RULE: Quota = Quota { limit: 0, window_ms: 0 };
 
 impl Rules {
     /// One rule.
-    pub const fn one(p: Policy) -> Rules {
+    pub const fn one(p: Quota) -> Rules {
         Rules {
             len: 1,
             rules: [p, NO_RULE, NO_RULE, NO_RULE],
@@ -50,7 +50,7 @@ impl Rules {
 
     /// Rules from a list: one to [`MAX_RULES`] valid policies with distinct
     /// windows. `field` names the option or argument in errors.
-    pub fn new(list: &[Policy], field: &'static str) -> Result<Rules> {
+    pub fn new(list: &[Quota], field: &'static str) -> Result<Rules> {
         if list.is_empty() {
             return Err(Error::config(field, "needs at least one rule, like \"100/min\""));
         }
@@ -90,14 +90,14 @@ impl Rules {
                 Error::Config { reason, .. } => Error::config(field, reason),
                 e => e,
             })?;
-            list.push(Policy { limit, window_ms });
+            list.push(Quota { limit, window_ms });
         }
         Rules::new(&list, field)
     }
 
     /// The rules, first to last.
     #[inline]
-    pub fn as_slice(&self) -> &[Policy] {
+    pub fn as_slice(&self) -> &[Quota] {
         &self.rules[..self.len as usize]
     }
 
@@ -110,7 +110,7 @@ impl Rules {
 
     /// The first rule (the key's own bucket).
     #[inline]
-    pub fn first(&self) -> Policy {
+    pub fn first(&self) -> Quota {
         self.rules[0]
     }
 }
@@ -148,7 +148,7 @@ pub fn window_text(ms: u64) -> String {
 
 /// The name of a rule in the RateLimit headers: `"default"` when a key has
 /// one rule, else its window (`"1s"`, `"1day"`, `"30s"`).
-pub fn rule_name(rules: &Rules, p: &Policy) -> String {
+pub fn rule_name(rules: &Rules, p: &Quota) -> String {
     if rules.len() == 1 {
         "default".to_string()
     } else {
