@@ -58,7 +58,7 @@ impl Cli {
             Command::Inspect(a) => &a.redis,
             Command::Bench(a) => &a.redis,
             Command::Top(a) => &a.redis,
-            Command::Quota(a) => &a.redis,
+            Command::Policy(a) => &a.redis,
         };
         redis_url(given).err()
     }
@@ -96,7 +96,7 @@ pub enum Command {
     Top(TopArgs),
     /// The shared policy store in Redis: plan tiers and per-key entries
     /// (set, get, delete, list), validated as every limiter validates them.
-    Quota(PolicyCmdArgs),
+    Policy(PolicyCmdArgs),
 }
 
 /// `quotalease policy`.
@@ -603,7 +603,7 @@ pub fn run(cli: &Cli) -> Result<(), String> {
         Command::Inspect(a) => inspect(a),
         Command::Bench(a) => bench(a),
         Command::Top(a) => top(a),
-        Command::Quota(a) => policy_cmd(a),
+        Command::Policy(a) => policy_cmd(a),
     }
 }
 
