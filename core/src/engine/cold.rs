@@ -282,7 +282,12 @@ impl Engine {
             return Ok(Step::Done(self.admit(e, p, left, self.admit_reason(), now)));
         }
         let local = e.tokens.load(Relaxed);
-        match self.exhausted_for(e, p, cost.saturating_sub(local), now) {
+        // Read the clock again: the answer set "exhausted until" from its own
+        // reading, later than `now`, and the wait reported must not exceed
+        // the bucket's (a retry 12 001 ms after a 12 000 ms refill: the
+        // Python README test, under CI load).
+        let after = self.clock.precise();
+        match self.exhausted_for(e, p, cost.saturating_sub(local), after) {
             Some(retry) => Ok(Step::Done(self.deny(e, p, local, Reason::Exhausted, retry))),
             None => Ok(Step::Again),
         }
