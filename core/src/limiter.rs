@@ -164,6 +164,21 @@ impl Limiter {
         Ok(None)
     }
 
+    /// A startup probe: connect to the backend now and run a script that
+    /// reads (never writes) one key under `key_prefix`, the path every lease
+    /// takes. `Ok(())` when leases can be taken; [`Error::Misconfigured`]
+    /// when the backend refuses this configuration (credentials, database,
+    /// scheme, protocol, ACL permissions); [`Error::Backend`] when it cannot
+    /// be reached (connecting, then the server's silence, are each bounded
+    /// by `backend_timeout_ms`). Always `Ok` on `memory://` (unless a
+    /// simulated outage is on). Construction never connects, so a limiter
+    /// built while Redis is down still starts; call this where the service
+    /// decides it is ready. It changes nothing: neither the circuit nor any
+    /// key's tokens.
+    pub fn check(&self) -> Result<()> {
+        self.engine.check()
+    }
+
     /// The rules `key` is held to on a call naming `tier`, and why. Like a
     /// key's first `acquire`, it waits (at most `backend_timeout_ms`) for the
     /// store's entry of a key this limiter has not seen.
