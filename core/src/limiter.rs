@@ -279,6 +279,27 @@ impl Limiter {
         self.metrics().prometheus()
     }
 
+    /// The counters in Prometheus text format, with `labels` on every sample
+    /// (see [`Metrics::prometheus_with`]). Two limiters of one process go
+    /// into one exposition through [`crate::metrics_prometheus`], not by
+    /// concatenating their texts (Prometheus rejects a repeated family).
+    pub fn metrics_prometheus_with(&self, labels: &[(&str, &str)]) -> Result<String> {
+        self.metrics().prometheus_with(labels)
+    }
+}
+
+/// Several limiters' counters in one Prometheus exposition, each limiter's
+/// samples told apart by its labels: every family's `# HELP` and `# TYPE`
+/// once, then one sample per limiter. What one `/metrics` endpoint of an
+/// application with several limiters serves. Errors ([`Error::Config`],
+/// field `labels`): an invalid or repeated label name, or two limiters with
+/// the same labels.
+pub fn metrics_prometheus(limiters: &[(&Limiter, &[(&str, &str)])]) -> Result<String> {
+    let sources: Vec<(Metrics, &[(&str, &str)])> = limiters.iter().map(|(l, labels)| (l.metrics(), *labels)).collect();
+    crate::metrics::prometheus_text(&sources)
+}
+
+impl Limiter {
     /// Give every leased token back now and wait for the authority to take
     /// them (graceful shutdown). Never rely on it alone: SIGKILL exists; the
     /// lease TTL gives idle tokens back anyway.
