@@ -319,6 +319,28 @@ impl Limiter {
         self.engine.on_event(Arc::new(f));
     }
 
+    /// Print every backend transition (degraded / recovered) as one line on
+    /// stderr, the URL redacted: `quotalease: degraded (redis://***@h:6379):
+    /// backend misconfigured (...)`. For the bindings whose language has no
+    /// bridge from `tracing` (C, Go, Node call it for every limiter they
+    /// create; Rust and Python log through `tracing` / `logging`). Does
+    /// nothing when the environment variable `QUOTALEASE_STDERR_LOG` is `0`,
+    /// `off`, `false` or `no` when the limiter is created.
+    pub fn log_events_to_stderr(&self) {
+        let quiet = std::env::var("QUOTALEASE_STDERR_LOG")
+            .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "off" | "false" | "no"));
+        if quiet {
+            return;
+        }
+        let url = crate::redact::redact_url(&self.engine.r.cfg.url);
+        self.on_event(move |e| {
+            use std::io::Write as _;
+            // One write per line, so lines of several threads never interleave.
+            let line = format!("quotalease: {} ({url}): {}\n", e.kind.as_str(), e.message);
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        });
+    }
+
     /// For deterministic tests with [`crate::ClockKind::Manual`]: move the clock forward.
     pub fn advance_clock(&self, ms: u64) -> Result<()> {
         if self.engine.clock.advance(ms) {
