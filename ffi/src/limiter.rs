@@ -89,12 +89,12 @@ pub unsafe extern "C" fn lease_limiter_new_from_options(
 
 /// The C handle of a new limiter, its event sink registered.
 fn into_handle(limiter: Limiter) -> *mut lease_limiter {
+    // C has no logging bridge: one stderr line per backend transition,
+    // unless QUOTALEASE_STDERR_LOG=0 (written before the callback runs).
+    limiter.log_events_to_stderr();
     let sink = events::new_sink();
     let s = sink.clone();
     limiter.on_event(move |e| events::deliver(&s, e));
-    // C has no logging bridge: one stderr line per backend transition,
-    // unless QUOTALEASE_STDERR_LOG=0.
-    limiter.log_events_to_stderr();
     Box::into_raw(Box::new(lease_limiter { limiter, events: sink }))
 }
 
