@@ -215,3 +215,18 @@ fn a_server_that_is_down_is_still_an_outage() {
     }
     assert_eq!(l.acquire("k", 1).unwrap().reason, Reason::Fallback);
 }
+
+#[test]
+fn a_server_url_at_a_cluster_node_is_a_configuration_error() {
+    let cluster = common::redis_or_skip!(common::RedisCluster::start());
+    let host = format!("127.0.0.1:{}", cluster.masters()[0]);
+    let l = limiter(&format!("redis://{host}"));
+    // Two thirds of the keys hash to another master's slots: MOVED.
+    let refused = (0..30)
+        .find_map(|i| l.acquire(&format!("tenant-{i}"), 1).err())
+        .expect("some key is another node's");
+    match &refused {
+        Error::Misconfigured { .. } => assert!(refused.to_string().contains("redis+cluster://"), "{refused}"),
+        other => panic!("expected Error::Misconfigured, got {other:?}"),
+    }
+}

@@ -151,9 +151,6 @@ fn misconfiguration_of(e: &RedisError) -> Option<&'static str> {
     if has("cluster support disabled") {
         return Some("a redis+cluster:// URL names a server that does not run in cluster mode; use redis://");
     }
-    if e.kind() == ErrorKind::Server(redis::ServerErrorKind::Moved) || e.code() == Some("MOVED") {
-        return Some("a redis:// URL names a node of a Redis Cluster; use redis+cluster://");
-    }
     if e.kind() == ErrorKind::Parse || has("Parse error") {
         return Some("the server does not speak the Redis protocol (RESP): is the port a Redis port?");
     }
@@ -359,7 +356,7 @@ impl Connection {
                         {
                             self.conn = None;
                         }
-                        out[idx] = Some(Err(err_text(&e)));
+                        out[idx] = Some(Err(self.reply_err(&e)));
                     }
                 }
             }
@@ -370,6 +367,20 @@ impl Connection {
             .into_iter()
             .map(|o| o.unwrap_or_else(|| Err("no reply".into())))
             .collect())
+    }
+
+    /// A failed reply's text. MOVED on a connection to one server (not a
+    /// cluster client, which follows redirections and may still see one
+    /// while slots move) means the URL names a cluster node as a server.
+    fn reply_err(&self, e: &RedisError) -> String {
+        let single = !matches!(self.spec, BackendSpec::Cluster(_));
+        if single && (e.kind() == ErrorKind::Server(redis::ServerErrorKind::Moved) || e.code() == Some("MOVED")) {
+            return misconfigured(format_args!(
+                "a redis:// URL names a node of a Redis Cluster; use redis+cluster:// ({})",
+                one_line(e)
+            ));
+        }
+        err_text(e)
     }
 
     fn script_cmd(call: &ScriptCall, eval: bool) -> Cmd {
