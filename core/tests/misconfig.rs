@@ -230,3 +230,60 @@ fn a_server_url_at_a_cluster_node_is_a_configuration_error() {
         other => panic!("expected Error::Misconfigured, got {other:?}"),
     }
 }
+
+/// Everything `tracing` writes in this test binary, from every thread.
+fn logs() -> &'static std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    use std::sync::{Arc, Mutex, OnceLock};
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one subscriber per test binary");
+        buf
+    })
+}
+
+#[test]
+fn a_misconfiguration_is_logged_once_not_per_call() {
+    let logs = logs();
+    let redis = common::redis_or_skip!(RedisServer::start());
+    redis.cli(&["CONFIG", "SET", "requirepass", "the-right-one"]);
+    let host = format!("127.0.0.1:{}", redis.port);
+    let l = limiter(&format!("redis://:{PW}@{host}"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    l.on_event(move |e| {
+        let _ = tx.lock().unwrap().send(e.kind);
+    });
+    for i in 0..20 {
+        assert_misconfigured(l.acquire(&format!("k{i}"), 1), &host, "authentication failed");
+    }
+    // A hang guard, not a timing assertion: the transition's event.
+    assert_eq!(
+        rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap(),
+        quotalease::EventKind::Degraded
+    );
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(&host)).collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].contains("ERROR") && lines[0].contains("misconfigured"),
+        "{}",
+        lines[0]
+    );
+    assert!(!text.contains(PW));
+}

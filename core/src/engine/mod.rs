@@ -382,12 +382,14 @@ impl Engine {
     }
 
     /// Note what an answer says of the configuration: a refusal sets the
-    /// reason (logged once), any success clears it.
+    /// reason, any success clears it. A new reason is logged once: by the
+    /// circuit's `degraded` transition when this failure opens it, here when
+    /// the circuit was open already (an outage, or another refusal, before).
     fn note_misconfig(&self, r: std::result::Result<(), &str>) {
         match r.err().and_then(crate::wire::misconfiguration) {
             Some(reason) => {
                 let old = self.misconfig.swap(Some(Arc::new(reason.to_string())));
-                if old.as_deref().map(String::as_str) != Some(reason) {
+                if old.as_deref().map(String::as_str) != Some(reason) && self.circuit.is_open() {
                     tracing::error!(
                         url = %crate::RedactedUrl(&self.r.cfg.url),
                         "quotalease misconfigured: {reason}; acquire returns a configuration error until it is fixed"
