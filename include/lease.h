@@ -113,8 +113,8 @@ enum lease_status {
   LEASE_ERR_CLOSED = 5,
   /**
    * The backend failed a call that must reach it (`lease_flush`,
-   * `lease_close`). `lease_acquire` never returns this: it applies the
-   * failure policy instead.
+   * `lease_close`, `lease_limiter_check`). `lease_acquire` never returns
+   * this: it applies the failure policy instead.
    */
   LEASE_ERR_BACKEND = 6,
   /**
@@ -130,6 +130,16 @@ enum lease_status {
    * with the message from `lease_last_error()`).
    */
   LEASE_ERR_PANIC = 9,
+  /**
+   * The backend is reachable but refuses this configuration (wrong or
+   * missing password, a database index it lacks, a cluster URL at a
+   * standalone server, a port that does not speak Redis, an ACL user
+   * without the scripts' permissions): a configuration error, not an
+   * outage. `lease_acquire` (once local tokens are spent) and
+   * `lease_limiter_check` return it while the backend answers so; the
+   * message names the host (credentials removed) and what to change.
+   */
+  LEASE_ERR_MISCONFIGURED = 10,
 };
 
 /**
@@ -677,7 +687,8 @@ enum lease_status lease_decision_headers(const struct lease_decision *decision,
 /**
  * The name, as in every binding and in the conformance vectors, of the
  * error kind a status reports: "config" (`LEASE_ERR_CONFIG`),
- * "invalid_key", "invalid_cost", "closed" or "backend". "" for a status
+ * "invalid_key", "invalid_cost", "closed", "backend" or "misconfigured"
+ * (`LEASE_ERR_MISCONFIGURED`). "" for a status
  * with no kind of its own: `LEASE_OK`, `LEASE_ERR_NULL`,
  * `LEASE_ERR_BUFFER_TOO_SMALL`, `LEASE_ERR_PANIC`, `LEASE_ERR_UTF8` (an
  * invalid key when it was about a key, a configuration error when it was
@@ -780,8 +791,8 @@ void lease_limiter_free(struct lease_limiter *limiter);
 
 /**
  * Take `cost` tokens for `key` and write the decision to `*out`. A denial is
- * `LEASE_OK` with `out->allowed == false`; only bad input or a closed
- * limiter is an error.
+ * `LEASE_OK` with `out->allowed == false`; only bad input, a closed
+ * limiter or a backend that refuses the configuration is an error.
  *
  * The key is `key_len` bytes of UTF-8 at `key` (no NUL needed), 1 to 512
  * bytes. With local tokens this is a map lookup and an atomic update;
@@ -790,8 +801,10 @@ void lease_limiter_free(struct lease_limiter *limiter);
  *
  * Errors: `LEASE_ERR_NULL` (limiter, out, or key with `key_len > 0`),
  * `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`, `LEASE_ERR_INVALID_COST`
- * (0 or above the key's limit), `LEASE_ERR_CLOSED`. `*out` is written only
- * on `LEASE_OK`.
+ * (0 or above the key's limit), `LEASE_ERR_CLOSED`,
+ * `LEASE_ERR_MISCONFIGURED` (the backend is reachable but refuses the URL:
+ * see `lease_limiter_check`; an outage is not an error). `*out` is written
+ * only on `LEASE_OK`.
  *
  * # Safety
  * `limiter` is NULL or live; `key` is NULL or has `key_len` readable
@@ -896,8 +909,9 @@ enum lease_status lease_set_limit(const struct lease_limiter *limiter,
  *
  * Errors: `LEASE_ERR_NULL` (limiter, out, or key with `key_len > 0`),
  * `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`, `LEASE_ERR_CLOSED`,
- * `LEASE_ERR_BACKEND` (the authority did not answer). `*out` is written
- * only on `LEASE_OK`.
+ * `LEASE_ERR_BACKEND` (the authority did not answer),
+ * `LEASE_ERR_MISCONFIGURED` (it refuses the configuration). `*out` is
+ * written only on `LEASE_OK`.
  *
  * # Safety
  * `limiter` is NULL or live; `key` is NULL or has `key_len` readable
@@ -935,6 +949,68 @@ enum lease_status lease_metrics_prometheus(const struct lease_limiter *limiter,
                                            char *buf,
                                            size_t cap,
                                            size_t *needed);
+
+/**
+ * `lease_metrics_prometheus` with `n_labels` labels on every sample:
+ * `label_names[i]` = `label_values[i]` (e.g. `limiter` = `api` gives
+ * `quotalease_admitted_total{limiter="api"} 7`). Names follow the
+ * Prometheus data model (`[a-zA-Z_][a-zA-Z0-9_]*`, not `__`-prefixed, each
+ * once; else `LEASE_ERR_CONFIG`); values are escaped. Several limiters in
+ * one exposition: `lease_metrics_prometheus_many`.
+ *
+ * # Safety
+ * As for `lease_metrics_prometheus`; `label_names` and `label_values` are
+ * NULL (with `n_labels` 0) or hold `n_labels` NUL-terminated strings each.
+ */
+enum lease_status lease_metrics_prometheus_labeled(const struct lease_limiter *limiter,
+                                                   const char *const *label_names,
+                                                   const char *const *label_values,
+                                                   size_t n_labels,
+                                                   char *buf,
+                                                   size_t cap,
+                                                   size_t *needed);
+
+/**
+ * Several limiters' counters in ONE Prometheus exposition: every family's
+ * `# HELP` and `# TYPE` once, then one sample per limiter (concatenating
+ * the limiters' own texts repeats the families, which Prometheus rejects).
+ * Limiter `i` gets the labels `label_names[j]` = `label_values[i *
+ * n_labels + j]` for `j < n_labels` (every limiter has the same label
+ * names; the values tell them apart). `LEASE_ERR_CONFIG` for an invalid or
+ * repeated label name, or two limiters with the same values. The buffer
+ * contract is `lease_metrics_prometheus`'s.
+ *
+ * # Safety
+ * `limiters` holds `n_limiters` live limiters; `label_names` holds
+ * `n_labels` and `label_values` `n_limiters * n_labels` NUL-terminated
+ * strings (both NULL when `n_labels` is 0); `buf`, `needed` as for
+ * `lease_metrics_prometheus`.
+ */
+enum lease_status lease_metrics_prometheus_many(const struct lease_limiter *const *limiters,
+                                                size_t n_limiters,
+                                                const char *const *label_names,
+                                                size_t n_labels,
+                                                const char *const *label_values,
+                                                char *buf,
+                                                size_t cap,
+                                                size_t *needed);
+
+/**
+ * A startup probe: connect to the backend now and run a script that reads
+ * (never writes) one key under the limiter's prefix, the path every lease
+ * takes. `LEASE_OK` when leases can be taken; `LEASE_ERR_MISCONFIGURED`
+ * when the backend refuses the configuration (wrong password, database,
+ * scheme, protocol, ACL); `LEASE_ERR_BACKEND` when it cannot be reached
+ * (connecting, then the server's silence, are each bounded by
+ * `backend_timeout_ms`). Always `LEASE_OK` on `memory://`. Creating a
+ * limiter never connects, so call this where the service decides it is
+ * ready. It changes nothing (no circuit, no tokens). Errors also:
+ * `LEASE_ERR_NULL`, `LEASE_ERR_CLOSED`.
+ *
+ * # Safety
+ * `limiter` is NULL or live.
+ */
+enum lease_status lease_limiter_check(const struct lease_limiter *limiter);
 
 /**
  * Give every leased token back now and wait for the authority to take them

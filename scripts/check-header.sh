@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Regenerate include/lease.h from ffi/src with the pinned cbindgen and fail
 # when the committed header differs (a stale header). `--update` rewrites it.
-# cbindgen is installed on first use into target/tools (project-local).
+# cbindgen is installed on first use into target/tools (project-local; under
+# $CARGO_TARGET_DIR when that is set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CBINDGEN_VERSION=0.29.4
-tools=target/tools
+tools=${CARGO_TARGET_DIR:-target}/tools
 bin=$tools/bin/cbindgen
 if ! [ -x "$bin" ] || [ "$("$bin" --version 2>/dev/null)" != "cbindgen $CBINDGEN_VERSION" ]; then
   echo "installing cbindgen $CBINDGEN_VERSION into $tools (once)..." >&2

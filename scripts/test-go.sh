@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Go tests (`make test-go`): liblease is installed into target/lease-prefix
+# ($CARGO_TARGET_DIR/lease-prefix when that is set)
 # (found through its lease.pc), then gofmt, go vet, every `package main`
 # example of the README (the quick start, gRPC, OpenTelemetry), and
 # `go test -race` of bindings/go: conformance vectors on memory and a real
@@ -19,7 +20,7 @@ fi
 export GOTOOLCHAIN=local   # never download a toolchain
 export CGO_ENABLED=1
 
-prefix="$root/target/lease-prefix"
+prefix="${CARGO_TARGET_DIR:-$root/target}/lease-prefix"
 make -s install PREFIX="$prefix"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 

@@ -161,6 +161,15 @@ static inline ql_result ql_advance(const lease_limiter *l, uint64_t ms) {
 static inline ql_result ql_prometheus(const lease_limiter *l, char *buf, size_t cap, size_t *needed) {
 	ql_result r; r.status = lease_metrics_prometheus(l, buf, cap, needed); r.err = ql_err(r.status); return r;
 }
+static inline ql_result ql_prometheus_many(const lease_limiter *const *ls, size_t n, const char *const *names,
+                                           size_t n_names, const char *const *values, char *buf, size_t cap,
+                                           size_t *needed) {
+	ql_result r;
+	r.status = lease_metrics_prometheus_many(ls, n, names, n_names, values, buf, cap, needed);
+	r.err = ql_err(r.status);
+	return r;
+}
+static inline ql_result ql_check(const lease_limiter *l) { ql_result r; r.status = lease_limiter_check(l); r.err = ql_err(r.status); return r; }
 static inline ql_result ql_headers(lease_decision d, char *buf, size_t cap, size_t *needed) {
 	ql_result r; r.status = lease_decision_headers(&d, buf, cap, needed); r.err = ql_err(r.status); return r;
 }

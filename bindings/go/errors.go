@@ -26,9 +26,17 @@ const (
 	KindBackend
 	// KindInternal: a bug inside liblease or this package (please report it).
 	KindInternal
+	// KindMisconfigured: the backend is reachable but refuses the
+	// configuration (wrong or missing password, a database it lacks, a
+	// cluster URL at a standalone server, a port that does not speak Redis,
+	// an ACL user without the scripts' permissions). Acquire (once local
+	// tokens are spent) and Check return it while the backend answers so;
+	// an outage is not an error.
+	KindMisconfigured
 )
 
-// String returns "config", "invalid_key", "invalid_cost", "closed", "backend" or "internal".
+// String returns "config", "invalid_key", "invalid_cost", "closed", "backend",
+// "misconfigured" or "internal".
 func (k Kind) String() string {
 	switch k {
 	case KindConfig:
@@ -43,6 +51,8 @@ func (k Kind) String() string {
 		return "backend"
 	case KindInternal:
 		return "internal"
+	case KindMisconfigured:
+		return "misconfigured"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -78,6 +88,9 @@ var (
 	ErrClosed      = &Error{Kind: KindClosed}
 	ErrBackend     = &Error{Kind: KindBackend}
 	ErrInternal    = &Error{Kind: KindInternal}
+	// ErrMisconfigured: errors.Is(err, ErrMisconfigured) after Acquire or
+	// Check when the backend refuses the configuration.
+	ErrMisconfigured = &Error{Kind: KindMisconfigured}
 )
 
 // Where a status came from: LEASE_ERR_UTF8 is an invalid key for a key, and a
@@ -138,6 +151,8 @@ func kindOfStatus(status int, ctx errContext) Kind {
 		kind = KindClosed
 	case C.LEASE_ERR_BACKEND:
 		kind = KindBackend
+	case C.LEASE_ERR_MISCONFIGURED:
+		kind = KindMisconfigured
 	case C.LEASE_ERR_UTF8:
 		kind = KindInvalidKey
 		if ctx == ctxConfig {

@@ -4,8 +4,10 @@ package quotalease
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/cgo"
+	"sort"
 	"sync/atomic"
 	"unsafe"
 )
@@ -181,6 +183,111 @@ func (l *Limiter) MetricsPrometheus() string {
 		}
 		buf = make([]byte, int(needed)+256)
 	}
+}
+
+// MetricsPrometheusLabeled is MetricsPrometheus with labels on every
+// sample (map[string]string{"limiter": "api"} gives
+// quotalease_admitted_total{limiter="api"} 7). Label names follow the
+// Prometheus data model; a bad one is a KindConfig error. Several limiters
+// in one exposition: PrometheusText.
+func (l *Limiter) MetricsPrometheusLabeled(labels map[string]string) (string, error) {
+	return PrometheusText(Labeled{Limiter: l, Labels: labels})
+}
+
+// Labeled is one limiter of PrometheusText and the labels that tell its
+// samples apart.
+type Labeled struct {
+	Limiter *Limiter
+	Labels  map[string]string
+}
+
+// PrometheusText renders several limiters' counters as ONE Prometheus
+// exposition: each family's # HELP and # TYPE once, then one sample per
+// limiter (concatenating MetricsPrometheus texts repeats the families,
+// which Prometheus rejects). Every limiter needs the same label names with
+// different values. Errors (KindConfig): a bad or missing label name, two
+// limiters with the same labels; KindInternal for a nil limiter.
+func PrometheusText(limiters ...Labeled) (string, error) {
+	var names []string
+	if len(limiters) > 0 {
+		for name := range limiters[0].Labels {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+	}
+	ptrs := make([]*C.lease_limiter, len(limiters))
+	cNames := make([]*C.char, len(names))
+	cValues := make([]*C.char, 0, len(limiters)*len(names))
+	defer func() {
+		for _, p := range cNames {
+			C.free(unsafe.Pointer(p))
+		}
+		for _, p := range cValues {
+			C.free(unsafe.Pointer(p))
+		}
+	}()
+	for i, name := range names {
+		cNames[i] = C.CString(name)
+	}
+	for i, x := range limiters {
+		if x.Limiter == nil {
+			return "", errNil
+		}
+		ptrs[i] = x.Limiter.ptr
+		if len(x.Labels) != len(names) {
+			return "", &Error{Kind: KindConfig, Message: "invalid configuration: `labels` every limiter needs the same label names"}
+		}
+		for _, name := range names {
+			v, ok := x.Labels[name]
+			if !ok {
+				return "", &Error{Kind: KindConfig, Message: fmt.Sprintf("invalid configuration: `labels` label %q is missing from a limiter (every limiter needs the same label names)", name)}
+			}
+			cValues = append(cValues, C.CString(v))
+		}
+	}
+	var limPtr **C.lease_limiter
+	if len(ptrs) > 0 {
+		limPtr = &ptrs[0]
+	}
+	var namePtr, valuePtr **C.char
+	if len(cNames) > 0 {
+		namePtr = &cNames[0]
+		valuePtr = &cValues[0]
+	}
+	buf := make([]byte, 2048*(len(limiters)+1))
+	for {
+		var needed C.size_t
+		r := C.ql_prometheus_many(limPtr, C.size_t(len(ptrs)), namePtr, C.size_t(len(names)), valuePtr,
+			(*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &needed)
+		for _, x := range limiters {
+			runtime.KeepAlive(x.Limiter)
+		}
+		if r.status == C.LEASE_OK {
+			return string(buf[:needed-1]), nil
+		}
+		if r.status != C.LEASE_ERR_BUFFER_TOO_SMALL {
+			return "", newError(r.status, r.err, ctxConfig)
+		}
+		_ = newError(r.status, r.err, ctxConfig) // frees the message
+		buf = make([]byte, int(needed)+256)
+	}
+}
+
+// Check is a startup probe: it connects to the backend now and runs a
+// script that reads (never writes) one key under the limiter's prefix, the
+// path every lease takes. nil when leases can be taken; ErrMisconfigured
+// (errors.Is) when the backend refuses the configuration (password,
+// database, scheme, protocol, ACL); ErrBackend when it cannot be reached
+// (connecting, then the server's silence, each bounded by
+// BackendTimeoutMs). Always nil on memory://. New never connects, so call
+// Check where the service decides it is ready; it changes nothing.
+func (l *Limiter) Check() error {
+	if l == nil {
+		return errNil
+	}
+	r := C.ql_check(l.ptr)
+	runtime.KeepAlive(l)
+	return newError(r.status, r.err, ctxKey)
 }
 
 // Flush gives every leased token back now and waits for the authority to

@@ -34,8 +34,18 @@ export declare class NativeLimiter {
   setLimit(key: string, limit: number, windowMs: number): void
   /** Every metric by its name in docs/design.md (snake_case, as in Prometheus). */
   metrics(): Record<string, number>
-  /** The metrics in Prometheus text format, prefixed `quotalease_`. */
-  metricsPrometheus(): string
+  /**
+   * The metrics in Prometheus text format, prefixed `quotalease_`, with
+   * the labels `names[i]` = `values[i]` on every sample.
+   */
+  metricsPrometheus(names: Array<string>, values: Array<string>): string
+  /**
+   * Connect to the backend now and run a read-only probe (`check()` of
+   * every binding), blocking the calling thread.
+   */
+  checkSync(): void
+  /** `check` on a background thread: a Promise of `undefined` or an Error. */
+  check(): Promise<undefined | Error>
   /** Give every leased token back (blocks until the backend took them). */
   flushSync(): void
   /** `flush` on a background thread: a Promise of `undefined` or an Error. */
@@ -129,6 +139,13 @@ export declare function errorCodes(): Record<string, string>
  * error (the core's rule, the same in every language).
  */
 export declare function httpKey(raw: string): string
+
+/**
+ * Several limiters' metrics in ONE Prometheus exposition (each family's
+ * HELP and TYPE once): limiter `i` with the labels `names[i][j]` =
+ * `values[i][j]`.
+ */
+export declare function metricsPrometheusMany(limiters: Array<NativeLimiter>, names: Array<Array<string>>, values: Array<Array<string>>): string
 
 /**
  * The JS type option `name` takes, `'number'` or `'string'` (asked of the

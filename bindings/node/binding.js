@@ -840,6 +840,7 @@ module.exports.decisionHeaders = nativeBinding.decisionHeaders
 module.exports.engineVersion = nativeBinding.engineVersion
 module.exports.errorCodes = nativeBinding.errorCodes
 module.exports.httpKey = nativeBinding.httpKey
+module.exports.metricsPrometheusMany = nativeBinding.metricsPrometheusMany
 module.exports.optionType = nativeBinding.optionType
 module.exports.parseRate = nativeBinding.parseRate
 module.exports.reasons = nativeBinding.reasons

@@ -222,6 +222,7 @@ export type ErrorCode =
   | 'ERR_QUOTALEASE_INVALID_COST'
   | 'ERR_QUOTALEASE_CLOSED'
   | 'ERR_QUOTALEASE_BACKEND'
+  | 'ERR_QUOTALEASE_MISCONFIGURED'
 
 /**
  * An `Error` with a stable `code`: a `TypeError` for a wrong JS type (a key
@@ -238,6 +239,14 @@ export declare const codes: {
   readonly INVALID_COST: 'ERR_QUOTALEASE_INVALID_COST'
   readonly CLOSED: 'ERR_QUOTALEASE_CLOSED'
   readonly BACKEND: 'ERR_QUOTALEASE_BACKEND'
+  /**
+   * The backend is reachable but refuses the configuration (wrong or missing
+   * password, a database it lacks, a cluster URL at a standalone server, a
+   * port that does not speak Redis, an ACL user without the scripts'
+   * permissions): thrown by `acquire` and `check()` while it answers so. An
+   * outage is not an error.
+   */
+  readonly MISCONFIGURED: 'ERR_QUOTALEASE_MISCONFIGURED'
 }
 
 /** Every reason, indexed by the engine's reason code. */
@@ -287,8 +296,21 @@ export declare class Limiter extends EventEmitter {
   setLimit(key: string, limit: number, windowMs: number): void
   setLimit(key: string, rate: string): void
   metrics(): Metrics
-  /** Prometheus text exposition, metric names prefixed `quotalease_`. */
-  metricsPrometheus(): string
+  /**
+   * Prometheus text exposition, metric names prefixed `quotalease_`, with
+   * `labels` on every sample. Several limiters in one exposition: the
+   * module's `metricsPrometheus([{ limiter, labels }, ...])`.
+   */
+  metricsPrometheus(options?: { labels?: Record<string, string> }): string
+  /**
+   * A startup probe: connect to the backend now and run a read-only script
+   * through the path leases take. Resolves when leases can be taken; rejects
+   * with `ERR_QUOTALEASE_MISCONFIGURED` when the backend refuses the
+   * configuration, `ERR_QUOTALEASE_BACKEND` when it cannot be reached.
+   */
+  check(): Promise<void>
+  /** `check()` blocking the calling thread. */
+  checkSync(): void
   /** Give every leased token back now (graceful shutdown), off the event loop. */
   flush(): Promise<void>
   /** `flush()` blocking the calling thread. */
@@ -335,6 +357,17 @@ export declare function httpKey(raw: string): string
  * database kept: `redis://user:pw@h:6379/0` is `redis://***@h:6379/0`.
  */
 export declare function redactUrl(url: string): string
+
+/**
+ * Several limiters' counters in ONE Prometheus exposition: each family's
+ * `# HELP` and `# TYPE` once, then one sample per limiter, told apart by its
+ * labels (concatenating `metricsPrometheus()` texts repeats the families,
+ * which Prometheus rejects). Throws `ERR_QUOTALEASE_CONFIG` for a bad label
+ * name or two limiters with the same labels.
+ */
+export declare function metricsPrometheus(
+  limiters: ReadonlyArray<{ limiter: Limiter; labels?: Record<string, string> }>,
+): string
 
 /** `{ limit, windowMs }` from a rate such as `'600/min'`. */
 export declare function parseRate(rate: string): { limit: number; windowMs: number }

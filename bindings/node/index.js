@@ -270,6 +270,37 @@ function checkKey(key) {
  * Events: `'degraded'` and `'recovered'` with `{ kind, message }` when the
  * backend fails or comes back. Listening never keeps the process alive.
  */
+/** A limiter's native handle, for the module's functions (set in the class's static block). */
+let nativeOf
+
+/** `{ labels }` of `metricsPrometheus(options)`: its labels object. */
+function checkLabelOptions(options) {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw fail(TypeError, codes.CONFIG, `metricsPrometheus: options must be an object such as { labels: { limiter: 'api' } } (got ${describe(options)})`)
+  }
+  for (const name of Object.keys(options)) {
+    if (name !== 'labels') throw fail(Error, codes.CONFIG, `metricsPrometheus: unknown option \`${name}\` (known: labels)`)
+  }
+  return options.labels
+}
+
+/** `[names, values]` of a labels object (`undefined`: none); every value a string. */
+function labelArrays(who, labels) {
+  if (labels === undefined || labels === null) return [[], []]
+  if (typeof labels !== 'object' || Array.isArray(labels)) {
+    throw fail(TypeError, codes.CONFIG, `${who}: \`labels\` must be an object of strings such as { limiter: 'api' } (got ${describe(labels)})`)
+  }
+  const names = Object.keys(labels)
+  const values = names.map((n) => {
+    const v = labels[n]
+    if (typeof v !== 'string') {
+      throw fail(TypeError, codes.CONFIG, `${who}: label \`${n}\` must be a string (got ${describe(v)})`)
+    }
+    return v
+  })
+  return [names, values]
+}
+
 class Limiter extends EventEmitter {
   #native
   #scratch
@@ -461,9 +492,25 @@ class Limiter extends EventEmitter {
     return this.#native.metrics()
   }
 
-  /** The metrics in Prometheus text format (prefix `quotalease_`). */
-  metricsPrometheus() {
-    return this.#native.metricsPrometheus()
+  static {
+    nativeOf = (l) => l.#native
+  }
+
+  /** The metrics in Prometheus text format (prefix `quotalease_`), with `labels` on every sample. */
+  metricsPrometheus(options) {
+    const [names, values] = labelArrays('metricsPrometheus', options === undefined ? undefined : checkLabelOptions(options))
+    return this.#native.metricsPrometheus(names, values)
+  }
+
+  /** Connect to the backend now and run a read-only probe; off the event loop. */
+  async check() {
+    const r = await this.#native.check()
+    if (r instanceof Error) throw r
+  }
+
+  /** `check()`, blocking the calling thread. */
+  checkSync() {
+    this.#native.checkSync()
   }
 
   /** Give every leased token back now (graceful shutdown); off the event loop. */
@@ -561,6 +608,30 @@ function redactUrl(url) {
   return native.redactUrl(url)
 }
 
+/**
+ * Several limiters' counters in ONE Prometheus exposition: each family's
+ * `# HELP` and `# TYPE` once, then one sample per limiter, told apart by its
+ * labels: `metricsPrometheus([{ limiter: a, labels: { limiter: 'api' } }, ...])`.
+ */
+function metricsPrometheus(limiters) {
+  if (!Array.isArray(limiters)) {
+    throw fail(TypeError, codes.CONFIG, `metricsPrometheus: expected an array of { limiter, labels } (got ${describe(limiters)})`)
+  }
+  const natives = []
+  const names = []
+  const values = []
+  for (const item of limiters) {
+    if (item === null || typeof item !== 'object' || !(item.limiter instanceof Limiter)) {
+      throw fail(TypeError, codes.CONFIG, `metricsPrometheus: expected { limiter: Limiter, labels } (got ${describe(item)})`)
+    }
+    const [n, v] = labelArrays('metricsPrometheus', item.labels)
+    natives.push(nativeOf(item.limiter))
+    names.push(n)
+    values.push(v)
+  }
+  return native.metricsPrometheusMany(natives, names, values)
+}
+
 /** `{ limit, windowMs }` from a rate such as `'600/min'`, `'10/s'`, `'100/30s'`. */
 function parseRate(rate) {
   if (typeof rate !== 'string') {
@@ -577,6 +648,7 @@ module.exports = {
   parseRate,
   httpKey,
   redactUrl,
+  metricsPrometheus,
   codes,
   reasons: REASONS,
   engineVersion: native.engineVersion(),

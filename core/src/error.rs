@@ -49,6 +49,20 @@ pub enum Error {
     /// failure policy instead).
     #[error("backend error: {0}")]
     Backend(String),
+    /// The backend is reachable but refuses this configuration: wrong
+    /// credentials, a database index it does not have, a cluster URL at a
+    /// server that is not in a cluster (or the reverse), a port that does not
+    /// speak the Redis protocol, an ACL user lacking a permission the scripts
+    /// need. Not an outage, so no failure policy hides it: `acquire` (once
+    /// its local tokens are spent) and `check` return it for as long as the
+    /// backend answers this way; the next successful call clears it.
+    #[error("misconfigured backend {backend}: {reason}")]
+    Misconfigured {
+        /// The URL, redacted as [`crate::redact_url`] prints it.
+        backend: Box<str>,
+        /// What the backend refused and what to change (credentials removed).
+        reason: Box<str>,
+    },
 }
 
 /// The category of an [`Error`], stable across languages.
@@ -64,20 +78,23 @@ pub enum ErrorKind {
     Closed,
     /// [`Error::Backend`]
     Backend,
+    /// [`Error::Misconfigured`]
+    Misconfigured,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 5] = [
+    pub const ALL: [ErrorKind; 6] = [
         ErrorKind::Config,
         ErrorKind::InvalidKey,
         ErrorKind::InvalidCost,
         ErrorKind::Closed,
         ErrorKind::Backend,
+        ErrorKind::Misconfigured,
     ];
 
     /// The kind's name in every binding: `config`, `invalid_key`,
-    /// `invalid_cost`, `closed`, `backend`.
+    /// `invalid_cost`, `closed`, `backend`, `misconfigured`.
     pub fn as_str(&self) -> &'static str {
         match self {
             ErrorKind::Config => "config",
@@ -85,6 +102,7 @@ impl ErrorKind {
             ErrorKind::InvalidCost => "invalid_cost",
             ErrorKind::Closed => "closed",
             ErrorKind::Backend => "backend",
+            ErrorKind::Misconfigured => "misconfigured",
         }
     }
 }
@@ -98,6 +116,21 @@ impl Error {
             Error::InvalidCost { .. } => ErrorKind::InvalidCost,
             Error::Closed => ErrorKind::Closed,
             Error::Backend(_) => ErrorKind::Backend,
+            Error::Misconfigured { .. } => ErrorKind::Misconfigured,
+        }
+    }
+
+    /// The error of a failed backend call whose text is `err` (as the
+    /// broker hands it over, credentials already removed): the backend's
+    /// refusal of the configuration ([`Error::Misconfigured`], naming `url`
+    /// redacted) when the connection classified it so, else [`Error::Backend`].
+    pub(crate) fn of_backend(err: &str, url: &str) -> Self {
+        match crate::wire::misconfiguration(err) {
+            Some(reason) => Error::Misconfigured {
+                backend: crate::redact::redact_url(url).into(),
+                reason: reason.into(),
+            },
+            None => Error::Backend(err.to_string()),
         }
     }
 

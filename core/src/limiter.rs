@@ -164,6 +164,21 @@ impl Limiter {
         Ok(None)
     }
 
+    /// A startup probe: connect to the backend now and run a script that
+    /// reads (never writes) one key under `key_prefix`, the path every lease
+    /// takes. `Ok(())` when leases can be taken; [`Error::Misconfigured`]
+    /// when the backend refuses this configuration (credentials, database,
+    /// scheme, protocol, ACL permissions); [`Error::Backend`] when it cannot
+    /// be reached (connecting, then the server's silence, are each bounded
+    /// by `backend_timeout_ms`). Always `Ok` on `memory://` (unless a
+    /// simulated outage is on). Construction never connects, so a limiter
+    /// built while Redis is down still starts; call this where the service
+    /// decides it is ready. It changes nothing: neither the circuit nor any
+    /// key's tokens.
+    pub fn check(&self) -> Result<()> {
+        self.engine.check()
+    }
+
     /// The rules `key` is held to on a call naming `tier`, and why. Like a
     /// key's first `acquire`, it waits (at most `backend_timeout_ms`) for the
     /// store's entry of a key this limiter has not seen.
@@ -264,6 +279,27 @@ impl Limiter {
         self.metrics().prometheus()
     }
 
+    /// The counters in Prometheus text format, with `labels` on every sample
+    /// (see [`Metrics::prometheus_with`]). Two limiters of one process go
+    /// into one exposition through [`crate::metrics_prometheus`], not by
+    /// concatenating their texts (Prometheus rejects a repeated family).
+    pub fn metrics_prometheus_with(&self, labels: &[(&str, &str)]) -> Result<String> {
+        self.metrics().prometheus_with(labels)
+    }
+}
+
+/// Several limiters' counters in one Prometheus exposition, each limiter's
+/// samples told apart by its labels: every family's `# HELP` and `# TYPE`
+/// once, then one sample per limiter. What one `/metrics` endpoint of an
+/// application with several limiters serves. Errors ([`Error::Config`],
+/// field `labels`): an invalid or repeated label name, or two limiters with
+/// the same labels.
+pub fn metrics_prometheus(limiters: &[(&Limiter, &[(&str, &str)])]) -> Result<String> {
+    let sources: Vec<(Metrics, &[(&str, &str)])> = limiters.iter().map(|(l, labels)| (l.metrics(), *labels)).collect();
+    crate::metrics::prometheus_text(&sources)
+}
+
+impl Limiter {
     /// Give every leased token back now and wait for the authority to take
     /// them (graceful shutdown). Never rely on it alone: SIGKILL exists; the
     /// lease TTL gives idle tokens back anyway.
@@ -281,6 +317,28 @@ impl Limiter {
     /// broker thread. Transitions are also logged through `tracing`.
     pub fn on_event(&self, f: impl Fn(&Event) + Send + Sync + 'static) {
         self.engine.on_event(Arc::new(f));
+    }
+
+    /// Print every backend transition (degraded / recovered) as one line on
+    /// stderr, the URL redacted: `quotalease: degraded (redis://***@h:6379):
+    /// backend misconfigured (...)`. For the bindings whose language has no
+    /// bridge from `tracing` (C, Go, Node call it for every limiter they
+    /// create; Rust and Python log through `tracing` / `logging`). Does
+    /// nothing when the environment variable `QUOTALEASE_STDERR_LOG` is `0`,
+    /// `off`, `false` or `no` when the limiter is created.
+    pub fn log_events_to_stderr(&self) {
+        let quiet = std::env::var("QUOTALEASE_STDERR_LOG")
+            .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "off" | "false" | "no"));
+        if quiet {
+            return;
+        }
+        let url = crate::redact::redact_url(&self.engine.r.cfg.url);
+        self.on_event(move |e| {
+            use std::io::Write as _;
+            // One write per line, so lines of several threads never interleave.
+            let line = format!("quotalease: {} ({url}): {}\n", e.kind.as_str(), e.message);
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        });
     }
 
     /// For deterministic tests with [`crate::ClockKind::Manual`]: move the clock forward.

@@ -3,6 +3,8 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::error::{Error, Result};
+
 /// A snapshot of a limiter's counters. Same names in every language.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Metrics {
@@ -89,15 +91,104 @@ impl Metrics {
 
     /// Prometheus text exposition, every name prefixed `quotalease_`.
     pub fn prometheus(&self) -> String {
-        let mut out = String::with_capacity(1600);
-        for (name, help, counter, v) in self.fields() {
-            let (suffix, ty) = if counter { ("_total", "counter") } else { ("", "gauge") };
-            let _ = writeln!(out, "# HELP quotalease_{name}{suffix} {help}");
-            let _ = writeln!(out, "# TYPE quotalease_{name}{suffix} {ty}");
-            let _ = writeln!(out, "quotalease_{name}{suffix} {v}");
-        }
-        out
+        render(&[(*self, String::new())])
     }
+
+    /// [`prometheus`](Self::prometheus) with `labels` on every sample
+    /// (`[("limiter", "api")]` gives `quotalease_admitted_total{limiter="api"} 7`).
+    /// Label names follow the Prometheus data model (`[a-zA-Z_][a-zA-Z0-9_]*`,
+    /// not starting with `__`, each once); values are escaped. Several
+    /// limiters in one exposition: [`prometheus_text`].
+    pub fn prometheus_with(&self, labels: &[(&str, &str)]) -> Result<String> {
+        prometheus_text(&[(*self, labels)])
+    }
+}
+
+/// Several sources' metrics (one per limiter, told apart by their labels) in
+/// one Prometheus exposition: each family's `# HELP` and `# TYPE` once, then
+/// one sample per source. Concatenating the limiters' own texts would repeat
+/// the families, which Prometheus rejects. Errors ([`Error::Config`], field
+/// `labels`): an invalid or repeated label name, or two sources with the same
+/// labels (their samples would be one series twice).
+pub fn prometheus_text(sources: &[(Metrics, &[(&str, &str)])]) -> Result<String> {
+    let mut rendered: Vec<(Metrics, String)> = Vec::with_capacity(sources.len());
+    for (m, labels) in sources {
+        let set = label_set(labels)?;
+        if rendered.iter().any(|(_, other)| *other == set) {
+            return Err(Error::config(
+                "labels",
+                format!(
+                    "two limiters have the same labels {}; give each its own (e.g. limiter=\"api\")",
+                    if set.is_empty() { "(none)" } else { &set }
+                ),
+            ));
+        }
+        rendered.push((*m, set));
+    }
+    Ok(render(&rendered))
+}
+
+/// Every family once, each source's sample under it.
+fn render(sources: &[(Metrics, String)]) -> String {
+    let mut out = String::with_capacity(1600 * sources.len().max(1));
+    let fields: Vec<_> = sources.iter().map(|(m, _)| m.fields()).collect();
+    for (i, (name, help, counter, _)) in Metrics::default().fields().into_iter().enumerate() {
+        let (suffix, ty) = if counter { ("_total", "counter") } else { ("", "gauge") };
+        let _ = writeln!(out, "# HELP quotalease_{name}{suffix} {help}");
+        let _ = writeln!(out, "# TYPE quotalease_{name}{suffix} {ty}");
+        for ((_, labels), f) in sources.iter().zip(&fields) {
+            let _ = writeln!(out, "quotalease_{name}{suffix}{labels} {}", f[i].3);
+        }
+    }
+    out
+}
+
+/// `{a="x",b="y"}` (`""` for no labels), checked and escaped.
+fn label_set(labels: &[(&str, &str)]) -> Result<String> {
+    let mut out = String::new();
+    for (i, (name, value)) in labels.iter().enumerate() {
+        validate_label_name(name)?;
+        if labels[..i].iter().any(|(n, _)| n == name) {
+            return Err(Error::config("labels", format!("label {name:?} is given twice")));
+        }
+        out.push(if i == 0 { '{' } else { ',' });
+        out.push_str(name);
+        out.push_str("=\"");
+        for c in value.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    if !out.is_empty() {
+        out.push('}');
+    }
+    Ok(out)
+}
+
+/// A label name of the Prometheus data model: `[a-zA-Z_][a-zA-Z0-9_]*`, and
+/// not `__`-prefixed (reserved for Prometheus itself).
+fn validate_label_name(name: &str) -> Result<()> {
+    let mut bytes = name.bytes();
+    let ok = matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !ok {
+        return Err(Error::config(
+            "labels",
+            format!("{name:?} is not a Prometheus label name (letters, digits and _, not starting with a digit)"),
+        ));
+    }
+    if name.starts_with("__") {
+        return Err(Error::config(
+            "labels",
+            format!("{name:?}: names starting with __ are reserved for Prometheus"),
+        ));
+    }
+    Ok(())
 }
 
 /// Limiter-wide counters (per-key admit/deny counts live in the entries).
@@ -118,5 +209,54 @@ impl Counters {
         if n > 0 {
             c.fetch_add(n, Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labelled_sources_share_each_family() {
+        let a = Metrics {
+            admitted: 3,
+            ..Metrics::default()
+        };
+        let b = Metrics {
+            admitted: 5,
+            ..Metrics::default()
+        };
+        let text = prometheus_text(&[(a, &[("limiter", "api")]), (b, &[("limiter", "a\"b\\c\nd")])]).unwrap();
+        assert_eq!(text.matches("# TYPE quotalease_admitted_total counter").count(), 1);
+        assert!(
+            text.contains("quotalease_admitted_total{limiter=\"api\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("quotalease_admitted_total{limiter=\"a\\\"b\\\\c\\nd\"} 5\n"),
+            "{text}"
+        );
+        // no labels: the text of before
+        assert!(a.prometheus().contains("\nquotalease_admitted_total 3\n"));
+        assert_eq!(a.prometheus(), a.prometheus_with(&[]).unwrap());
+    }
+
+    #[test]
+    fn bad_labels_are_config_errors() {
+        let m = Metrics::default();
+        for (labels, why) in [
+            (&[("1x", "v")][..], "not a Prometheus label name"),
+            (&[("a-b", "v")], "not a Prometheus label name"),
+            (&[("", "v")], "not a Prometheus label name"),
+            (&[("__name__", "v")], "reserved"),
+            (&[("a", "1"), ("a", "2")], "twice"),
+        ] {
+            let e = m.prometheus_with(labels).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Config);
+            assert!(e.to_string().contains(why), "{labels:?}: {e}");
+            assert!(e.to_string().contains("`labels`"), "{e}");
+        }
+        let e = prometheus_text(&[(m, &[("l", "x")]), (m, &[("l", "x")])]).unwrap_err();
+        assert!(e.to_string().contains("same labels"), "{e}");
     }
 }

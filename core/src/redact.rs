@@ -10,7 +10,10 @@
 //!   `?` or `#`, which no URL the `redis` crate accepts does, the `@` may be
 //!   in a path or a query value: everything after `://` becomes `***`;
 //! - a host entry whose port is not a number (`redis://user:pass` with the
-//!   `@` forgotten parses as host `user`, port `pass`) becomes `***`;
+//!   `@` forgotten parses as host `user`, port `pass`) becomes `***`, or
+//!   `HOST:***` when the part before the `:` is an address or a dotted
+//!   name, which a user name is not (`redis://127.0.0.1:notaport` prints
+//!   as `redis://127.0.0.1:***`, so the error can say which port is wrong);
 //! - query values other than a valid `protocol` or `db` (`unix://...?pass=`,
 //!   which the `redis` crate reads as a password, or any unknown parameter)
 //!   become `***`, and a fragment other than `#insecure` becomes `***`.
@@ -61,7 +64,15 @@ pub fn redact_url(url: &str) -> String {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(if host_is_plain(seed) { seed } else { MASK });
+        if host_is_plain(seed) {
+            out.push_str(seed);
+        } else if let Some(host) = host_of_bad_port(seed) {
+            out.push_str(host);
+            out.push(':');
+            out.push_str(MASK);
+        } else {
+            out.push_str(MASK);
+        }
     }
     out.push_str(parts.path);
     if let Some(q) = parts.query {
@@ -331,6 +342,30 @@ fn host_is_plain(seed: &str) -> bool {
     port.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// The host of an entry `HOST:PORT` whose port is not a number, when the
+/// host is an IP address, `localhost` or a dotted name: a user name written
+/// where the host goes (`redis://user:pass`, the `@` forgotten) is none of
+/// these, so it stays masked.
+pub(crate) fn host_of_bad_port(seed: &str) -> Option<&str> {
+    if host_is_plain(seed) {
+        return None;
+    }
+    let (host, _) = match seed.strip_prefix('[') {
+        Some(inner) => {
+            let (addr, _) = inner.split_once(']')?;
+            return is_ip6(addr).then(|| &seed[..addr.len() + 2]);
+        }
+        None => seed.split_once(':')?,
+    };
+    let name = |h: &str| {
+        !h.is_empty()
+            && h.split('.').count() >= 2
+            && h.split('.')
+                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    };
+    (host == "localhost" || name(host)).then_some(host)
+}
+
 fn is_ip6(addr: &str) -> bool {
     addr.chars().all(|c| c.is_ascii_hexdigit() || matches!(c, ':' | '.'))
 }
@@ -427,6 +462,11 @@ mod tests {
             (format!("redis://{USER}:pa@ss/{PW}@h:1"), "redis://***"),
             (format!("redis://:{PW}#x@h:1/0"), "redis://***"),
             (format!("redis://:{PW}@h:notaport"), "redis://***@***"),
+            // A bad port after an address or a dotted name: the host shows.
+            ("redis://127.0.0.1:notaport".into(), "redis://127.0.0.1:***"),
+            (format!("redis://:{PW}@db.example:{PW}"), "redis://***@db.example:***"),
+            ("redis://localhost:6379x".into(), "redis://localhost:***"),
+            ("redis://[::1]:x".into(), "redis://[::1]:***"),
             (format!("redis:/:{PW}@h:1"), "***"),
             (format!("{USER}:{PW}@h:1"), "***@h:1"),
             (format!("{USER}:{PW}"), "***"),

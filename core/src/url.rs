@@ -137,6 +137,43 @@ fn check_redis_url(_url: &str) -> std::result::Result<(), String> {
     Err("this build of quotalease has no Redis support (enable the crate's `redis` feature)".into())
 }
 
+/// What is wrong with a host entry's port of a `redis://`-like URL: not a
+/// number from 1 to 65535 (`None`: every port is one, or absent). Names the
+/// host when printing it cannot show a user name
+/// ([`crate::redact::host_of_bad_port`]), never the port as written (it may
+/// be a password, the `@` forgotten).
+fn bad_port(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let (userinfo, hosts) = rest.rsplit_once('@').unwrap_or(("", rest));
+    if userinfo.contains(['/', '?', '#']) {
+        return None; // the redact rule's "unsure" case: say nothing more
+    }
+    let hosts = hosts.split(['/', '?', '#']).next().unwrap_or("");
+    for seed in hosts.split(',') {
+        let port = match seed.strip_prefix('[') {
+            Some(inner) => inner.split_once(']').and_then(|(_, p)| p.strip_prefix(':')),
+            None => seed.split_once(':').map(|(_, p)| p),
+        };
+        let Some(port) = port.filter(|p| !p.is_empty()) else {
+            continue;
+        };
+        if port.parse::<u16>().is_ok_and(|p| p > 0) {
+            continue;
+        }
+        let which = match crate::redact::host_of_bad_port(seed) {
+            Some(host) => format!("host {host}"),
+            None if port.bytes().all(|b| b.is_ascii_digit()) => {
+                format!("host {}", seed.rsplit_once(':').map_or(seed, |(h, _)| h))
+            }
+            None => "a host entry".to_string(),
+        };
+        return Some(format!(
+            "the port of {which} is not a number from 1 to 65535 (after the scheme comes [[USER]:PASSWORD@]HOST:PORT[/DB])"
+        ));
+    }
+    None
+}
+
 /// The backend a URL names. Every message prints the URL redacted
 /// ([`crate::redact_url`]), and the `redis` crate's reasons with the URL's
 /// credentials removed.
@@ -177,6 +214,9 @@ pub(crate) fn parse_url(url: &str) -> Result<BackendSpec> {
                     "{shown:?}: `ssl_certfile`, `ssl_keyfile` and `ssl_ca_certs` are supported on rediss:// URLs only"
                 )));
             }
+            if let Some(why) = bad_port(url) {
+                return Err(bad(format!("{shown:?} is not a valid cluster URL: {why}")));
+            }
             for n in &nodes {
                 check_redis_url(n).map_err(|e| {
                     bad(format!(
@@ -199,6 +239,9 @@ pub(crate) fn parse_url(url: &str) -> Result<BackendSpec> {
         )));
     }
     if url.starts_with("redis://") || url.starts_with("rediss://") {
+        if let Some(why) = bad_port(url) {
+            return Err(bad(format!("{shown:?} is not a valid Redis URL: {why}")));
+        }
         check_redis_url(url).map_err(|e| {
             bad(format!(
                 "{shown:?} is not a valid Redis URL: {}",
@@ -351,6 +394,28 @@ mod tests {
                 "redis://:pw@127.0.0.1:7001".into()
             ])
         );
+    }
+
+    /// A port that is not one is named as such, with the host when it is
+    /// an address or a dotted name; the text as written never shows (it
+    /// may be a password with its `@` forgotten).
+    #[test]
+    fn a_bad_port_is_named() {
+        let err = |u: &str| parse_url(u).unwrap_err().to_string();
+        let e = err("redis://127.0.0.1:notaport");
+        assert_eq!(
+            e,
+            "invalid configuration: `url` \"redis://127.0.0.1:***\" is not a valid Redis URL: the port of \
+             host 127.0.0.1 is not a number from 1 to 65535 (after the scheme comes [[USER]:PASSWORD@]HOST:PORT[/DB])"
+        );
+        assert!(err("redis://db.example:70000/0").contains("the port of host db.example is not a number"));
+        assert!(err("redis+cluster://a.example:1,b.example:x").contains("the port of host b.example"));
+        assert!(err("rediss://localhost:0").contains("the port of host localhost"));
+        // `redis://user:pass`, the @ forgotten: neither part shows.
+        let e = err("redis://alice-user:s3cret-pw");
+        assert!(e.contains("the port of a host entry is not a number"), "{e}");
+        assert!(!e.contains("alice-user") && !e.contains("s3cret-pw"), "{e}");
+        assert!(parse_url("redis://h:6379").is_ok() && parse_url("redis://[::1]:6379/2").is_ok());
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub(crate) enum Call {
     /// A request to the policy store (never about one bucket). `base` is
     /// the store's Redis key prefix, set when the call is sent.
     Policy { base: String, op: PolicyOp },
+    /// `check()`: connect and run the probe script, which reads (never
+    /// writes) `key` through the script path leases take.
+    Check { key: String },
 }
 
 /// What the policy store is asked: see `docs/policies.md`.
@@ -134,6 +137,26 @@ pub(crate) enum Reply {
     Returned,
     Stored(Stored),
     Policy(PolicyReply),
+    /// A [`Call::Check`] went through.
+    Checked,
+}
+
+/// How a failure that is the backend's refusal of the configuration begins
+/// (see [`misconfigured`]).
+const MISCONFIGURED: &str = "misconfigured: ";
+
+/// The failure of a call the backend refused because of the configuration
+/// (credentials, database, scheme, protocol, ACL), not because it is away:
+/// the engine answers such a failure with [`crate::Error::Misconfigured`]
+/// instead of its failure policy. `reason` says what to change.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn misconfigured(reason: impl std::fmt::Display) -> String {
+    format!("{MISCONFIGURED}{reason}")
+}
+
+/// The reason of a [`misconfigured`] failure text (`None`: any other failure).
+pub(crate) fn misconfiguration(err: &str) -> Option<&str> {
+    err.strip_prefix(MISCONFIGURED)
 }
 
 /// The ledger script's lease reply as a [`Reply`].

@@ -3,8 +3,9 @@
 //! redis-server and Redis Cluster) leases, gives back, inspects, gets
 //! adaptive rates, has stale holders forgotten, flushes and closes with no
 //! backend error, over RESP2 and RESP3; a user lacking one of those commands
-//! (or the key pattern) gets a typed `Error::Backend` from `inspect` and the
-//! failure policy from `acquire`, with a message naming what was refused.
+//! (or the key pattern) gets a typed `Error::Misconfigured` from `inspect`,
+//! `check` and `acquire` (a configuration error, not an outage the failure
+//! policy would hide), with a message naming what was refused.
 
 mod common;
 
@@ -197,7 +198,7 @@ fn a_restricted_user_runs_limiters() {
 }
 
 #[test]
-fn a_user_lacking_a_command_gets_a_clear_backend_error() {
+fn a_user_lacking_a_command_gets_a_clear_configuration_error() {
     let server = common::redis_or_skip!(RedisServer::start());
     let url = |user: &str| format!("redis://{user}:{PW}@127.0.0.1:{}", server.port);
     let p = unique("acl");
@@ -217,8 +218,8 @@ fn a_user_lacking_a_command_gets_a_clear_backend_error() {
     let l = limiter("ql-no-pttl");
     assert_eq!(l.acquire("k", 1).unwrap().reason, Reason::Lease);
     match l.inspect("k") {
-        Err(e @ Error::Backend(_)) => {
-            assert_eq!(e.kind(), ErrorKind::Backend);
+        Err(e @ Error::Misconfigured { .. }) => {
+            assert_eq!(e.kind(), ErrorKind::Misconfigured);
             let text = e.to_string();
             assert!(text.contains("pttl") && text.contains("permission"), "{text}");
             assert!(!text.contains(PW), "{text}");
@@ -226,23 +227,32 @@ fn a_user_lacking_a_command_gets_a_clear_backend_error() {
         other => panic!("inspect without PTTL: {other:?}"),
     }
     // Without EVALSHA, or without the keys: every lease call is refused, so
-    // acquire applies the failure policy and the degraded event says why;
-    // inspect fails typed.
+    // acquire and check() fail typed (no failure policy: nothing is down)
+    // and the degraded event says why; inspect fails typed.
     let no_evalsha: Vec<&str> = COMMANDS.iter().copied().filter(|c| *c != "evalsha").collect();
     set_user(server.port, "ql-no-evalsha", &p, &plus(&no_evalsha));
     set_user(server.port, "ql-other-keys", &format!("{p}-other"), &plus(&COMMANDS));
     for (user, why) in [("ql-no-evalsha", "evalsha"), ("ql-other-keys", "key")] {
         let l = limiter(user);
         let ev = messages(&l);
-        let d = l.acquire("k2", 1).unwrap();
-        assert_eq!(d.reason, Reason::Fallback, "{user}: {d:?}");
+        for r in [l.check().map(|_| ()), l.acquire("k2", 1).map(|_| ())] {
+            match r {
+                Err(e @ Error::Misconfigured { .. }) => {
+                    let text = e.to_string();
+                    assert!(text.contains(why) && text.contains("permission"), "{user}: {text}");
+                    assert!(!text.contains(PW), "{text}");
+                }
+                other => panic!("{user}: expected Error::Misconfigured, got {other:?}"),
+            }
+        }
         await_cond("a degraded event", || !ev.lock().unwrap().is_empty());
         let m = ev.lock().unwrap()[0].clone();
         assert!(m.contains(why) && m.contains("permission"), "{user}: {m}");
         assert!(!m.contains(PW), "{m}");
         if user == "ql-other-keys" {
-            assert_eq!(l.inspect("k2").unwrap_err().kind(), ErrorKind::Backend);
+            assert_eq!(l.inspect("k2").unwrap_err().kind(), ErrorKind::Misconfigured);
         }
+        assert_eq!(l.metrics().admitted, 0, "{user}: no failure-policy admission");
         l.close().unwrap();
     }
 }

@@ -88,6 +88,14 @@ fn degraded(rx: &Receiver<(EventKind, String)>) -> String {
     message
 }
 
+/// A misconfiguration error's text, in both of its printed forms.
+fn misconfigured_text<T: std::fmt::Debug>(r: quotalease::Result<T>) -> String {
+    match r {
+        Err(e @ Error::Misconfigured { .. }) => format!("{e} / {e:?}"),
+        other => panic!("expected a misconfiguration error, got {other:?}"),
+    }
+}
+
 /// A backend error's text, in both of its printed forms.
 fn backend_error_text(r: quotalease::Result<quotalease::Inspection>) -> String {
     match r {
@@ -203,27 +211,34 @@ fn a_primary_refusing_the_password_behind_sentinel() {
         &["ACL", "SETUSER", USER, "on", ">another-password", "~*", "+@all"],
     );
     let (l, rx) = limiter(&group.url_with(&format!("{USER}:{PW}@"), ""));
-    l.acquire("k", 1).unwrap();
+    let text = misconfigured_text(l.acquire("k", 1));
+    assert_clean("the acquire error", &text);
+    assert!(text.contains("authentication failed"), "{text}");
     let message = degraded(&rx);
     assert_clean("the degraded event", &message);
     assert!(message.contains("Sentinel"), "{message}");
-    assert_clean("the inspect error", &backend_error_text(l.inspect("k")));
+    assert_clean("the inspect error", &misconfigured_text(l.inspect("k")));
+    assert_clean("the check error", &misconfigured_text(l.check()));
     assert_clean("the tracing output", &logged());
 }
 
 #[test]
 fn a_wrong_password_on_a_real_server() {
     // Redis refuses the credentials (WRONGPASS, which the redis crate
-    // reports as AuthenticationFailed): the same path as any backend error.
+    // reports as AuthenticationFailed): a configuration error, whose every
+    // printed form is as clean as a backend error's.
     let redis = common::redis_or_skip!(RedisServer::start());
     redis.cli(&["ACL", "SETUSER", USER, "on", ">another-password", "~*", "+@all"]);
     let url = format!("redis://{USER}:{PW}@127.0.0.1:{}", redis.port);
     let (l, rx) = limiter(&url);
-    l.acquire("k", 1).unwrap();
+    let text = misconfigured_text(l.acquire("k", 1));
+    assert_clean("the acquire error", &text);
+    assert!(text.contains(&format!("127.0.0.1:{}", redis.port)), "{text}");
     let message = degraded(&rx);
     assert_clean("the degraded event", &message);
     assert!(message.contains("AuthenticationFailed"), "{message}");
-    assert_clean("the inspect error", &backend_error_text(l.inspect("k")));
+    assert_clean("the inspect error", &misconfigured_text(l.inspect("k")));
+    assert_clean("the check error", &misconfigured_text(l.check()));
     assert_clean("the tracing output", &logged());
     // With the right password the same user leases (the URL is used as given).
     let good = format!("redis://{USER}:another-password@127.0.0.1:{}", redis.port);

@@ -96,8 +96,9 @@ fn leases_from_the_primary_with_the_urls_user_and_database() {
     l.close().unwrap();
     assert_eq!(stored_tokens(&group.cli(primary, &["-n", "3", "GET", &key])), 99);
     assert_eq!(l.metrics().backend_errors, 0);
-    // A wrong password for the primary, or for the sentinels, is a backend
-    // failure (the failure policy decides), and no replica is used instead.
+    // A wrong password for the primary, or for the sentinels, is a
+    // configuration error (no failure policy hides it), and no replica is
+    // used instead.
     for (i, tail) in [
         "/3?sentinel_username=ql-watch&sentinel_password=pw-watch",
         "/3?sentinel_password=wrong",
@@ -117,7 +118,10 @@ fn leases_from_the_primary_with_the_urls_user_and_database() {
             .backend_timeout_ms(1_001 + i as u64)
             .build()
             .unwrap();
-        assert_eq!(bad.acquire("k2", 1).unwrap().reason, Reason::Fallback, "{tail}");
+        // (a configuration error, not an outage: see core/tests/misconfig.rs)
+        let e = bad.acquire("k2", 1).unwrap_err();
+        assert_eq!(e.kind(), quotalease::ErrorKind::Misconfigured, "{tail}: {e}");
+        assert!(e.to_string().contains("authentication failed"), "{tail}: {e}");
     }
     assert_eq!(script_calls(&group, group.ports[1]), 0, "a replica got script calls");
 }
@@ -180,7 +184,7 @@ fn fleet_recovers_from_a_killed_primary_within_the_bound() {
             let (l, stop, counts) = (l.clone(), stop.clone(), counts.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let d = l.acquire("hot", 1).unwrap();
+                    let d = l.acquire("hot", 1).unwrap_or_else(|e| panic!("{e}"));
                     let slot = match (d.allowed, d.reason) {
                         (true, Reason::Lease) => 0,
                         (true, Reason::Fallback) => 1,

@@ -26,8 +26,8 @@ pub enum lease_status {
     /// The limiter was closed with `lease_close`.
     LEASE_ERR_CLOSED = 5,
     /// The backend failed a call that must reach it (`lease_flush`,
-    /// `lease_close`). `lease_acquire` never returns this: it applies the
-    /// failure policy instead.
+    /// `lease_close`, `lease_limiter_check`). `lease_acquire` never returns
+    /// this: it applies the failure policy instead.
     LEASE_ERR_BACKEND = 6,
     /// A key or string argument is not valid UTF-8.
     LEASE_ERR_UTF8 = 7,
@@ -36,6 +36,14 @@ pub enum lease_status {
     /// A bug inside liblease was caught at the boundary (please report it
     /// with the message from `lease_last_error()`).
     LEASE_ERR_PANIC = 9,
+    /// The backend is reachable but refuses this configuration (wrong or
+    /// missing password, a database index it lacks, a cluster URL at a
+    /// standalone server, a port that does not speak Redis, an ACL user
+    /// without the scripts' permissions): a configuration error, not an
+    /// outage. `lease_acquire` (once local tokens are spent) and
+    /// `lease_limiter_check` return it while the backend answers so; the
+    /// message names the host (credentials removed) and what to change.
+    LEASE_ERR_MISCONFIGURED = 10,
 }
 
 use lease_status::*;
@@ -53,6 +61,7 @@ impl lease_status {
             ErrorKind::InvalidCost => LEASE_ERR_INVALID_COST,
             ErrorKind::Closed => LEASE_ERR_CLOSED,
             ErrorKind::Backend => LEASE_ERR_BACKEND,
+            ErrorKind::Misconfigured => LEASE_ERR_MISCONFIGURED,
         }
     }
 }
@@ -70,7 +79,8 @@ fn kind_names() -> &'static [CString] {
 
 /// The name, as in every binding and in the conformance vectors, of the
 /// error kind a status reports: "config" (`LEASE_ERR_CONFIG`),
-/// "invalid_key", "invalid_cost", "closed" or "backend". "" for a status
+/// "invalid_key", "invalid_cost", "closed", "backend" or "misconfigured"
+/// (`LEASE_ERR_MISCONFIGURED`). "" for a status
 /// with no kind of its own: `LEASE_OK`, `LEASE_ERR_NULL`,
 /// `LEASE_ERR_BUFFER_TOO_SMALL`, `LEASE_ERR_PANIC`, `LEASE_ERR_UTF8` (an
 /// invalid key when it was about a key, a configuration error when it was

@@ -89,6 +89,9 @@ pub unsafe extern "C" fn lease_limiter_new_from_options(
 
 /// The C handle of a new limiter, its event sink registered.
 fn into_handle(limiter: Limiter) -> *mut lease_limiter {
+    // C has no logging bridge: one stderr line per backend transition,
+    // unless QUOTALEASE_STDERR_LOG=0 (written before the callback runs).
+    limiter.log_events_to_stderr();
     let sink = events::new_sink();
     let s = sink.clone();
     limiter.on_event(move |e| events::deliver(&s, e));
@@ -209,8 +212,8 @@ pub(crate) unsafe fn tier_str<'a>(
 }
 
 /// Take `cost` tokens for `key` and write the decision to `*out`. A denial is
-/// `LEASE_OK` with `out->allowed == false`; only bad input or a closed
-/// limiter is an error.
+/// `LEASE_OK` with `out->allowed == false`; only bad input, a closed
+/// limiter or a backend that refuses the configuration is an error.
 ///
 /// The key is `key_len` bytes of UTF-8 at `key` (no NUL needed), 1 to 512
 /// bytes. With local tokens this is a map lookup and an atomic update;
@@ -219,8 +222,10 @@ pub(crate) unsafe fn tier_str<'a>(
 ///
 /// Errors: `LEASE_ERR_NULL` (limiter, out, or key with `key_len > 0`),
 /// `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`, `LEASE_ERR_INVALID_COST`
-/// (0 or above the key's limit), `LEASE_ERR_CLOSED`. `*out` is written only
-/// on `LEASE_OK`.
+/// (0 or above the key's limit), `LEASE_ERR_CLOSED`,
+/// `LEASE_ERR_MISCONFIGURED` (the backend is reachable but refuses the URL:
+/// see `lease_limiter_check`; an outage is not an error). `*out` is written
+/// only on `LEASE_OK`.
 ///
 /// # Safety
 /// `limiter` is NULL or live; `key` is NULL or has `key_len` readable
@@ -355,8 +360,9 @@ pub unsafe extern "C" fn lease_set_limit(
 ///
 /// Errors: `LEASE_ERR_NULL` (limiter, out, or key with `key_len > 0`),
 /// `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`, `LEASE_ERR_CLOSED`,
-/// `LEASE_ERR_BACKEND` (the authority did not answer). `*out` is written
-/// only on `LEASE_OK`.
+/// `LEASE_ERR_BACKEND` (the authority did not answer),
+/// `LEASE_ERR_MISCONFIGURED` (it refuses the configuration). `*out` is
+/// written only on `LEASE_OK`.
 ///
 /// # Safety
 /// `limiter` is NULL or live; `key` is NULL or has `key_len` readable
@@ -425,6 +431,142 @@ pub unsafe extern "C" fn lease_metrics_prometheus(
         let l = arg_ref!("lease_metrics_prometheus", limiter);
         let text = l.limiter.metrics_prometheus();
         unsafe { write_str("lease_metrics_prometheus", &text, buf, cap, needed) }
+    }
+}
+
+/// Labels of `n` names and values (NUL-terminated UTF-8 each).
+unsafe fn labels_of<'a>(
+    fname: &str,
+    names: *const *const c_char,
+    values: *const *const c_char,
+    n: usize,
+) -> Result<Vec<(&'a str, &'a str)>, lease_status> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if names.is_null() {
+        return Err(null_arg(fname, "label_names"));
+    }
+    if values.is_null() {
+        return Err(null_arg(fname, "label_values"));
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: the caller promised `n` readable pointers in each array.
+        let (name, value) = unsafe { (*names.add(i), *values.add(i)) };
+        let name = unsafe { crate::error::c_str(fname, "label_names[i]", name)? };
+        let value = unsafe { crate::error::c_str(fname, "label_values[i]", value)? };
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
+/// `lease_metrics_prometheus` with `n_labels` labels on every sample:
+/// `label_names[i]` = `label_values[i]` (e.g. `limiter` = `api` gives
+/// `quotalease_admitted_total{limiter="api"} 7`). Names follow the
+/// Prometheus data model (`[a-zA-Z_][a-zA-Z0-9_]*`, not `__`-prefixed, each
+/// once; else `LEASE_ERR_CONFIG`); values are escaped. Several limiters in
+/// one exposition: `lease_metrics_prometheus_many`.
+///
+/// # Safety
+/// As for `lease_metrics_prometheus`; `label_names` and `label_values` are
+/// NULL (with `n_labels` 0) or hold `n_labels` NUL-terminated strings each.
+#[no_mangle]
+pub unsafe extern "C" fn lease_metrics_prometheus_labeled(
+    limiter: *const lease_limiter,
+    label_names: *const *const c_char,
+    label_values: *const *const c_char,
+    n_labels: usize,
+    buf: *mut c_char,
+    cap: usize,
+    needed: *mut usize,
+) -> lease_status {
+    ffi_boundary! {
+        const F: &str = "lease_metrics_prometheus_labeled";
+        let l = arg_ref!("lease_metrics_prometheus_labeled", limiter);
+        let labels = match unsafe { labels_of(F, label_names, label_values, n_labels) } {
+            Ok(v) => v,
+            Err(st) => return st,
+        };
+        match l.limiter.metrics_prometheus_with(&labels) {
+            Ok(text) => unsafe { write_str(F, &text, buf, cap, needed) },
+            Err(e) => fail_with(F, &e),
+        }
+    }
+}
+
+/// Several limiters' counters in ONE Prometheus exposition: every family's
+/// `# HELP` and `# TYPE` once, then one sample per limiter (concatenating
+/// the limiters' own texts repeats the families, which Prometheus rejects).
+/// Limiter `i` gets the labels `label_names[j]` = `label_values[i *
+/// n_labels + j]` for `j < n_labels` (every limiter has the same label
+/// names; the values tell them apart). `LEASE_ERR_CONFIG` for an invalid or
+/// repeated label name, or two limiters with the same values. The buffer
+/// contract is `lease_metrics_prometheus`'s.
+///
+/// # Safety
+/// `limiters` holds `n_limiters` live limiters; `label_names` holds
+/// `n_labels` and `label_values` `n_limiters * n_labels` NUL-terminated
+/// strings (both NULL when `n_labels` is 0); `buf`, `needed` as for
+/// `lease_metrics_prometheus`.
+#[no_mangle]
+pub unsafe extern "C" fn lease_metrics_prometheus_many(
+    limiters: *const *const lease_limiter,
+    n_limiters: usize,
+    label_names: *const *const c_char,
+    n_labels: usize,
+    label_values: *const *const c_char,
+    buf: *mut c_char,
+    cap: usize,
+    needed: *mut usize,
+) -> lease_status {
+    ffi_boundary! {
+        const F: &str = "lease_metrics_prometheus_many";
+        if limiters.is_null() && n_limiters > 0 {
+            return null_arg(F, "limiters");
+        }
+        if n_labels > 0 && label_values.is_null() {
+            return null_arg(F, "label_values");
+        }
+        let mut sets = Vec::with_capacity(n_limiters);
+        for i in 0..n_limiters {
+            // SAFETY: the caller promised `n_limiters` pointers.
+            let Some(l) = (unsafe { (*limiters.add(i)).as_ref() }) else {
+                return null_arg(F, "limiters[i]");
+            };
+            let values = if n_labels == 0 { std::ptr::null() } else { unsafe { label_values.add(i * n_labels) } };
+            let labels = match unsafe { labels_of(F, label_names, values, n_labels) } {
+                Ok(v) => v,
+                Err(st) => return st,
+            };
+            sets.push((l, labels));
+        }
+        let pairs: Vec<(&Limiter, &[(&str, &str)])> = sets.iter().map(|(l, v)| (&l.limiter, v.as_slice())).collect();
+        match quotalease::metrics_prometheus(&pairs) {
+            Ok(text) => unsafe { write_str(F, &text, buf, cap, needed) },
+            Err(e) => fail_with(F, &e),
+        }
+    }
+}
+
+/// A startup probe: connect to the backend now and run a script that reads
+/// (never writes) one key under the limiter's prefix, the path every lease
+/// takes. `LEASE_OK` when leases can be taken; `LEASE_ERR_MISCONFIGURED`
+/// when the backend refuses the configuration (wrong password, database,
+/// scheme, protocol, ACL); `LEASE_ERR_BACKEND` when it cannot be reached
+/// (connecting, then the server's silence, are each bounded by
+/// `backend_timeout_ms`). Always `LEASE_OK` on `memory://`. Creating a
+/// limiter never connects, so call this where the service decides it is
+/// ready. It changes nothing (no circuit, no tokens). Errors also:
+/// `LEASE_ERR_NULL`, `LEASE_ERR_CLOSED`.
+///
+/// # Safety
+/// `limiter` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn lease_limiter_check(limiter: *const lease_limiter) -> lease_status {
+    ffi_boundary! {
+        let l = arg_ref!("lease_limiter_check", limiter);
+        status("lease_limiter_check", l.limiter.check())
     }
 }
 

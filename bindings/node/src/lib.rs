@@ -320,6 +320,11 @@ impl NativeLimiter {
         }
         let opts = options_from(names, values)?;
         let inner = Arc::new(Limiter::from_options(opts).map_err(js_err)?);
+        // Node has no bridge from the engine's `tracing` logs: one stderr
+        // line per backend transition, unless QUOTALEASE_STDERR_LOG=0.
+        // Registered first, so the line is written before the event is
+        // queued for JavaScript.
+        inner.log_events_to_stderr();
         let events: Arc<Mutex<Option<EventFn>>> = Arc::new(Mutex::new(None));
         if let Some(f) = on_event {
             let tsfn: EventFn = f
@@ -379,10 +384,25 @@ impl NativeLimiter {
         Ok(o)
     }
 
-    /// The metrics in Prometheus text format, prefixed `quotalease_`.
+    /// The metrics in Prometheus text format, prefixed `quotalease_`, with
+    /// the labels `names[i]` = `values[i]` on every sample.
     #[napi]
-    pub fn metrics_prometheus(&self) -> String {
-        self.inner.metrics_prometheus()
+    pub fn metrics_prometheus(&self, names: Vec<String>, values: Vec<String>) -> Result<String, String> {
+        let labels = label_pairs(&names, &values)?;
+        self.inner.metrics_prometheus_with(&labels).map_err(js_err)
+    }
+
+    /// Connect to the backend now and run a read-only probe (`check()` of
+    /// every binding), blocking the calling thread.
+    #[napi]
+    pub fn check_sync(&self) -> Result<(), String> {
+        self.inner.check().map_err(js_err)
+    }
+
+    /// `check` on a background thread: a Promise of `undefined` or an Error.
+    #[napi(ts_return_type = "Promise<undefined | Error>")]
+    pub fn check<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        self.in_background(env, |l| Completion::Done(l.check()))
     }
 
     /// Give every leased token back (blocks until the backend took them).
@@ -618,6 +638,42 @@ pub fn decision_headers<'e>(
         o.set(name, value).map_err(napi)?;
     }
     Ok(o)
+}
+
+/// Label pairs from parallel name and value arrays.
+fn label_pairs<'a>(names: &'a [String], values: &'a [String]) -> JsResult<Vec<(&'a str, &'a str)>> {
+    if names.len() != values.len() {
+        return Err(bad(ErrorKind::Config, "labels: as many names as values"));
+    }
+    Ok(names
+        .iter()
+        .map(String::as_str)
+        .zip(values.iter().map(String::as_str))
+        .collect())
+}
+
+/// Several limiters' metrics in ONE Prometheus exposition (each family's
+/// HELP and TYPE once): limiter `i` with the labels `names[i][j]` =
+/// `values[i][j]`.
+#[napi]
+pub fn metrics_prometheus_many(
+    limiters: Vec<ClassInstance<'_, NativeLimiter>>,
+    names: Vec<Vec<String>>,
+    values: Vec<Vec<String>>,
+) -> Result<String, String> {
+    if names.len() != limiters.len() || values.len() != limiters.len() {
+        return Err(bad(ErrorKind::Config, "labels: one label set per limiter"));
+    }
+    let mut sets = Vec::with_capacity(limiters.len());
+    for (n, v) in names.iter().zip(&values) {
+        sets.push(label_pairs(n, v)?);
+    }
+    let pairs: Vec<(&Limiter, &[(&str, &str)])> = limiters
+        .iter()
+        .zip(&sets)
+        .map(|(l, s)| (&*l.inner, s.as_slice()))
+        .collect();
+    quotalease::metrics_prometheus(&pairs).map_err(js_err)
 }
 
 /// `[limit, windowMs]` from a rate such as `"600/min"`.

@@ -197,7 +197,18 @@ test('flush gives leased tokens back; close is idempotent, sync or async', async
 })
 
 test('module exports', () => {
-  assert.deepEqual(Object.keys(ql).sort(), ['Decision', 'Limiter', 'codes', 'engineVersion', 'headers', 'httpKey', 'parseRate', 'reasons', 'redactUrl'])
+  assert.deepEqual(Object.keys(ql).sort(), [
+    'Decision',
+    'Limiter',
+    'codes',
+    'engineVersion',
+    'headers',
+    'httpKey',
+    'metricsPrometheus',
+    'parseRate',
+    'reasons',
+    'redactUrl',
+  ])
   // Both tables come from the engine (Reason::ALL, ErrorKind::ALL).
   assert.deepEqual(reasons, ['lease', 'exhausted', 'fallback', 'pending', 'exact', 'local'])
   assert.ok(Object.isFrozen(reasons) && Object.isFrozen(codes))
@@ -207,6 +218,7 @@ test('module exports', () => {
     INVALID_COST: 'ERR_QUOTALEASE_INVALID_COST',
     CLOSED: 'ERR_QUOTALEASE_CLOSED',
     BACKEND: 'ERR_QUOTALEASE_BACKEND',
+    MISCONFIGURED: 'ERR_QUOTALEASE_MISCONFIGURED',
   })
   assert.match(ql.engineVersion, /^\d+\.\d+\.\d+/)
   assert.equal(require('../package.json').name, 'quotalease')

@@ -9,6 +9,7 @@ import {
   parseRate,
   httpKey,
   codes,
+  metricsPrometheus,
   type DecisionFields,
   type Inspection,
   type KeyPolicy,
@@ -53,6 +54,12 @@ async function handle(key: string): Promise<number> {
   limiter.setLimit('vip', 1000, 60000)
   limiter.setLimit('vip', '1000/min')
   const { limit, windowMs }: { limit: number; windowMs: number } = parseRate('10/s')
+  await limiter.check()
+  limiter.checkSync()
+  const one: string = limiter.metricsPrometheus({ labels: { limiter: 'api' } })
+  const all: string = metricsPrometheus([{ limiter, labels: { limiter: 'api' } }, { limiter: manual }])
+  const misconfigured: 'ERR_QUOTALEASE_MISCONFIGURED' = codes.MISCONFIGURED
+  void [one, all, misconfigured]
   await limiter.flush()
   await limiter.close()
   void [reason, policy, retry, t, limit, windowMs]

@@ -34,6 +34,7 @@ struct ErrorTypes {
     invalid_cost: Py<PyType>,
     closed: Py<PyType>,
     backend: Py<PyType>,
+    misconfigured: Py<PyType>,
 }
 
 static ERROR_TYPES: PyOnceLock<ErrorTypes> = PyOnceLock::new();
@@ -83,7 +84,15 @@ fn make_error_types(py: Python<'_>) -> PyResult<ErrorTypes> {
         backend: make(
             "BackendError",
             None,
-            "The backend failed a call that must reach it (flush, settle, inspect).",
+            "The backend failed a call that must reach it (flush, settle, inspect, check).",
+        )?,
+        misconfigured: make(
+            "MisconfiguredError",
+            None,
+            "The backend is reachable but refuses the configuration (wrong or missing password, \
+             a database it lacks, a cluster URL at a standalone server, a port that does not speak \
+             Redis, an ACL user without the scripts' permissions): raised by acquire and check() \
+             while it answers so; an outage is not an error.",
         )?,
     })
 }
@@ -96,6 +105,7 @@ fn to_pyerr(py: Python<'_>, e: ql::Error) -> PyErr {
         ql::ErrorKind::InvalidCost => &t.invalid_cost,
         ql::ErrorKind::Closed => &t.closed,
         ql::ErrorKind::Backend => &t.backend,
+        ql::ErrorKind::Misconfigured => &t.misconfigured,
     };
     PyErr::from_type(ty.bind(py).clone(), e.to_string())
 }
@@ -620,9 +630,22 @@ impl Limiter {
         Ok(d)
     }
 
-    /// The counters in Prometheus text format (prefix `quotalease_`).
-    fn metrics_prometheus(&self) -> String {
-        self.inner.metrics_prometheus()
+    /// The counters in Prometheus text format (prefix `quotalease_`), with
+    /// `labels` on every sample; several limiters in one exposition:
+    /// `quotalease.metrics_prometheus([(limiter, labels), ...])`.
+    #[pyo3(signature = (labels = None))]
+    fn metrics_prometheus(&self, py: Python<'_>, labels: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+        let labels = label_pairs(labels)?;
+        let refs: Vec<(&str, &str)> = labels.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        self.inner.metrics_prometheus_with(&refs).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// Connect to the backend now and run a read-only probe through the
+    /// path leases take: None when leases can be taken, MisconfiguredError
+    /// when the backend refuses the configuration, BackendError when it
+    /// cannot be reached. The GIL is released while it waits.
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.check()).map_err(|e| to_pyerr(py, e))
     }
 
     /// Give every leased token back now and wait for the backend to take them.
@@ -827,6 +850,52 @@ fn http_key<'py>(raw: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyString>> {
     })
 }
 
+/// A labels mapping (`{"limiter": "api"}`) as pairs; None is no labels.
+fn label_pairs(labels: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
+    let Some(labels) = labels.filter(|l| !l.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let items = labels
+        .call_method0("items")
+        .map_err(|_| PyTypeError::new_err("labels must be a mapping of str to str"))?;
+    let mut out = Vec::new();
+    for item in items.try_iter()? {
+        let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+        let (Ok(name), Ok(value)) = (name.cast::<PyString>(), value.cast::<PyString>()) else {
+            return Err(PyTypeError::new_err("labels must be a mapping of str to str"));
+        };
+        out.push((name.to_str()?.to_owned(), value.to_str()?.to_owned()));
+    }
+    Ok(out)
+}
+
+/// Several limiters' counters in ONE Prometheus exposition: each family's
+/// HELP and TYPE once, then one sample per limiter, told apart by its labels.
+#[pyfunction]
+fn metrics_prometheus(py: Python<'_>, limiters: &Bound<'_, PyAny>) -> PyResult<String> {
+    let mut held: Vec<(Py<Limiter>, Vec<(String, String)>)> = Vec::new();
+    for item in limiters.try_iter()? {
+        let item = item?;
+        let (limiter, labels): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item
+            .extract()
+            .map_err(|_| PyTypeError::new_err("metrics_prometheus takes (limiter, labels) pairs"))?;
+        let limiter = limiter
+            .cast::<Limiter>()
+            .map_err(|_| PyTypeError::new_err("metrics_prometheus takes (limiter, labels) pairs"))?;
+        held.push((limiter.clone().unbind(), label_pairs(Some(&labels))?));
+    }
+    let refs: Vec<Vec<(&str, &str)>> = held
+        .iter()
+        .map(|(_, l)| l.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect())
+        .collect();
+    let pairs: Vec<(&ql::Limiter, &[(&str, &str)])> = held
+        .iter()
+        .zip(&refs)
+        .map(|((l, _), r)| (&l.get().inner, r.as_slice()))
+        .collect();
+    ql::metrics_prometheus(&pairs).map_err(|e| to_pyerr(py, e))
+}
+
 /// The engine's version.
 #[pyfunction]
 fn version() -> &'static str {
@@ -843,10 +912,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidCostError", types.invalid_cost.clone_ref(py))?;
     m.add("ClosedError", types.closed.clone_ref(py))?;
     m.add("BackendError", types.backend.clone_ref(py))?;
+    m.add("MisconfiguredError", types.misconfigured.clone_ref(py))?;
     m.add_class::<Limiter>()?;
     m.add_class::<Decision>()?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(http_key, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics_prometheus, m)?)?;
     m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     let resolve = wrap_pyfunction!(_resolve_future, m)?;

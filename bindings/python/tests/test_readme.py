@@ -24,9 +24,10 @@ from conftest import ROOT
 def blocks() -> list[str]:
     text = (ROOT / "bindings" / "python" / "README.md").read_text()
     found = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(found) == 11, (
+    assert len(found) == 13, (
         "expected the quick start, the FastAPI middleware, Flask, the FastAPI dependency, Django, gRPC,"
-        " OpenTelemetry, plan tiers, the policy store, the integrations' tier examples and behind a proxy"
+        " OpenTelemetry, plan tiers, the policy store, the integrations' tier examples, behind a proxy,"
+        " check() and the metrics endpoint"
     )
     return found
 
@@ -287,3 +288,25 @@ def test_behind_a_proxy_example() -> None:
     assert ns["asgi"].rule.key({**scope, "client": ("203.0.113.9", 1)}) == "203.0.113.9"  # not trusted
     assert ns["wsgi"].rule.key({"REMOTE_ADDR": "10.0.0.5", "HTTP_X_FORWARDED_FOR": xff}) == "1.2.3.4"
     assert ns["search_limit"].rule.key.__name__ == "key"  # the client's address behind one hop
+
+
+def test_check_example() -> None:
+    run(blocks()[11], "readme_check")
+
+
+def test_metrics_endpoint_example() -> None:
+    """Two limiters on one /metrics: a real Prometheus parser reads it with no
+    repeated family, and the middleware does not limit the scrape."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    ns = run(blocks()[12], "readme_metrics")
+    with TestClient(ns["app"]) as client:
+        for _ in range(3):
+            r = client.get("/metrics")
+            assert r.status_code == 200
+            assert "ratelimit" not in r.headers, "the scrape was rate-limited"
+    families = list(text_string_to_metric_families(r.text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names)), names
+    admitted = next(f for f in families if f.name == "quotalease_admitted")
+    assert {s.labels["limiter"] for s in admitted.samples} == {"site", "login"}

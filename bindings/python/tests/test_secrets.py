@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from conftest import RedisServer, unique, wait_for
-from quotalease import BackendError, ConfigError, Limiter
+from quotalease import BackendError, ConfigError, Limiter, MisconfiguredError
 
 USER = "alice-user-QRS"
 PW = "s3cret-pw-XYZ"
@@ -118,10 +118,13 @@ def test_a_wrong_password_on_a_real_server(own_redis: RedisServer) -> None:
         key_prefix=unique("sec"),
         on_event=lambda kind, message: events.append(message),
     )
-    lim.acquire("k")
+    # a configuration error, not an outage (test_misconfig.py)
+    with pytest.raises(MisconfiguredError) as m:
+        lim.acquire("k")
+    assert_clean("the acquire error", str(m.value))
     wait_for("a degraded event", lambda: bool(events))
     assert "AuthenticationFailed" in events[0], events
     assert_clean("the degraded event", events[0])
-    with pytest.raises(BackendError) as e:
+    with pytest.raises(MisconfiguredError) as e:
         lim.inspect("k")
     assert_clean("the inspect error", str(e.value))

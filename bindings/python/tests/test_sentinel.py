@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import redisctl, unique
-from quotalease import ConfigError, Limiter
+from quotalease import ConfigError, Limiter, MisconfiguredError
 
 
 def test_leases_through_sentinel() -> None:
@@ -18,9 +18,12 @@ def test_leases_through_sentinel() -> None:
         with pytest.raises(ConfigError):
             Limiter(url.replace("/mymaster", ""), limit=10)
         # The primary has no password, so AUTH with one fails: the URL's
-        # credentials reach the core's connection as given.
+        # credentials reach the core's connection as given, and the refusal
+        # is a configuration error, not an outage.
         bad = Limiter(url.replace("?sentinel_password=", ""), limit=10, backend_timeout_ms=1000)
-        assert bad.acquire("k").reason == "fallback"
+        with pytest.raises(MisconfiguredError) as e:
+            bad.acquire("k")
+        assert "py-s3cret" not in str(e.value)
         assert "py-s3cret" not in repr(bad)
         assert f"redis+sentinel://***@{sentinels}/mymaster" in repr(bad)
         prefix = unique("sentinel")

@@ -122,7 +122,9 @@ impl Call {
     /// The key the call is about.
     fn key_mut(&mut self) -> &mut String {
         match self {
-            Call::Lease { key, .. } | Call::GiveBack { key, .. } | Call::Inspect { key, .. } => key,
+            Call::Lease { key, .. } | Call::GiveBack { key, .. } | Call::Inspect { key, .. } | Call::Check { key } => {
+                key
+            }
             Call::Policy { base, .. } => base,
         }
     }

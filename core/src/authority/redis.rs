@@ -31,13 +31,14 @@ use super::{Call, Reply};
 use crate::bucket::Grant;
 use crate::config::{tls_files, BackendSpec};
 use crate::guard::Seen;
-use crate::wire::silence;
+use crate::wire::{misconfigured, silence};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
 const GIVE_BACK: &str = include_str!("lua/give_back.lua");
 const POLICY_POLL: &str = include_str!("lua/policy_poll.lua");
 const POLICY_WRITE: &str = include_str!("lua/policy_write.lua");
+const CHECK: &str = include_str!("lua/check.lua");
 
 /// A script's text and its SHA1 (for EVALSHA).
 #[derive(Clone)]
@@ -60,6 +61,7 @@ struct Scripts {
     ledger: Lua,
     policy_poll: Lua,
     policy_write: Lua,
+    check: Lua,
 }
 
 impl Scripts {
@@ -70,6 +72,7 @@ impl Scripts {
             ledger: Lua::new(&[crate::ledger::SCRIPT]),
             policy_poll: Lua::new(&[POLICY_POLL]),
             policy_write: Lua::new(&[POLICY_WRITE]),
+            check: Lua::new(&[CHECK]),
         }
     }
 }
@@ -95,18 +98,74 @@ pub(crate) struct Connection {
     watch: Watch,
 }
 
+/// A failure's text: [`misconfigured`] when the server refused the
+/// configuration (see [`misconfiguration_of`]), else the crate's message.
 fn err_text(e: &RedisError) -> String {
-    e.to_string()
+    match misconfiguration_of(e) {
+        Some(why) => misconfigured(format_args!("{why} ({})", one_line(e))),
+        None => e.to_string(),
+    }
 }
 
-/// A failed connect's text: the crate's own connect timeout (it may fire
-/// before ours) is silence, like ours, not an error (see [`silence`]).
-fn connect_err(what: &str, e: &RedisError) -> String {
-    if e.is_timeout() {
-        silence(format_args!("({what}: {e})"))
-    } else {
-        format!("{what}: {e}")
+/// A connection set-up failure's text (`via`: "" or " (via Sentinel)"). The
+/// crate's own connect timeout (it may fire before ours) is [`silence`],
+/// like ours, not an error.
+fn connect_err(e: &RedisError, via: &str) -> String {
+    match misconfiguration_of(e) {
+        Some(why) => misconfigured(format_args!("{why}{via} ({})", one_line(e))),
+        None if e.is_timeout() => silence(format_args!("(connect{via}: {e})")),
+        None => format!("connect{via}: {e}"),
     }
+}
+
+/// The crate's message on one line (a parse error lists the bytes it did
+/// not expect, one per line).
+fn one_line(e: &RedisError) -> String {
+    e.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Whether the server, reached, refused the configuration rather than
+/// failed: what to change, or `None` for an outage (refused connection,
+/// timeout, reset, a server loading or failing over). Cluster set-up wraps
+/// the node's error in an I/O error, so its text is read as well.
+fn misconfiguration_of(e: &RedisError) -> Option<&'static str> {
+    let text = e.to_string();
+    let has = |s: &str| text.contains(s);
+    let code = e.code().unwrap_or("");
+    if e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(code, "WRONGPASS" | "NOAUTH")
+        || has("WRONGPASS")
+        || has("NOAUTH")
+        || has("invalid username-password")
+        || has("Password authentication failed")
+        // a server with a password closes on a long unauthenticated command
+        || has("unauthenticated multibulk")
+    {
+        return Some(if code == "NOAUTH" || has("NOAUTH") || has("unauthenticated") {
+            "authentication required: the server has a password and the URL gives none \
+             (redis://[USER]:PASSWORD@HOST:PORT)"
+        } else {
+            "authentication failed: the server refused the URL's user name or password"
+        });
+    }
+    if has("refused to switch database") || has("DB index is out of range") || has("invalid DB index") {
+        return Some("the server has no database of the URL's index (the path's /DB; most servers have 0 to 15)");
+    }
+    if has("cluster support disabled") {
+        return Some("a redis+cluster:// URL names a server that does not run in cluster mode; use redis://");
+    }
+    if e.kind() == ErrorKind::Parse || has("Parse error") {
+        return Some("the server does not speak the Redis protocol (RESP): is the port a Redis port?");
+    }
+    if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoPerm) || code == "NOPERM" {
+        return Some(
+            "the URL's ACL user lacks a permission the scripts need \
+             (docs/redis.md, \"Redis permissions\", gives the rule)",
+        );
+    }
+    // Not MasterNameNotFoundBySentinel: the crate says so too while the
+    // sentinels fail a dead primary over (the sentinel fleet test).
+    None
 }
 
 /// One tick of the runtime's timer: what a call past its deadline waits
@@ -188,7 +247,7 @@ impl Connection {
                         client
                             .get_multiplexed_async_connection_with_config(&single_config(self.timeout))
                             .await
-                            .map_err(|e| connect_err("connect", &e))?,
+                            .map_err(|e| connect_err(&e, ""))?,
                     )
                 }
                 BackendSpec::Sentinel(spec) => {
@@ -201,7 +260,7 @@ impl Connection {
                     let client = sentinel
                         .async_get_client()
                         .await
-                        .map_err(|e| connect_err("connect (via Sentinel)", &e))?;
+                        .map_err(|e| connect_err(&e, " (via Sentinel)"))?;
                     self.watch.primary = match client.get_connection_info().addr() {
                         redis::ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port)),
                         _ => None,
@@ -211,7 +270,7 @@ impl Connection {
                         client
                             .get_multiplexed_async_connection_with_config(&single_config(self.timeout))
                             .await
-                            .map_err(|e| connect_err("connect (via Sentinel)", &e))?,
+                            .map_err(|e| connect_err(&e, " (via Sentinel)"))?,
                     )
                 }
                 BackendSpec::Cluster(nodes) => {
@@ -221,12 +280,7 @@ impl Connection {
                         .retries(1)
                         .build()
                         .map_err(|e| err_text(&e))?;
-                    Conn::Cluster(
-                        client
-                            .get_async_connection()
-                            .await
-                            .map_err(|e| connect_err("connect", &e))?,
-                    )
+                    Conn::Cluster(client.get_async_connection().await.map_err(|e| connect_err(&e, ""))?)
                 }
                 BackendSpec::Memory(_) => return Err("not a Redis backend".into()),
             };
@@ -305,7 +359,7 @@ impl Connection {
                         {
                             self.conn = None;
                         }
-                        out[idx] = Some(Err(err_text(&e)));
+                        out[idx] = Some(Err(self.reply_err(&e)));
                     }
                 }
             }
@@ -316,6 +370,20 @@ impl Connection {
             .into_iter()
             .map(|o| o.unwrap_or_else(|| Err("no reply".into())))
             .collect())
+    }
+
+    /// A failed reply's text. MOVED on a connection to one server (not a
+    /// cluster client, which follows redirections and may still see one
+    /// while slots move) means the URL names a cluster node as a server.
+    fn reply_err(&self, e: &RedisError) -> String {
+        let single = !matches!(self.spec, BackendSpec::Cluster(_));
+        if single && (e.kind() == ErrorKind::Server(redis::ServerErrorKind::Moved) || e.code() == Some("MOVED")) {
+            return misconfigured(format_args!(
+                "a redis:// URL names a node of a Redis Cluster; use redis+cluster:// ({})",
+                one_line(e)
+            ));
+        }
+        err_text(e)
     }
 
     fn script_cmd(call: &ScriptCall, eval: bool) -> Cmd {
@@ -357,6 +425,7 @@ impl Connection {
         let mut leases: Vec<(usize, ScriptCall, bool)> = Vec::new();
         let mut inspects = Vec::new();
         let mut store = Vec::new();
+        let mut checks = Vec::new();
         let scripts = &self.scripts;
         for (i, c) in calls.iter().enumerate() {
             match c {
@@ -439,6 +508,14 @@ impl Connection {
                 }
                 Call::Inspect { key, .. } => inspects.push((i, key.clone())),
                 Call::Policy { base, op } => store.push((i, base.clone(), op.clone())),
+                Call::Check { key } => checks.push((
+                    i,
+                    ScriptCall {
+                        script: scripts.check.clone(),
+                        keys: vec![key.clone()],
+                        args: Vec::new(),
+                    },
+                )),
             }
         }
         let mut transport: Option<String> = None;
@@ -488,6 +565,13 @@ impl Connection {
         }
         for (i, base, op) in store {
             out[i] = Some(self.policy(&base, op).await.map(Reply::Policy));
+        }
+        for (i, call) in checks {
+            let r = self.script_batch(std::slice::from_ref(&call)).await;
+            out[i] = Some(
+                r.and_then(|mut r| r.pop().unwrap_or_else(|| Err("no reply".into())))
+                    .map(|_| Reply::Checked),
+            );
         }
         out.into_iter()
             .map(|o| o.unwrap_or_else(|| Err("no reply".into())))

@@ -185,7 +185,7 @@ impl Engine {
                 Step::Wait => self.wait_blocking(|| self.lease_landed(e), deadline),
                 Step::Exact(slot) => {
                     self.wait_blocking(|| lock(&slot).is_some(), deadline);
-                    return Ok(Some(self.exact_decision(e, cost, lock(&slot).take())));
+                    return self.exact_decision(e, cost, lock(&slot).take()).map(Some);
                 }
             };
             if !in_time {
@@ -204,7 +204,7 @@ impl Engine {
                 Step::Wait => self.wait_async(|| self.lease_landed(e), deadline).await,
                 Step::Exact(slot) => {
                     self.wait_async(|| lock(&slot).is_some(), deadline).await;
-                    return Ok(Some(self.exact_decision(e, cost, lock(&slot).take())));
+                    return self.exact_decision(e, cost, lock(&slot).take()).map(Some);
                 }
             };
             if !in_time {
@@ -251,6 +251,7 @@ impl Engine {
                 // If a request is already out, its answer serves as the probe.
                 self.start_lease(e, lease.max(cost), need.max(1), 0);
             }
+            self.misconfigured()?;
             return Ok(Step::Done(self.fallback(e, cost, now)));
         }
         // The request waits for the answer and spends `need` of it at once

@@ -17,6 +17,7 @@ use crate::metrics::Counters;
 impl Engine {
     pub(super) fn step_exact(&self, e: &Arc<Entry>, p: Quota, cost: u64, waiting: Waiting, now: u64) -> Result<Step> {
         if self.circuit.is_open() && !self.circuit.take_probe(now) {
+            self.misconfigured()?;
             return Ok(Step::Done(self.fallback(e, cost, now)));
         }
         if waiting == Waiting::No && !self.is_inline() {
@@ -47,15 +48,21 @@ impl Engine {
         Ok(Step::Exact(slot))
     }
 
-    /// Decide with the answer to an exact call (`None`: it did not come in time).
+    /// Decide with the answer to an exact call (`None`: it did not come in
+    /// time); the backend's refusal of the configuration is an error.
     pub(super) fn exact_decision(
         &self,
         e: &Arc<Entry>,
         cost: u64,
         answer: Option<std::result::Result<Reply, String>>,
-    ) -> Decision {
+    ) -> Result<Decision> {
+        if let Some(Err(err)) = &answer {
+            if crate::wire::misconfiguration(err).is_some() {
+                return Err(crate::error::Error::of_backend(err, &self.r.cfg.url));
+            }
+        }
         let p = e.policy();
-        match answer {
+        Ok(match answer {
             Some(Ok(Reply::Grant(g, _, seen))) => {
                 let now = self.clock.precise();
                 self.seen(e, seen, now);
@@ -70,6 +77,6 @@ impl Engine {
                 }
             }
             _ => self.after_timeout(e, cost),
-        }
+        })
     }
 }

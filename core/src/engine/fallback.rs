@@ -161,9 +161,12 @@ impl Engine {
                     let policy = self.r.cfg.on_backend_failure.as_str();
                     self.transition(
                         EventKind::Degraded,
-                        format!(
-                            "backend unreachable ({err}); local leases are spent first, then policy {policy:?} applies"
-                        ),
+                        match crate::wire::misconfiguration(err) {
+                            Some(why) => format!("backend misconfigured ({why}); acquire returns an error until it is fixed"),
+                            None => format!(
+                                "backend unreachable ({err}); local leases are spent first, then policy {policy:?} applies"
+                            ),
+                        },
                     );
                 }
             }

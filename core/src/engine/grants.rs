@@ -52,6 +52,11 @@ impl Engine {
         if r.is_err() {
             Counters::add(&self.counters.backend_errors, 1);
         }
+        // Before the circuit hears of it: a caller that finds the circuit
+        // open finds the reason there too.
+        if !self.is_inline() {
+            self.note_misconfig(r);
+        }
         // The memory authority fails only in a simulated outage: skip the
         // circuit's bookkeeping on its (inline, frequent) successes.
         if !self.is_inline() || r.is_err() || self.circuit.is_open() {

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwapOption;
+
 use crate::authority::{Authority, Call, MemoryAuthority, Reply};
 use crate::broker::{Broker, Target, Tick};
 use crate::circuit::Circuit;
@@ -77,6 +79,9 @@ pub(crate) struct Engine {
     holder: AtomicU64,
     /// Moving average of the authority's round trip (ms).
     rtt_ms: AtomicU64,
+    /// Why the backend refuses this limiter's configuration, from its last
+    /// answer (`None`: it did not; see [`Engine::misconfigured`]).
+    misconfig: ArcSwapOption<String>,
 }
 
 /// A holder id no other instance will pick: random bits from the standard
@@ -92,6 +97,10 @@ fn new_holder_id() -> u64 {
     );
     h.finish().max(1)
 }
+
+/// The key `check()` reads (under the limiter's prefix, so the ACL key
+/// pattern applies to it as to every bucket).
+const CHECK_KEY: &str = "quotalease:check";
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -131,6 +140,7 @@ impl Engine {
             last_sweep: AtomicU64::new(0),
             holder: AtomicU64::new(new_holder_id()),
             rtt_ms: AtomicU64::new(0),
+            misconfig: ArcSwapOption::empty(),
             r,
         }))
     }
@@ -349,13 +359,76 @@ impl Engine {
         let stored = match rx.recv_timeout(bound) {
             Ok(Ok(Reply::Stored(s))) => s,
             Ok(Ok(other)) => return Err(Error::Backend(format!("unexpected answer to inspect: {other:?}"))),
-            Ok(Err(e)) => return Err(Error::Backend(e)),
+            Ok(Err(e)) => return Err(Error::of_backend(&e, &self.r.cfg.url)),
             Err(_) => return Err(Error::Backend("inspect timed out".into())),
         };
         out.authority_tokens = stored.tokens;
         out.authority_refilled_at_ms = stored.refilled_at_ms;
         out.authority_ttl_ms = stored.ttl_ms;
         Ok(out)
+    }
+
+    /// `Err(Error::Misconfigured)` while the backend's last answer refused
+    /// this limiter's configuration. The cold path asks it where the failure
+    /// policy would decide: a misconfiguration is not an outage.
+    pub(crate) fn misconfigured(&self) -> Result<()> {
+        match self.misconfig.load().as_deref() {
+            None => Ok(()),
+            Some(reason) => Err(Error::Misconfigured {
+                backend: crate::redact::redact_url(&self.r.cfg.url).into(),
+                reason: reason.as_str().into(),
+            }),
+        }
+    }
+
+    /// Note what an answer says of the configuration: a refusal sets the
+    /// reason, any success clears it. A new reason is logged once: by the
+    /// circuit's `degraded` transition when this failure opens it, here when
+    /// the circuit was open already (an outage, or another refusal, before).
+    fn note_misconfig(&self, r: std::result::Result<(), &str>) {
+        match r.err().and_then(crate::wire::misconfiguration) {
+            Some(reason) => {
+                let old = self.misconfig.swap(Some(Arc::new(reason.to_string())));
+                if old.as_deref().map(String::as_str) != Some(reason) && self.circuit.is_open() {
+                    tracing::error!(
+                        url = %crate::RedactedUrl(&self.r.cfg.url),
+                        "quotalease misconfigured: {reason}; acquire returns a configuration error until it is fixed"
+                    );
+                }
+            }
+            None if r.is_ok() && self.misconfig.load().is_some() => self.misconfig.store(None),
+            None => {}
+        }
+    }
+
+    /// Connect to the backend and run a probe that reads (never writes) one
+    /// key through the script path leases take: `Ok` when a lease could be
+    /// taken now, [`Error::Misconfigured`] when the backend refuses the
+    /// configuration, [`Error::Backend`] when it cannot be reached in time.
+    /// Each step is bounded by `backend_timeout_ms` (connecting, then the
+    /// server's silence). Leaves the circuit and the failure policy alone.
+    pub fn check(&self) -> Result<()> {
+        self.check_open()?;
+        if !self.is_inline() {
+            self.broker()?;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.authority.call(
+            Call::Check { key: CHECK_KEY.into() },
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        )?;
+        // The connection bounds each step; this only guards against a lost reply.
+        let bound = Duration::from_millis(self.r.cfg.backend_timeout_ms * 4 + 1_000);
+        match rx.recv_timeout(bound) {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(Error::of_backend(&e, &self.r.cfg.url)),
+            Err(_) => Err(Error::Backend(format!(
+                "check: no answer within {} ms",
+                bound.as_millis()
+            ))),
+        }
     }
 
     pub fn metrics(&self) -> Metrics {

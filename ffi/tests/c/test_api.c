@@ -197,6 +197,42 @@ static void prometheus_into_caller_buffer(void) {
   lease_limiter_free(l);
 }
 
+/* Two limiters in one exposition: each family's TYPE once, one labelled
+ * sample per limiter; a bad label name or equal labels: LEASE_ERR_CONFIG. */
+static void prometheus_of_two_limiters(void) {
+  lease_limiter *a = manual_limiter(5, 60000, 5), *b = manual_limiter(5, 60000, 5);
+  const lease_limiter *both[2];
+  const char *names[] = {"limiter"};
+  const char *values[] = {"api", "per-route"};
+  const char *same[] = {"x", "x"};
+  const char *bad[] = {"1limiter"};
+  const char *text;
+  lease_decision d;
+  char buf[8192];
+  size_t needed = 0;
+  both[0] = a;
+  both[1] = b;
+  lease_acquire(a, KEY("k"), 1, &d);
+  EXPECT(lease_metrics_prometheus_many(both, 2, names, 1, values, buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strstr(buf, "quotalease_admitted_total{limiter=\"api\"} 1\n") != NULL, "text:\n%s", buf);
+  CHECK(strstr(buf, "quotalease_admitted_total{limiter=\"per-route\"} 0\n") != NULL, "text:\n%s", buf);
+  text = strstr(buf, "# TYPE quotalease_admitted_total counter");
+  CHECK(text != NULL && strstr(text + 1, "# TYPE quotalease_admitted_total counter") == NULL, "a family twice:\n%s", buf);
+  EXPECT_ERR(lease_metrics_prometheus_many(both, 2, names, 1, same, buf, sizeof buf, NULL), LEASE_ERR_CONFIG,
+             "same labels");
+  EXPECT_ERR(lease_metrics_prometheus_labeled(a, bad, values, 1, buf, sizeof buf, NULL), LEASE_ERR_CONFIG,
+             "not a Prometheus label name");
+  EXPECT(lease_metrics_prometheus_labeled(a, names, values, 1, buf, sizeof buf, NULL), LEASE_OK);
+  CHECK(strstr(buf, "quotalease_admitted_total{limiter=\"api\"} 1\n") != NULL, "text:\n%s", buf);
+  EXPECT_ERR(lease_metrics_prometheus_labeled(a, NULL, values, 1, buf, sizeof buf, NULL), LEASE_ERR_NULL,
+             "label_names");
+  /* memory:// always passes the check */
+  EXPECT(lease_limiter_check(a), LEASE_OK);
+  EXPECT_ERR(lease_limiter_check(NULL), LEASE_ERR_NULL, "limiter");
+  lease_limiter_free(a);
+  lease_limiter_free(b);
+}
+
 static void decision_headers_follow_the_draft(void) {
   lease_decision d;
   char buf[256];
@@ -1093,6 +1129,7 @@ int main(void) {
   RUN(set_limit_overrides_one_key);
   RUN(metrics_count_decisions);
   RUN(prometheus_into_caller_buffer);
+  RUN(prometheus_of_two_limiters);
   RUN(decision_headers_follow_the_draft);
   RUN(flush_and_close);
   RUN(memory_name_shares_one_authority);

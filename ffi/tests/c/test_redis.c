@@ -1,7 +1,8 @@
 /* liblease against a real redis-server started by tests/harness/redisctl:
  * sharing across limiters, try_acquire's pending, flush/close giving tokens
  * back, a URL's credentials kept out of the degraded message (closed port,
- * wrong password), and the degraded / recovered event callback when Redis is
+ * wrong password), a wrong password as LEASE_ERR_MISCONFIGURED with its
+ * stderr line, and the degraded / recovered event callback when Redis is
  * killed and restarted. Needs QL_REDIS_PORT and QL_REDISCTL. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -228,6 +229,69 @@ static void secrets_stay_out_of_events(void) {
   degrade_without_secrets(secret_url, "AuthenticationFailed");
 }
 
+/* Whether the file behind `fd` contains `needle`. */
+static int file_has(int fd, const char *needle) {
+  char buf[8192];
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  return strstr(buf, needle) != NULL;
+}
+
+/* A server that refuses the password is a configuration error, not an
+ * outage: lease_limiter_check and lease_acquire return
+ * LEASE_ERR_MISCONFIGURED naming the host, never the password, and one
+ * line goes to stderr by default (run after secrets_stay_out_of_events,
+ * which creates the user). */
+static void a_wrong_password_is_misconfigured(void) {
+  char secret_url[256], prefix[64], host[64], path[] = "/tmp/ql-stderr-XXXXXX";
+  lease_config c;
+  lease_limiter *l = NULL;
+  lease_decision d;
+  int saved, fd;
+  double deadline;
+  snprintf(secret_url, sizeof secret_url, "redis://" SECRET_USER ":" SECRET_PW "@127.0.0.1:%s", port);
+  snprintf(host, sizeof host, "127.0.0.1:%s", port);
+  unique_prefix(prefix, sizeof prefix, "misconf");
+  lease_config_init(&c);
+  c.url = secret_url;
+  c.key_prefix = prefix;
+  c.limit = 1000;
+  c.backend_timeout_ms = 1000;
+  /* stderr into a file while the limiter runs */
+  fd = mkstemp(path);
+  CHECK(fd >= 0, "mkstemp");
+  if (fd < 0) return;
+  unlink(path);
+  fflush(stderr);
+  saved = dup(2);
+  dup2(fd, 2);
+  EXPECT(lease_limiter_new(&c, &l), LEASE_OK);
+  if (l) {
+    EXPECT_ERR(lease_limiter_check(l), LEASE_ERR_MISCONFIGURED, "authentication failed");
+    CHECK(strstr(lease_last_error(), host) != NULL, "no host in: %s", lease_last_error());
+    CHECK(!has_secret(lease_last_error()), "a credential shows: %s", lease_last_error());
+    EXPECT_ERR(lease_acquire(l, KEY("k"), 1, &d), LEASE_ERR_MISCONFIGURED, "authentication failed");
+    CHECK(!has_secret(lease_last_error()), "a credential shows: %s", lease_last_error());
+    EXPECT_ERR(lease_try_acquire(l, KEY("k"), 1, &d), LEASE_ERR_MISCONFIGURED, host);
+    CHECK(strcmp(lease_error_kind_name(LEASE_ERR_MISCONFIGURED), "misconfigured") == 0, "kind name %s",
+          lease_error_kind_name(LEASE_ERR_MISCONFIGURED));
+    deadline = now_s() + 15;
+    while (!file_has(fd, "quotalease: degraded") && now_s() < deadline) pause_ms(10);
+  }
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  CHECK(file_has(fd, "quotalease: degraded") && file_has(fd, "misconfigured"), "no degraded line on stderr");
+  CHECK(!file_has(fd, SECRET_PW) && !file_has(fd, SECRET_USER), "stderr shows a credential");
+  close(fd);
+  lease_limiter_free(l);
+  /* The right URL passes the check. */
+  l = make(prefix, 10, 1, 0);
+  EXPECT(lease_limiter_check(l), LEASE_OK);
+  lease_limiter_free(l);
+}
+
 /* A server that accepts connections and never answers (a listening socket
  * nobody reads): a cold acquire waits one backend_timeout_ms in all, connect
  * included (issue 25: it waited two), and a first silence is denied as
@@ -324,6 +388,7 @@ int main(void) {
   RUN(try_acquire_is_pending_on_a_cold_key);
   RUN(flush_and_close_give_tokens_back);
   RUN(secrets_stay_out_of_events);
+  RUN(a_wrong_password_is_misconfigured);
   RUN(a_black_hole_costs_one_timeout);
   RUN(events_reach_the_callback); /* last: it kills and restarts the server */
   SUMMARY();

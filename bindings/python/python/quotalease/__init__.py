@@ -13,7 +13,10 @@ authoritative token bucket per key (Redis, or the in-process ``memory://``).
 
 Errors: every exception raised for a wrong *value* derives from
 :class:`QuotaLeaseError` (ConfigError, InvalidKeyError and InvalidCostError are
-also ValueError; ClosedError is also a RuntimeError). A wrong *type* (a key that
+also ValueError; ClosedError is also a RuntimeError). A Redis URL the server
+refuses (wrong password, database, scheme, protocol, ACL) raises
+MisconfiguredError from ``acquire`` and ``check()``: it is not an outage, so no
+failure policy hides it. A wrong *type* (a key that
 is not a str, a cost that is not an int, an option given as a bool or a list)
 raises TypeError.
 """
@@ -33,8 +36,10 @@ from ._native import (
     Decision,
     InvalidCostError,
     InvalidKeyError,
+    MisconfiguredError,
     QuotaLeaseError,
     http_key,
+    metrics_prometheus,
 )
 
 __version__: str = _native.__version__
@@ -47,9 +52,11 @@ __all__ = [
     "InvalidCostError",
     "InvalidKeyError",
     "Limiter",
+    "MisconfiguredError",
     "QuotaLeaseError",
     "__version__",
     "http_key",
+    "metrics_prometheus",
 ]
 
 # The broker thread calls into Python (asyncio completions, logging): stop it
@@ -105,6 +112,11 @@ class Limiter(_native.Limiter):
         if isinstance(r, Decision):
             return r
         return await r
+
+    async def check_async(self) -> None:
+        """Like :meth:`check` (connect now and run a read-only probe: None,
+        MisconfiguredError or BackendError), without blocking the event loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self.check)
 
     async def __aenter__(self) -> Limiter:
         return self

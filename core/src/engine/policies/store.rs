@@ -366,7 +366,10 @@ impl Engine {
         let bound = Duration::from_millis(self.r.cfg.backend_timeout_ms.max(1_000) * 5);
         match rx.recv_timeout(bound) {
             Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(Error::Backend(crate::redact_secrets(&e, &self.r.cfg.url))),
+            Ok(Err(e)) => Err(Error::of_backend(
+                &crate::redact_secrets(&e, &self.r.cfg.url),
+                &self.r.cfg.url,
+            )),
             Err(_) => Err(Error::Backend("the policy store did not answer in time".into())),
         }
     }
