@@ -250,6 +250,21 @@ impl Options {
         Ok(self)
     }
 
+    /// Add plan tier `name` with `rules` (`"6000/min, 1000000/day"`) to
+    /// those of the `tiers` option.
+    pub fn tier(&mut self, name: &str, rules: &str) -> Result<&mut Self> {
+        let name = name.trim();
+        crate::policy::validate_tier_name(name)?;
+        if self.cfg.tiers.iter().any(|t| t.name == name) {
+            return Err(Error::config("tiers", format!("names tier {name:?} twice")));
+        }
+        self.cfg.tiers.push(crate::policy::Tier {
+            name: name.to_string(),
+            rules: crate::policy::Rules::parse(rules, "tiers")?,
+        });
+        Ok(self)
+    }
+
     /// Apply the rules between options and return the configuration (not
     /// yet validated: [`crate::Limiter::new`] does that).
     pub fn into_config(self) -> Result<Config> {
