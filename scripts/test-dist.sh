@@ -60,10 +60,20 @@ loads_archive_lib() { # $1 = program: it loads liblease.so from the extracted ar
 passed=0
 failed=0
 step() { # $1 = label, rest = command
-  local label=$1
+  local label=$1 rc
   shift
   echo "== $label"
-  if "$@" >"$work/step.log" 2>&1; then
+  # In a subshell with errexit, not as an `if` condition (where bash ignores
+  # errexit in the whole function): any failing command fails the step, and
+  # a step's cd and exports stay in it.
+  set +e
+  (
+    set -e
+    "$@"
+  ) >"$work/step.log" 2>&1
+  rc=$?
+  set -e
+  if [ "$rc" = 0 ]; then
     sed 's/^/   /' "$work/step.log"
     passed=$((passed + 1))
   else
@@ -253,7 +263,9 @@ c_layout() {
   soname=$(readelf -d "$lease/lib/liblease.so.$v" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
   [ "$(readlink "$lease/lib/$soname")" = "liblease.so.$v" ]
   [ "$(readlink "$lease/lib/liblease.so")" = "$soname" ]
-  [ -f "$lease/lib/liblease.a" ] && [ -f "$lease/include/lease.h" ] && [ -f "$lease/LICENSE" ] && [ -f "$lease/README.md" ]
+  for f in lib/liblease.a include/lease.h LICENSE README.md; do
+    [ -f "$lease/$f" ] || { echo "the archive has no $f"; return 1; }
+  done
   if readelf -S "$lease/lib/liblease.so.$v" | grep -q '\.debug_info'; then
     echo "liblease.so.$v is not stripped"
     return 1
