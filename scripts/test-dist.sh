@@ -5,7 +5,9 @@
 # Rust toolchain: cargo, rustc and rustup are taken off PATH
 # (checked: `command -v cargo` must fail), CARGO_TARGET_DIR points at a
 # directory that does not exist, and the artifacts are copied out of the
-# repository first. Then, each against a real redis-server (tests/harness/redisctl):
+# repository first. Then the sdist must fail at once with its backend's
+# message (no toolchain download), and, each against a real redis-server
+# (tests/harness/redisctl):
 #   Python  a fresh venv installs the wheel (pip --no-index) and takes a lease;
 #   Node    a fresh npm project installs the two packed tarballs offline;
 #   C       a program built with pkg-config against the extracted archive
@@ -115,12 +117,13 @@ PY
 
 # Where no wheel fits, pip builds the sdist: with cargo on PATH (before it is
 # hidden below), in a fresh venv, pip's isolated build fetching maturin as the
-# sdist's pyproject asks. The repository's target directory holds the release
-# build of the same dependency tree (make test), so only the workspace's own
-# crates compile again.
+# sdist's pyproject asks. The repository's target directory (CARGO_TARGET_DIR
+# when set) holds the release build of the same dependency tree (make test),
+# so only the workspace's own crates compile again.
+sdist_target=${CARGO_TARGET_DIR:-$ROOT/target}
 sdist_build() {
   python3 -m venv "$work/venv-sdist"
-  CARGO_TARGET_DIR=$ROOT/target "$work/venv-sdist/bin/python" -m pip install -q --disable-pip-version-check \
+  CARGO_TARGET_DIR=$sdist_target "$work/venv-sdist/bin/python" -m pip install -q --disable-pip-version-check \
     --no-binary quotalease "$work/dist/quotalease-$version.tar.gz"
   (cd "$work" && "$work/venv-sdist/bin/python" smoke.py "$url" "$version" "$work/venv-sdist" smoke-sdist)
   in_redis smoke-sdist
@@ -158,6 +161,34 @@ fi
 echo "test-dist: cargo and rustc are not on PATH; CARGO_TARGET_DIR=$CARGO_TARGET_DIR (absent)"
 
 # --- Python ------------------------------------------------------------------
+# The sdist with no cargo: its build backend (bindings/python/build-backend)
+# stops at pip's first hook with a message saying what to do, instead of
+# maturin's fetching a Rust toolchain. pip's isolated build still installs
+# maturin, as the sdist's pyproject asks (from the package index).
+sdist_no_cargo() {
+  local out=$work/sdist-no-cargo.log
+  python3 -m venv "$work/venv-nocargo"
+  if "$work/venv-nocargo/bin/python" -m pip install --disable-pip-version-check \
+    --no-binary quotalease "$work/dist/quotalease-$version.tar.gz" >"$out" 2>&1; then
+    cat "$out"
+    echo "pip installed the sdist with no cargo on PATH"
+    return 1
+  fi
+  grep -F "building from source needs Rust's cargo on PATH, and there is none" "$out"
+  grep -F "does not download a Rust toolchain" "$out"
+  # It stopped at the first hook, before metadata, a download or a compile.
+  grep -F "Getting requirements to build wheel did not run successfully" "$out"
+  if grep -E "puccinialin|Rust not found|Preparing metadata.*done|Compiling" "$out"; then
+    cat "$out"
+    return 1
+  fi
+  if "$work/venv-nocargo/bin/python" -c 'import quotalease' 2>/dev/null; then
+    echo "quotalease is installed in the venv"
+    return 1
+  fi
+}
+step "Python: the sdist with no cargo fails at once, saying so (no toolchain download)" sdist_no_cargo
+
 python_smoke() {
   python3 -m venv "$work/venv"
   "$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index \
