@@ -6,6 +6,8 @@
 #                                                        optionalDependencies, Rust sources)
 #   quotalease-linux-x64-gnu-V.tgz                       npm platform package (.node)
 #   liblease-V-x86_64-linux-gnu.tar.gz                   C/Go: lib/, include/, lease.pc
+#   quotalease-go-V.tar.gz                               Go: the sources of bindings/go
+#                                                        (for a go.mod `replace`)
 #   SHA256SUMS
 # Every native artifact is a release build linked by zig against glibc 2.17
 # (the manylinux2014 baseline), through one set of `maturin zig cc` wrappers
@@ -142,6 +144,24 @@ sed "s|@VERSION@|$version|g" ffi/archive-README.md >"$tree/README.md"
 epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -C "$stage/archive" -cf - "$name" |
   gzip -9n >"$dist/$name.tar.gz"
+
+# 3b. Go: the sources of bindings/go (the core module, and grpcrl and otelrl
+#     beside it, whose go.mod already point at ../), no tests: what the module
+#     proxy would serve, for a go.mod `replace` where it cannot be reached
+#     (bindings/go/README.md, "Install"). Platform-independent; cgo finds
+#     liblease through the archive's lease.pc.
+go_name=quotalease-go-$version
+go_tree=$stage/go/$go_name
+mkdir -p "$go_tree"
+(cd bindings/go && find . -type f \( \( -name '*.go' ! -name '*_test.go' \) -o -name '*.c' -o -name '*.h' \
+  -o -name go.mod -o -name go.sum -o -name README.md \) -print0) |
+  while IFS= read -r -d '' f; do install -D -m 644 "bindings/go/$f" "$go_tree/$f"; done
+for f in go.mod cgo.go cshim.h; do
+  [ -f "$go_tree/$f" ] || { echo "error: no $f in $go_tree" >&2; exit 1; }
+done
+cp LICENSE "$go_tree/LICENSE"
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -C "$stage/go" -cf - "$go_name" |
+  gzip -9n >"$dist/$go_name.tar.gz"
 
 # 4. npm: the platform package (the stripped addon), then the main package with
 #    optionalDependencies on every platform package of package.json's napi

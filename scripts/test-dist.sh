@@ -12,7 +12,8 @@
 #   Node    a fresh npm project installs the two packed tarballs offline;
 #   C       a program built with pkg-config against the extracted archive
 #           (moved after extraction: lease.pc is relocatable), and statically;
-#   Go      the Go package (a copy of bindings/go) builds against the archive.
+#   Go      the Go sources from their own tarball, by a go.mod `replace`,
+#           build against the archive (no module proxy, no checkout).
 # And no shipped binary (the wheel's .so, the addon, liblease.so and .a)
 # carries a path of the machine that built it (`strings`: no /root/, /home/,
 # no path of this checkout).
@@ -40,7 +41,8 @@ cp -r "$dist" "$work/dist"
 version=$(python3 scripts/versions.py check | sed -n 's/^versions: [0-9]* places agree on //p')
 [ -n "$version" ] || { echo "error: the versions disagree (scripts/check-versions.sh)" >&2; exit 1; }
 for f in "quotalease-$version-cp311-abi3-manylinux_2_17_x86_64.whl" "quotalease-$version.tar.gz" \
-  "quotalease-$version.tgz" "quotalease-linux-x64-gnu-$version.tgz" "liblease-$version-x86_64-linux-gnu.tar.gz"; do
+  "quotalease-$version.tgz" "quotalease-linux-x64-gnu-$version.tgz" "liblease-$version-x86_64-linux-gnu.tar.gz" \
+  "quotalease-go-$version.tar.gz"; do
   [ -s "$work/dist/$f" ] || { echo "error: dist/$f is missing" >&2; exit 1; }
 done
 
@@ -353,16 +355,24 @@ c_static() {
 step "C: static link against liblease.a, lease from Redis" c_static
 
 # --- Go ----------------------------------------------------------------------
+# The recipe of bindings/go/README.md ("Install"): the Go sources from their
+# tarball, unpacked next to the app's go.mod, a go.mod `replace` to them, and
+# PKG_CONFIG_PATH at the archive's lease.pc (above). No module proxy
+# (GOPROXY=off), an empty module cache and build cache, no repository files.
 go_smoke() {
-  export GOTOOLCHAIN=local CGO_ENABLED=1 GOFLAGS=-mod=mod GOPROXY=off
+  export GOTOOLCHAIN=local CGO_ENABLED=1 GOFLAGS='' GOPROXY=off
   export GOCACHE=$work/gocache GOPATH=$work/gopath
-  cp -r "$ROOT/bindings/go" "$work/go-src"
-  rm -f "$work"/go-src/*_test.go
+  local mod=github.com/quotalease/quotalease/bindings/go dir
   mkdir "$work/go-app"
   cd "$work/go-app"
+  tar -xzf "$work/dist/quotalease-go-$version.tar.gz"
+  if find "quotalease-go-$version" -name '*_test.go' | grep .; then
+    echo "the Go tarball ships tests"
+    return 1
+  fi
+  [ -f "quotalease-go-$version/LICENSE" ]
   go mod init example.com/smoke >/dev/null 2>&1
-  go mod edit -require=github.com/quotalease/quotalease/bindings/go@v0.0.0 \
-    -replace=github.com/quotalease/quotalease/bindings/go="$work/go-src"
+  go mod edit -replace="$mod=./quotalease-go-$version"
   cat >main.go <<'GO'
 package main
 
@@ -399,13 +409,21 @@ func main() {
 	}
 }
 GO
+  go mod tidy
+  # The package compiled is the tarball's, not a checkout's.
+  dir=$(go list -f '{{.Dir}}' "$mod")
+  if [ "$(realpath "$dir")" != "$(realpath "quotalease-go-$version")" ]; then
+    echo "$mod resolves to $dir, not the unpacked tarball"
+    return 1
+  fi
   go build -o smoke-go .
   loads_archive_lib smoke-go
   ./smoke-go "$url"
   in_redis smoke-go
+  echo "$mod from quotalease-go-$version.tar.gz (go.mod: $(grep '^replace' go.mod))"
 }
 if command -v go >/dev/null; then
-  step "Go: the Go package built against the archive (pkg-config), lease from Redis" go_smoke
+  step "Go: quotalease-go tarball + go.mod replace, liblease by pkg-config, lease from Redis" go_smoke
 else
   echo "== Go: FAILED: go is not installed"
   failed=$((failed + 1))
