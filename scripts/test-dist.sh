@@ -13,8 +13,10 @@
 #   C       a program built with pkg-config against the extracted archive
 #           (moved after extraction: lease.pc is relocatable), and statically;
 #   Go      the Go sources from their own tarball, by a go.mod `replace`,
-#           build against the archive (no module proxy, no checkout).
-# And no shipped binary (the wheel's .so, the addon, liblease.so and .a)
+#           build against the archive (no module proxy, no checkout);
+#   CLI     the `quotalease` command from its tarball: --version, policy set
+#           and list against Redis (--redis, and QUOTALEASE_REDIS_URL).
+# And no shipped binary (the wheel's .so, the addon, liblease.so and .a, the CLI)
 # carries a path of the machine that built it (`strings`: no /root/, /home/,
 # no path of this checkout).
 # Each smoke test: limit 3 per minute on one key, 3 allowed, the 4th denied,
@@ -42,7 +44,7 @@ version=$(python3 scripts/versions.py check | sed -n 's/^versions: [0-9]* places
 [ -n "$version" ] || { echo "error: the versions disagree (scripts/check-versions.sh)" >&2; exit 1; }
 for f in "quotalease-$version-cp311-abi3-manylinux_2_17_x86_64.whl" "quotalease-$version.tar.gz" \
   "quotalease-$version.tgz" "quotalease-linux-x64-gnu-$version.tgz" "liblease-$version-x86_64-linux-gnu.tar.gz" \
-  "quotalease-go-$version.tar.gz"; do
+  "quotalease-go-$version.tar.gz" "quotalease-cli-$version-x86_64-linux-gnu.tar.gz"; do
   [ -s "$work/dist/$f" ] || { echo "error: dist/$f is missing" >&2; exit 1; }
 done
 
@@ -307,6 +309,7 @@ c_layout() {
 }
 step "C: archive layout (SONAME links, lease.pc version, LICENSE, stripped)" c_layout
 
+cli_name=quotalease-cli-$version-x86_64-linux-gnu
 # No build machine's path in what ships: dist.sh remaps them (--remap-path-prefix).
 no_build_paths() {
   local bin=$work/binaries f hits bad=0
@@ -314,7 +317,9 @@ no_build_paths() {
   python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
     "$work/dist/quotalease-$version-cp311-abi3-manylinux_2_17_x86_64.whl" "$bin/wheel"
   tar -xzf "$work/dist/quotalease-linux-x64-gnu-$version.tgz" -C "$bin/npm"
-  local files=("$bin"/wheel/quotalease/*.so "$bin"/npm/package/*.node "$lease/lib/liblease.so.$version" "$lease/lib/liblease.a")
+  tar -xzf "$work/dist/$cli_name.tar.gz" -C "$bin"
+  local files=("$bin"/wheel/quotalease/*.so "$bin"/npm/package/*.node "$lease/lib/liblease.so.$version" "$lease/lib/liblease.a"
+    "$bin/$cli_name/bin/quotalease")
   for f in "${files[@]}"; do
     [ -f "$f" ] || { echo "missing: $f"; return 1; }
     # /root/ and /home/ (a home directory), and this checkout's absolute path.
@@ -428,6 +433,36 @@ else
   echo "== Go: FAILED: go is not installed"
   failed=$((failed + 1))
 fi
+
+# --- CLI ---------------------------------------------------------------------
+# The `quotalease` command from its tarball (moved after extraction), on PATH.
+cli_smoke() {
+  local out
+  mkdir -p "$work/cli-extract"
+  tar -xzf "$work/dist/$cli_name.tar.gz" -C "$work/cli-extract"
+  mv "$work/cli-extract/$cli_name" "$work/$cli_name"
+  export PATH=$work/$cli_name/bin:$PATH
+  [ "$(command -v quotalease)" = "$work/$cli_name/bin/quotalease" ]
+  [ -f "$work/$cli_name/LICENSE" ]
+  [ -f "$work/$cli_name/README.md" ]
+  out=$(quotalease --version)
+  echo "$out"
+  [ "$out" = "quotalease $version" ]
+  # Only the system's libraries (no liblease, nothing from the build machine).
+  if ldd "$work/$cli_name/bin/quotalease" | grep -v -E 'lib(c|m|gcc_s|pthread|dl|rt)\.so|ld-linux|linux-vdso'; then
+    echo "quotalease needs a library beyond glibc's"
+    return 1
+  fi
+  quotalease policy set --tier smoke "3/min" --redis "$url"
+  # The URL after the subcommand, then from the environment.
+  out=$(quotalease policy list --redis "$url")
+  echo "$out"
+  grep -Fx "  smoke = 3/min" <<<"$out"
+  out=$(QUOTALEASE_REDIS_URL=$url quotalease policy list)
+  grep -Fx "  smoke = 3/min" <<<"$out"
+  [ -n "$(redis-cli -p "$port" --raw HGET "ql:policy:{~}:tiers" smoke)" ]
+}
+step "CLI: quotalease from its tarball: --version, policy set/list against Redis" cli_smoke
 
 echo "test-dist: $passed passed, $failed failed"
 [ "$failed" = 0 ]
