@@ -4,7 +4,8 @@
 #   quotalease-V.tar.gz                                  Python sdist (builds with cargo)
 #   quotalease-V.tgz                                     npm main package (JS, types,
 #                                                        optionalDependencies, Rust sources)
-#   quotalease-linux-x64-gnu-V.tgz                       npm platform package (.node)
+#   quotalease-linux-x64-gnu-V.tgz                       npm platform package (.node, and the
+#                                                        quotalease command for npx)
 #   liblease-V-x86_64-linux-gnu.tar.gz                   C/Go: lib/, include/, lease.pc
 #   quotalease-go-V.tar.gz                               Go: the sources of bindings/go
 #                                                        (for a go.mod `replace`)
@@ -186,6 +187,8 @@ plat=$stage/npm/linux-x64-gnu
 mkdir -p "$plat"
 cp bindings/node/npm/linux-x64-gnu/package.json bindings/node/npm/linux-x64-gnu/README.md "$plat/"
 cp "$libs/$node_file" "$plat/$node_file"
+# The CLI, run by the main package's bin/quotalease.js (node_modules/.bin, npx).
+install -m 755 "$libs/quotalease" "$plat/quotalease"
 cp LICENSE "$plat/LICENSE"
 (cd "$plat" && npm pack --ignore-scripts --loglevel=error --pack-destination "$dist" >/dev/null)
 (cd bindings/node && npm pack --loglevel=error --pack-destination "$stage/npm" >/dev/null)

@@ -205,6 +205,7 @@ step "Python: pip install --no-index the wheel into a fresh venv, lease from Red
 
 # --- Node --------------------------------------------------------------------
 node_smoke() {
+  local out
   mkdir "$work/app"
   cd "$work/app"
   npm init -y >/dev/null
@@ -243,8 +244,15 @@ const [url, version] = process.argv.slice(2)
 JS
   node smoke.js "$url" "$version"
   in_redis smoke-node
+  # The quotalease command on node_modules/.bin: the main package's bin shim
+  # running the platform package's executable.
+  [ -x node_modules/quotalease-linux-x64-gnu/quotalease ]
+  out=$(./node_modules/.bin/quotalease --version)
+  echo "node_modules/.bin/quotalease --version: $out"
+  [ "$out" = "quotalease $version" ]
+  ./node_modules/.bin/quotalease policy list --redis "$url" | grep -F "store ql:policy:{~} on"
 }
-step "Node: npm install the packed main + linux-x64-gnu tarballs (offline), lease from Redis" node_smoke
+step "Node: npm install the packed main + linux-x64-gnu tarballs (offline), lease from Redis, the CLI on .bin" node_smoke
 
 # --- C -----------------------------------------------------------------------
 name=liblease-$version-x86_64-linux-gnu
