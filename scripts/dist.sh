@@ -4,8 +4,12 @@
 #   quotalease-V.tar.gz                                  Python sdist (builds with cargo)
 #   quotalease-V.tgz                                     npm main package (JS, types,
 #                                                        optionalDependencies, Rust sources)
-#   quotalease-linux-x64-gnu-V.tgz                       npm platform package (.node)
+#   quotalease-linux-x64-gnu-V.tgz                       npm platform package (.node, and the
+#                                                        quotalease command for npx)
 #   liblease-V-x86_64-linux-gnu.tar.gz                   C/Go: lib/, include/, lease.pc
+#   quotalease-go-V.tar.gz                               Go: the sources of bindings/go
+#                                                        (for a go.mod `replace`)
+#   quotalease-cli-V-x86_64-linux-gnu.tar.gz             the `quotalease` command (bin/)
 #   SHA256SUMS
 # Every native artifact is a release build linked by zig against glibc 2.17
 # (the manylinux2014 baseline), through one set of `maturin zig cc` wrappers
@@ -111,10 +115,11 @@ cp "$wheel" "$dist/quotalease-$version-cp311-abi3-manylinux_2_17_x86_64.whl"
 maturin sdist -m bindings/python/Cargo.toml --out "$dist" >&2
 twine check --strict "$dist"/quotalease-"$version"*.whl "$dist/quotalease-$version.tar.gz" >&2
 
-# 2. liblease and the Node addon: one release build for the same target with
-#    the same wrappers as the wheel (so the same glibc baseline).
-echo "dist: liblease and the Node addon (cargo build --release --target $TRIPLE, zig cc -target $ZIG_TARGET)" >&2
-$CARGO build --quiet --release --target "$TRIPLE" -p quotalease-ffi -p quotalease-node
+# 2. liblease, the Node addon and the `quotalease` command: one release build
+#    for the same target with the same wrappers as the wheel (so the same glibc
+#    baseline).
+echo "dist: liblease, the Node addon, the CLI (cargo build --release --target $TRIPLE, zig cc -target $ZIG_TARGET)" >&2
+$CARGO build --quiet --release --target "$TRIPLE" -p quotalease-ffi -p quotalease-node -p quotalease-cli
 built=$target_dir/$TRIPLE/release
 libs=$stage/libs
 mkdir -p "$libs"
@@ -122,8 +127,9 @@ strip --strip-unneeded -o "$libs/liblease.so" "$built/liblease.so"
 strip --strip-debug -o "$libs/liblease.a" "$built/liblease.a"
 node_file=quotalease.linux-x64-gnu.node
 strip --strip-unneeded -o "$libs/$node_file" "$built/libquotalease_node.so"
+strip -o "$libs/quotalease" "$built/quotalease"
 max_glibc() { objdump -T "$1" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1; }
-for f in "$libs/liblease.so" "$libs/$node_file"; do
+for f in "$libs/liblease.so" "$libs/$node_file" "$libs/quotalease"; do
   need=$(max_glibc "$f")
   if [ "$(printf '%s\n%s\n' "$need" "$GLIBC" | sort -V | tail -n 1)" != "$GLIBC" ]; then
     echo "error: $f needs glibc $need, above the $GLIBC baseline" >&2
@@ -143,6 +149,36 @@ epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -C "$stage/archive" -cf - "$name" |
   gzip -9n >"$dist/$name.tar.gz"
 
+# 3b. Go: the sources of bindings/go (the core module, and grpcrl and otelrl
+#     beside it, whose go.mod already point at ../), no tests: what the module
+#     proxy would serve, for a go.mod `replace` where it cannot be reached
+#     (bindings/go/README.md, "Install"). Platform-independent; cgo finds
+#     liblease through the archive's lease.pc.
+go_name=quotalease-go-$version
+go_tree=$stage/go/$go_name
+mkdir -p "$go_tree"
+(cd bindings/go && find . -type f \( \( -name '*.go' ! -name '*_test.go' \) -o -name '*.c' -o -name '*.h' \
+  -o -name go.mod -o -name go.sum -o -name README.md \) -print0) |
+  while IFS= read -r -d '' f; do install -D -m 644 "bindings/go/$f" "$go_tree/$f"; done
+for f in go.mod cgo.go cshim.h; do
+  [ -f "$go_tree/$f" ] || { echo "error: no $f in $go_tree" >&2; exit 1; }
+done
+cp LICENSE "$go_tree/LICENSE"
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -C "$stage/go" -cf - "$go_name" |
+  gzip -9n >"$dist/$go_name.tar.gz"
+
+# 3c. The `quotalease` command (cli/: simulate, inspect, top, bench, policy),
+#     one executable (its Rust dependencies linked in, glibc >= 2.17 as for
+#     liblease): bin/quotalease, LICENSE, README.md (cli/archive-README.md).
+cli_name=quotalease-cli-$version-x86_64-linux-gnu
+cli_tree=$stage/cli/$cli_name
+mkdir -p "$cli_tree/bin"
+install -m 755 "$libs/quotalease" "$cli_tree/bin/quotalease"
+cp LICENSE "$cli_tree/LICENSE"
+sed "s|@VERSION@|$version|g" cli/archive-README.md >"$cli_tree/README.md"
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -C "$stage/cli" -cf - "$cli_name" |
+  gzip -9n >"$dist/$cli_name.tar.gz"
+
 # 4. npm: the platform package (the stripped addon), then the main package with
 #    optionalDependencies on every platform package of package.json's napi
 #    targets (what `napi pre-publish` adds), packed from its own `npm pack`.
@@ -151,6 +187,8 @@ plat=$stage/npm/linux-x64-gnu
 mkdir -p "$plat"
 cp bindings/node/npm/linux-x64-gnu/package.json bindings/node/npm/linux-x64-gnu/README.md "$plat/"
 cp "$libs/$node_file" "$plat/$node_file"
+# The CLI, run by the main package's bin/quotalease.js (node_modules/.bin, npx).
+install -m 755 "$libs/quotalease" "$plat/quotalease"
 cp LICENSE "$plat/LICENSE"
 (cd "$plat" && npm pack --ignore-scripts --loglevel=error --pack-destination "$dist" >/dev/null)
 (cd bindings/node && npm pack --loglevel=error --pack-destination "$stage/npm" >/dev/null)
@@ -184,4 +222,4 @@ done
 (cd "$dist" && sha256sum -- * >SHA256SUMS)
 echo "dist: built in $(($(date +%s) - t0)) s:" >&2
 (cd "$dist" && ls -l --time-style=+ -- *) >&2
-echo "dist: shipped binaries (stripped): $(stat -c '%n %s' "$libs/liblease.so" "$libs/$node_file" | sed "s|$libs/||g" | paste -sd ' ')" >&2
+echo "dist: shipped binaries (stripped): $(stat -c '%n %s' "$libs/liblease.so" "$libs/$node_file" "$libs/quotalease" | sed "s|$libs/||g" | paste -sd ' ')" >&2

@@ -5,13 +5,18 @@
 # Rust toolchain: cargo, rustc and rustup are taken off PATH
 # (checked: `command -v cargo` must fail), CARGO_TARGET_DIR points at a
 # directory that does not exist, and the artifacts are copied out of the
-# repository first. Then, each against a real redis-server (tests/harness/redisctl):
+# repository first. Then the sdist must fail at once with its backend's
+# message (no toolchain download), and, each against a real redis-server
+# (tests/harness/redisctl):
 #   Python  a fresh venv installs the wheel (pip --no-index) and takes a lease;
 #   Node    a fresh npm project installs the two packed tarballs offline;
 #   C       a program built with pkg-config against the extracted archive
 #           (moved after extraction: lease.pc is relocatable), and statically;
-#   Go      the Go package (a copy of bindings/go) builds against the archive.
-# And no shipped binary (the wheel's .so, the addon, liblease.so and .a)
+#   Go      the Go sources from their own tarball, by a go.mod `replace`,
+#           build against the archive (no module proxy, no checkout);
+#   CLI     the `quotalease` command from its tarball: --version, policy set
+#           and list against Redis (--redis, and QUOTALEASE_REDIS_URL).
+# And no shipped binary (the wheel's .so, the addon, liblease.so and .a, the CLI)
 # carries a path of the machine that built it (`strings`: no /root/, /home/,
 # no path of this checkout).
 # Each smoke test: limit 3 per minute on one key, 3 allowed, the 4th denied,
@@ -38,7 +43,8 @@ cp -r "$dist" "$work/dist"
 version=$(python3 scripts/versions.py check | sed -n 's/^versions: [0-9]* places agree on //p')
 [ -n "$version" ] || { echo "error: the versions disagree (scripts/check-versions.sh)" >&2; exit 1; }
 for f in "quotalease-$version-cp311-abi3-manylinux_2_17_x86_64.whl" "quotalease-$version.tar.gz" \
-  "quotalease-$version.tgz" "quotalease-linux-x64-gnu-$version.tgz" "liblease-$version-x86_64-linux-gnu.tar.gz"; do
+  "quotalease-$version.tgz" "quotalease-linux-x64-gnu-$version.tgz" "liblease-$version-x86_64-linux-gnu.tar.gz" \
+  "quotalease-go-$version.tar.gz" "quotalease-cli-$version-x86_64-linux-gnu.tar.gz"; do
   [ -s "$work/dist/$f" ] || { echo "error: dist/$f is missing" >&2; exit 1; }
 done
 
@@ -60,10 +66,20 @@ loads_archive_lib() { # $1 = program: it loads liblease.so from the extracted ar
 passed=0
 failed=0
 step() { # $1 = label, rest = command
-  local label=$1
+  local label=$1 rc
   shift
   echo "== $label"
-  if "$@" >"$work/step.log" 2>&1; then
+  # In a subshell with errexit, not as an `if` condition (where bash ignores
+  # errexit in the whole function): any failing command fails the step, and
+  # a step's cd and exports stay in it.
+  set +e
+  (
+    set -e
+    "$@"
+  ) >"$work/step.log" 2>&1
+  rc=$?
+  set -e
+  if [ "$rc" = 0 ]; then
     sed 's/^/   /' "$work/step.log"
     passed=$((passed + 1))
   else
@@ -105,12 +121,13 @@ PY
 
 # Where no wheel fits, pip builds the sdist: with cargo on PATH (before it is
 # hidden below), in a fresh venv, pip's isolated build fetching maturin as the
-# sdist's pyproject asks. The repository's target directory holds the release
-# build of the same dependency tree (make test), so only the workspace's own
-# crates compile again.
+# sdist's pyproject asks. The repository's target directory (CARGO_TARGET_DIR
+# when set) holds the release build of the same dependency tree (make test),
+# so only the workspace's own crates compile again.
+sdist_target=${CARGO_TARGET_DIR:-$ROOT/target}
 sdist_build() {
   python3 -m venv "$work/venv-sdist"
-  CARGO_TARGET_DIR=$ROOT/target "$work/venv-sdist/bin/python" -m pip install -q --disable-pip-version-check \
+  CARGO_TARGET_DIR=$sdist_target "$work/venv-sdist/bin/python" -m pip install -q --disable-pip-version-check \
     --no-binary quotalease "$work/dist/quotalease-$version.tar.gz"
   (cd "$work" && "$work/venv-sdist/bin/python" smoke.py "$url" "$version" "$work/venv-sdist" smoke-sdist)
   in_redis smoke-sdist
@@ -148,6 +165,34 @@ fi
 echo "test-dist: cargo and rustc are not on PATH; CARGO_TARGET_DIR=$CARGO_TARGET_DIR (absent)"
 
 # --- Python ------------------------------------------------------------------
+# The sdist with no cargo: its build backend (bindings/python/build-backend)
+# stops at pip's first hook with a message saying what to do, instead of
+# maturin's fetching a Rust toolchain. pip's isolated build still installs
+# maturin, as the sdist's pyproject asks (from the package index).
+sdist_no_cargo() {
+  local out=$work/sdist-no-cargo.log
+  python3 -m venv "$work/venv-nocargo"
+  if "$work/venv-nocargo/bin/python" -m pip install --disable-pip-version-check \
+    --no-binary quotalease "$work/dist/quotalease-$version.tar.gz" >"$out" 2>&1; then
+    cat "$out"
+    echo "pip installed the sdist with no cargo on PATH"
+    return 1
+  fi
+  grep -F "building from source needs Rust's cargo on PATH, and there is none" "$out"
+  grep -F "does not download a Rust toolchain" "$out"
+  # It stopped at the first hook, before metadata, a download or a compile.
+  grep -F "Getting requirements to build wheel did not run successfully" "$out"
+  if grep -E "puccinialin|Rust not found|Preparing metadata.*done|Compiling" "$out"; then
+    cat "$out"
+    return 1
+  fi
+  if "$work/venv-nocargo/bin/python" -c 'import quotalease' 2>/dev/null; then
+    echo "quotalease is installed in the venv"
+    return 1
+  fi
+}
+step "Python: the sdist with no cargo fails at once, saying so (no toolchain download)" sdist_no_cargo
+
 python_smoke() {
   python3 -m venv "$work/venv"
   "$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index \
@@ -160,6 +205,7 @@ step "Python: pip install --no-index the wheel into a fresh venv, lease from Red
 
 # --- Node --------------------------------------------------------------------
 node_smoke() {
+  local out
   mkdir "$work/app"
   cd "$work/app"
   npm init -y >/dev/null
@@ -198,8 +244,15 @@ const [url, version] = process.argv.slice(2)
 JS
   node smoke.js "$url" "$version"
   in_redis smoke-node
+  # The quotalease command on node_modules/.bin: the main package's bin shim
+  # running the platform package's executable.
+  [ -x node_modules/quotalease-linux-x64-gnu/quotalease ]
+  out=$(./node_modules/.bin/quotalease --version)
+  echo "node_modules/.bin/quotalease --version: $out"
+  [ "$out" = "quotalease $version" ]
+  ./node_modules/.bin/quotalease policy list --redis "$url" | grep -F "store ql:policy:{~} on"
 }
-step "Node: npm install the packed main + linux-x64-gnu tarballs (offline), lease from Redis" node_smoke
+step "Node: npm install the packed main + linux-x64-gnu tarballs (offline), lease from Redis, the CLI on .bin" node_smoke
 
 # --- C -----------------------------------------------------------------------
 name=liblease-$version-x86_64-linux-gnu
@@ -253,7 +306,9 @@ c_layout() {
   soname=$(readelf -d "$lease/lib/liblease.so.$v" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
   [ "$(readlink "$lease/lib/$soname")" = "liblease.so.$v" ]
   [ "$(readlink "$lease/lib/liblease.so")" = "$soname" ]
-  [ -f "$lease/lib/liblease.a" ] && [ -f "$lease/include/lease.h" ] && [ -f "$lease/LICENSE" ] && [ -f "$lease/README.md" ]
+  for f in lib/liblease.a include/lease.h LICENSE README.md; do
+    [ -f "$lease/$f" ] || { echo "the archive has no $f"; return 1; }
+  done
   if readelf -S "$lease/lib/liblease.so.$v" | grep -q '\.debug_info'; then
     echo "liblease.so.$v is not stripped"
     return 1
@@ -262,6 +317,7 @@ c_layout() {
 }
 step "C: archive layout (SONAME links, lease.pc version, LICENSE, stripped)" c_layout
 
+cli_name=quotalease-cli-$version-x86_64-linux-gnu
 # No build machine's path in what ships: dist.sh remaps them (--remap-path-prefix).
 no_build_paths() {
   local bin=$work/binaries f hits bad=0
@@ -269,7 +325,9 @@ no_build_paths() {
   python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
     "$work/dist/quotalease-$version-cp311-abi3-manylinux_2_17_x86_64.whl" "$bin/wheel"
   tar -xzf "$work/dist/quotalease-linux-x64-gnu-$version.tgz" -C "$bin/npm"
-  local files=("$bin"/wheel/quotalease/*.so "$bin"/npm/package/*.node "$lease/lib/liblease.so.$version" "$lease/lib/liblease.a")
+  tar -xzf "$work/dist/$cli_name.tar.gz" -C "$bin"
+  local files=("$bin"/wheel/quotalease/*.so "$bin"/npm/package/*.node "$lease/lib/liblease.so.$version" "$lease/lib/liblease.a"
+    "$bin/$cli_name/bin/quotalease")
   for f in "${files[@]}"; do
     [ -f "$f" ] || { echo "missing: $f"; return 1; }
     # /root/ and /home/ (a home directory), and this checkout's absolute path.
@@ -310,16 +368,24 @@ c_static() {
 step "C: static link against liblease.a, lease from Redis" c_static
 
 # --- Go ----------------------------------------------------------------------
+# The recipe of bindings/go/README.md ("Install"): the Go sources from their
+# tarball, unpacked next to the app's go.mod, a go.mod `replace` to them, and
+# PKG_CONFIG_PATH at the archive's lease.pc (above). No module proxy
+# (GOPROXY=off), an empty module cache and build cache, no repository files.
 go_smoke() {
-  export GOTOOLCHAIN=local CGO_ENABLED=1 GOFLAGS=-mod=mod GOPROXY=off
+  export GOTOOLCHAIN=local CGO_ENABLED=1 GOFLAGS='' GOPROXY=off
   export GOCACHE=$work/gocache GOPATH=$work/gopath
-  cp -r "$ROOT/bindings/go" "$work/go-src"
-  rm -f "$work"/go-src/*_test.go
+  local mod=github.com/quotalease/quotalease/bindings/go dir
   mkdir "$work/go-app"
   cd "$work/go-app"
+  tar -xzf "$work/dist/quotalease-go-$version.tar.gz"
+  if find "quotalease-go-$version" -name '*_test.go' | grep .; then
+    echo "the Go tarball ships tests"
+    return 1
+  fi
+  [ -f "quotalease-go-$version/LICENSE" ]
   go mod init example.com/smoke >/dev/null 2>&1
-  go mod edit -require=github.com/quotalease/quotalease/bindings/go@v0.0.0 \
-    -replace=github.com/quotalease/quotalease/bindings/go="$work/go-src"
+  go mod edit -replace="$mod=./quotalease-go-$version"
   cat >main.go <<'GO'
 package main
 
@@ -356,17 +422,55 @@ func main() {
 	}
 }
 GO
+  go mod tidy
+  # The package compiled is the tarball's, not a checkout's.
+  dir=$(go list -f '{{.Dir}}' "$mod")
+  if [ "$(realpath "$dir")" != "$(realpath "quotalease-go-$version")" ]; then
+    echo "$mod resolves to $dir, not the unpacked tarball"
+    return 1
+  fi
   go build -o smoke-go .
   loads_archive_lib smoke-go
   ./smoke-go "$url"
   in_redis smoke-go
+  echo "$mod from quotalease-go-$version.tar.gz (go.mod: $(grep '^replace' go.mod))"
 }
 if command -v go >/dev/null; then
-  step "Go: the Go package built against the archive (pkg-config), lease from Redis" go_smoke
+  step "Go: quotalease-go tarball + go.mod replace, liblease by pkg-config, lease from Redis" go_smoke
 else
   echo "== Go: FAILED: go is not installed"
   failed=$((failed + 1))
 fi
+
+# --- CLI ---------------------------------------------------------------------
+# The `quotalease` command from its tarball (moved after extraction), on PATH.
+cli_smoke() {
+  local out
+  mkdir -p "$work/cli-extract"
+  tar -xzf "$work/dist/$cli_name.tar.gz" -C "$work/cli-extract"
+  mv "$work/cli-extract/$cli_name" "$work/$cli_name"
+  export PATH=$work/$cli_name/bin:$PATH
+  [ "$(command -v quotalease)" = "$work/$cli_name/bin/quotalease" ]
+  [ -f "$work/$cli_name/LICENSE" ]
+  [ -f "$work/$cli_name/README.md" ]
+  out=$(quotalease --version)
+  echo "$out"
+  [ "$out" = "quotalease $version" ]
+  # Only the system's libraries (no liblease, nothing from the build machine).
+  if ldd "$work/$cli_name/bin/quotalease" | grep -v -E 'lib(c|m|gcc_s|pthread|dl|rt)\.so|ld-linux|linux-vdso'; then
+    echo "quotalease needs a library beyond glibc's"
+    return 1
+  fi
+  quotalease policy set --tier smoke "3/min" --redis "$url"
+  # The URL after the subcommand, then from the environment.
+  out=$(quotalease policy list --redis "$url")
+  echo "$out"
+  grep -Fx "  smoke = 3/min" <<<"$out"
+  out=$(QUOTALEASE_REDIS_URL=$url quotalease policy list)
+  grep -Fx "  smoke = 3/min" <<<"$out"
+  [ -n "$(redis-cli -p "$port" --raw HGET "ql:policy:{~}:tiers" smoke)" ]
+}
+step "CLI: quotalease from its tarball: --version, policy set/list against Redis" cli_smoke
 
 echo "test-dist: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -11,7 +11,7 @@ cd bindings/python
 echo "python: mypy stubtest quotalease._native" >&2
 # From another directory, so the installed package (with its extension) is checked.
 (cd "${TMPDIR:-/tmp}" && "$VPY" -m mypy.stubtest quotalease._native)
-"$VPY" -m mypy --strict python/quotalease
-"$VPY" -m ruff check python tests bench
-"$VPY" -m ruff format --check python tests bench
+"$VPY" -m mypy --strict python/quotalease build-backend/quotalease_build.py
+"$VPY" -m ruff check python tests bench build-backend
+"$VPY" -m ruff format --check python tests bench build-backend
 exec "$VPY" -m pytest tests -q -p no:cacheprovider
