@@ -113,7 +113,6 @@ grep -q '"manylinux_2_17_x86_64"' "$stage/auditwheel.txt" || {
 # double tag too; the single modern one is what auditwheel names).
 cp "$wheel" "$dist/quotalease-$version-cp311-abi3-manylinux_2_17_x86_64.whl"
 maturin sdist -m bindings/python/Cargo.toml --out "$dist" >&2
-twine check --strict "$dist"/quotalease-"$version"*.whl "$dist/quotalease-$version.tar.gz" >&2
 
 # 2. liblease, the Node addon and the `quotalease` command: one release build
 #    for the same target with the same wrappers as the wheel (so the same glibc
@@ -128,6 +127,12 @@ strip --strip-debug -o "$libs/liblease.a" "$built/liblease.a"
 node_file=quotalease.linux-x64-gnu.node
 strip --strip-unneeded -o "$libs/$node_file" "$built/libquotalease_node.so"
 strip -o "$libs/quotalease" "$built/quotalease"
+
+# 2b. The wheel carries the `quotalease` command too: pip installs the wheel's
+#     .data/scripts into the environment's bin/ (sdist and dev installs have no
+#     command: they build the extension only). Then twine checks both.
+python3 scripts/wheel-add-command.py "$dist/quotalease-$version-cp311-abi3-manylinux_2_17_x86_64.whl" "$libs/quotalease"
+twine check --strict "$dist"/quotalease-"$version"*.whl "$dist/quotalease-$version.tar.gz" >&2
 max_glibc() { objdump -T "$1" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1; }
 for f in "$libs/liblease.so" "$libs/$node_file" "$libs/quotalease"; do
   need=$(max_glibc "$f")

@@ -194,12 +194,18 @@ sdist_no_cargo() {
 step "Python: the sdist with no cargo fails at once, saying so (no toolchain download)" sdist_no_cargo
 
 python_smoke() {
+  local out
   python3 -m venv "$work/venv"
   "$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index \
     "$work/dist/quotalease-$version-cp311-abi3-manylinux_2_17_x86_64.whl"
   (cd "$work" && "$work/venv/bin/python" smoke.py "$url" "$version" "$work/venv" smoke-py)
   in_redis smoke-py
   wheel_license
+  # The wheel's command, on the venv's PATH, without cargo.
+  out=$(PATH="$work/venv/bin:/usr/bin:/bin" quotalease --version)
+  echo "venv/bin/quotalease --version: $out"
+  [[ $out == *"$version"* ]]
+  PATH="$work/venv/bin:/usr/bin:/bin" quotalease policy list --redis "$url" >/dev/null
 }
 step "Python: pip install --no-index the wheel into a fresh venv, lease from Redis" python_smoke
 
