@@ -7,6 +7,8 @@
 //!
 //! - a rollback (a stale replica promoted) read first by an instance that had
 //!   not seen the newer state: at most one capacity per rollback;
+//! - a state lost (restarted empty) read first by an instance that joined
+//!   since and never saw it: at most one capacity per loss;
 //! - a policy change: each policy's intervals are checked on their own.
 //!
 //! The failure policy is `deny` unless a schedule says otherwise, so an
@@ -55,6 +57,10 @@ enum Step {
     /// The instance stops calling (dies with its commitments).
     Die(usize),
     Outage(bool),
+    /// A new instance starts and calls once. During an outage that call
+    /// fails: the instance never had an answer, its share is the static one
+    /// and starts empty.
+    Join,
     RestartEmpty,
     Snapshot,
     Rollback,
@@ -78,6 +84,8 @@ fn burst(inst: usize, cost: u64, times: u32, gap_ms: u64) -> Step {
 #[derive(Clone, Debug)]
 struct Case {
     n: usize,
+    /// `expected_replicas` (0: `n`, the fleet's size).
+    replicas: u64,
     limit: u64,
     window_ms: u64,
     steps: Vec<Step>,
@@ -96,6 +104,7 @@ fn step(n: usize) -> impl Strategy<Value = Step> {
         1 => Just(Step::RestartEmpty),
         1 => Just(Step::Snapshot),
         1 => Just(Step::Rollback),
+        1 => Just(Step::Join),
     ]
 }
 
@@ -106,6 +115,7 @@ fn outage_step(n: usize) -> impl Strategy<Value = Step> {
         6 => step(n),
         3 => (1u64..400, 10u64..3_000, 1..n).prop_map(|(per_s, ms, first)| Step::LoadFirst { per_s, ms, first }),
         2 => any::<bool>().prop_map(Step::Outage),
+        1 => Just(Step::Join),
     ]
 }
 
@@ -117,8 +127,12 @@ fn outage_case(memory: bool) -> impl Strategy<Value = Case> {
     )
         .prop_flat_map(move |(n, limit, window_ms)| {
             let steps = proptest::collection::vec(outage_step(n), 10..if memory { 80 } else { 40 });
-            steps.prop_map(move |steps| Case {
+            // `expected_replicas` the fleet's size, or below it (the operator
+            // declared fewer instances than run: larger static shares)
+            let replicas = prop_oneof![Just(0u64), 1..=n as u64];
+            (replicas, steps).prop_map(move |(replicas, steps)| Case {
                 n,
+                replicas,
                 limit,
                 window_ms,
                 steps,
@@ -136,6 +150,7 @@ fn case(memory: bool) -> impl Strategy<Value = Case> {
             let steps = proptest::collection::vec(step(n), 10..if memory { 100 } else { 50 });
             steps.prop_map(move |steps| Case {
                 n,
+                replicas: 0,
                 limit,
                 window_ms,
                 steps,
@@ -211,26 +226,60 @@ struct Fleet {
     /// current one began.
     outage_allowance: u64,
     down_since: Option<u64>,
+    /// `expected_replicas`.
+    replicas: u64,
+    /// Instances that had an answer from the authority (an admission
+    /// outside the failure policy says so; a denial may not).
+    answered: Vec<bool>,
+    /// In the current outage: live instances with an answer when it began,
+    /// and instances on the static share (none when it began, or joined).
+    known_at_down: u64,
+    static_at_down: u64,
+    /// The authority lost the key's state (restart empty) and no instance
+    /// that joined since has read it: a joiner would be its first reader.
+    lost: bool,
 }
 
 impl Fleet {
-    /// An outage ended: what the shares may have admitted during it. Valid
-    /// ledger shares sum to at most the key's rate (I4), lapsed ones are the
-    /// static share `max(limit / n, 1)`: at most `limit + n` tokens a window
-    /// for the outage and the circuit's last backoff step (1 s) after it,
-    /// plus what the share buckets start with (their parts of at most a
-    /// capacity, rounded up per instance).
+    /// An outage begins (again).
+    fn outage_begins(&mut self) {
+        if self.down_since.is_none() {
+            self.down_since = Some(self.now);
+            let live = |i: &usize| self.limiters[*i].is_some();
+            let known = (0..self.limiters.len())
+                .filter(live)
+                .filter(|&i| self.answered[i])
+                .count();
+            let all = (0..self.limiters.len()).filter(live).count();
+            self.known_at_down = known as u64;
+            self.static_at_down = (all - known) as u64;
+        }
+    }
+
+    /// An outage ended: what the shares may have admitted during it, for
+    /// the outage and the circuit's last backoff step (1 s) after it:
+    /// - valid ledger shares sum to at most the key's rate (I4): at most
+    ///   `limit + known` tokens a window (each rounded up), plus what their
+    ///   buckets start with (their parts of at most a capacity);
+    /// - an instance that never had an answer (it joined during the
+    ///   outage) has the static share `max(limit / expected_replicas, 1)`,
+    ///   started empty: its refill, rounded up;
+    /// - a ledger share lapses `fallback_ms` (5 minutes) after its answer,
+    ///   then the static share applies to everyone: possible only once the
+    ///   run's clock passed that (every instance had an answer at 0).
     fn outage_ends(&mut self) {
         if let Some(from) = self.down_since.take() {
-            let n = self.limiters.len() as u64;
+            let (known, unknown) = (self.known_at_down, self.static_at_down);
             let (limit, window) = self
                 .books
                 .iter()
                 .map(|b| (b.limit, b.window_ms))
                 .max_by_key(|&(l, w)| l * 1_000_000 / w)
                 .unwrap();
-            let ms = self.now - from + 1_000;
-            self.outage_allowance += (limit + n) * ms.div_ceil(window) + limit + n;
+            let windows = (self.now - from + 1_000).div_ceil(window);
+            let share = (limit / self.replicas).max(1) + 1;
+            let lapsed = if self.now >= 300_000 { known } else { 0 };
+            self.outage_allowance += (limit + known) * windows + limit + known + (unknown + lapsed) * share * windows;
         }
     }
 
@@ -250,7 +299,7 @@ impl Fleet {
     }
 
     fn acquire(&mut self, inst: usize, cost: u64, policy: FailurePolicy) -> Result<bool, String> {
-        let Some(l) = self.limiters[inst].as_ref() else {
+        let Some(l) = self.limiters.get(inst).and_then(Option::as_ref) else {
             return Ok(false);
         };
         let limit = self.books.last().map_or(1, |b| b.limit);
@@ -267,6 +316,7 @@ impl Fleet {
                 }
                 let now = self.now;
                 self.books.last_mut().unwrap().events.push((now, cost, 0));
+                self.answered[inst] = true;
                 Ok(true)
             }
             Ok(_) => Ok(false),
@@ -321,30 +371,45 @@ struct Options<'a> {
 }
 
 fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
-    let make = || {
+    let replicas = if c.replicas == 0 { c.n as u64 } else { c.replicas };
+    // an instance started `now` ms into the run, its clock in step with the
+    // others': the authority answers at the fleet's time, as Redis answers
+    // at its `TIME` (a joiner's clock left at the run's start made the
+    // memory authority take its calls at a time long past, crediting the
+    // refill the cap had cut: one token over one bucket)
+    let make = |now: u64| {
         let mut b = Limiter::builder()
             .url(o.url)
             .limit(c.limit)
             .window_ms(c.window_ms)
             .key_prefix(o.prefix)
             .on_backend_failure(o.policy)
-            .expected_replicas(c.n as u64)
-            .clock(ClockKind::Manual { start_ms: 1_000_000 });
+            .expected_replicas(replicas)
+            .clock(ClockKind::Manual {
+                start_ms: 1_000_000 + now,
+            });
         if let Some(ttl) = o.lease_ttl_ms {
             b = b.lease_ttl_ms(ttl);
         }
         b.build().map_err(|e| e.to_string())
     };
     let mut f = Fleet {
-        limiters: (0..c.n).map(|_| make().map(Some)).collect::<Result<_, _>>()?,
+        limiters: (0..c.n).map(|_| make(0).map(Some)).collect::<Result<_, _>>()?,
         now: 0,
         books: vec![Books::new(c.limit, c.window_ms)],
         fallback: 0,
         outage_allowance: 0,
         down_since: None,
+        replicas,
+        answered: vec![false; c.n],
+        known_at_down: 0,
+        static_at_down: 0,
+        lost: false,
     };
     let mut snapshot = None;
     let mut down = false;
+    // a limiter died unclosed (its memory authority then lives on)
+    let mut forgotten = false;
     // every instance sees the key first (an instance's first call after a
     // loss that never saw the state is the named exception of rollbacks)
     for i in 0..c.n {
@@ -386,10 +451,16 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                 if let Some(l) = f.limiters[*i].take() {
                     let _ = l.close();
                 }
+                // `memory://NAME` lives while a limiter holds it: closing
+                // the last one ends its state, as a restart empty would
+                if o.name.is_some() && !forgotten && f.limiters.iter().all(Option::is_none) {
+                    f.lost = true;
+                }
             }
             Step::Die(i) => {
                 if let Some(l) = f.limiters[*i].take() {
                     std::mem::forget(l);
+                    forgotten = true;
                 }
             }
             Step::Outage(on) => {
@@ -403,8 +474,8 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                     }
                 }
                 if o.name.is_some() || o.proxy.is_some() {
-                    if *on && !down {
-                        f.down_since = Some(f.now);
+                    if *on {
+                        f.outage_begins();
                     }
                     if !*on {
                         f.outage_ends();
@@ -412,12 +483,32 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                     down = *on;
                 }
             }
-            Step::RestartEmpty => match o.name {
-                Some(name) => {
-                    quotalease::testing::memory_reset(name);
+            Step::Join => {
+                if std::mem::take(&mut f.lost) {
+                    // exception (a): the first reader of a lost state that
+                    // had not seen it (it carries no stamp) is served from
+                    // a fresh bucket before the others' stamps reveal the
+                    // loss: at most one capacity per loss
+                    let (now, limit) = (f.now, f.books.last().unwrap().limit);
+                    f.books.last_mut().unwrap().events.push((now, 0, limit));
                 }
-                None => redis_forget(o.server.unwrap_or(o.url), o.prefix),
-            },
+                f.limiters.push(Some(make(f.now)?));
+                f.answered.push(false);
+                if f.down_since.is_some() {
+                    f.static_at_down += 1;
+                }
+                let i = f.limiters.len() - 1;
+                f.acquire(i, 1, o.policy)?;
+            }
+            Step::RestartEmpty => {
+                f.lost = true;
+                match o.name {
+                    Some(name) => {
+                        quotalease::testing::memory_reset(name);
+                    }
+                    None => redis_forget(o.server.unwrap_or(o.url), o.prefix),
+                }
+            }
             Step::Snapshot => {
                 if let Some(name) = o.name {
                     snapshot = quotalease::testing::memory_snapshot(name);
@@ -664,6 +755,7 @@ fn admitted(f: &Fleet) -> u64 {
 fn schedule_two_holders_cannot_double_a_bucket() {
     let c = Case {
         n: 2,
+        replicas: 0,
         limit: 50,
         window_ms: 100,
         steps: vec![
@@ -701,6 +793,7 @@ fn schedule_a_quiet_holders_keep_no_forgotten_chunks() {
     }
     let c = Case {
         n: 20,
+        replicas: 0,
         limit: 600,
         window_ms: 60_000,
         steps,
@@ -714,6 +807,7 @@ fn schedule_a_quiet_holders_keep_no_forgotten_chunks() {
 fn schedule_b_a_lone_rate_holder_bursts_one_bucket_at_most() {
     let c = Case {
         n: 1,
+        replicas: 0,
         limit: 100,
         window_ms: 1_000,
         steps: vec![
@@ -731,6 +825,7 @@ fn schedule_b_a_lone_rate_holder_bursts_one_bucket_at_most() {
 fn schedule_c_a_window_change_mixes_no_units() {
     let c = Case {
         n: 2,
+        replicas: 0,
         limit: 600,
         window_ms: 60_000,
         steps: vec![
@@ -757,6 +852,7 @@ fn schedule_c_a_window_change_mixes_no_units() {
 fn schedule_d_the_state_outlives_its_grants() {
     let c = Case {
         n: 2,
+        replicas: 0,
         limit: 60,
         window_ms: 6_000,
         steps: vec![
@@ -774,6 +870,7 @@ fn schedule_d_the_state_outlives_its_grants() {
 fn schedule_e_flushes_credit_only_what_they_return() {
     let c = Case {
         n: 3,
+        replicas: 0,
         limit: 500,
         window_ms: 1_000,
         steps: vec![Step::LoadFlushing {
@@ -798,6 +895,7 @@ fn schedule_e_flushes_credit_only_what_they_return() {
 fn schedule_g_a_restart_with_a_quiet_holder() {
     let c = Case {
         n: 3,
+        replicas: 0,
         limit: 300,
         window_ms: 10_000,
         steps: vec![
@@ -872,6 +970,7 @@ fn fixed_leases_on_a_ledger_key_are_refused_with_the_reason() {
 fn schedule_a_holder_spends_nothing_past_its_commitment() {
     let c = Case {
         n: 2,
+        replicas: 0,
         limit: 50,
         window_ms: 1_000,
         steps: vec![
@@ -938,6 +1037,7 @@ fn schedule_i_two_policies_on_one_key_convert_exactly() {
 fn a_restart_empty_under_load_is_back_to_the_rate_within_two_seconds() {
     let c = Case {
         n: 10,
+        replicas: 0,
         limit: 1_000,
         window_ms: 1_000,
         steps: vec![
@@ -973,6 +1073,7 @@ fn a_restart_empty_under_load_is_back_to_the_rate_within_two_seconds() {
 fn a_burst_on_a_full_bucket_then_saturation_admits_the_allowance() {
     let c = Case {
         n: 6,
+        replicas: 0,
         limit: 600,
         window_ms: 60_000,
         steps: vec![Step::Load { per_s: 4, ms: 60_000 }],
@@ -997,6 +1098,7 @@ fn a_burst_on_a_full_bucket_then_saturation_admits_the_allowance() {
 fn schedule_j_an_outage_is_paid_back_under_saturation() {
     let c = Case {
         n: 4,
+        replicas: 0,
         limit: 100,
         window_ms: 1_000,
         steps: vec![
@@ -1047,6 +1149,7 @@ fn schedule_k_a_zero_fallback_share_admits_nothing() {
     ]);
     let c = Case {
         n: 8,
+        replicas: 0,
         limit: 100,
         window_ms: 1_000,
         steps,
@@ -1079,6 +1182,7 @@ fn schedule_k_a_zero_fallback_share_admits_nothing() {
 fn schedule_l_a_closed_holder_frees_its_fallback_share() {
     let c = Case {
         n: 7,
+        replicas: 0,
         limit: 600,
         window_ms: 60_000,
         steps: vec![
@@ -1105,4 +1209,76 @@ fn schedule_l_a_closed_holder_frees_its_fallback_share() {
         );
         close(f);
     }
+}
+
+/// An instance that joins a running fleet keeps the bound: the random
+/// schedules' smallest counterexample while a joiner's clock started at the
+/// run's start, not the fleet's time (47 admitted where one bucket allows 46
+/// and its refill).
+#[test]
+fn schedule_m_a_joiner_keeps_the_bound() {
+    let mut steps = vec![
+        Step::Advance(66),
+        Step::Join,
+        Step::LoadFirst {
+            per_s: 100,
+            ms: 10,
+            first: 1,
+        },
+        burst(0, 1, 1, 0),
+        Step::LoadFirst {
+            per_s: 90,
+            ms: 991,
+            first: 1,
+        },
+    ];
+    steps.extend((0..5).map(|_| burst(0, 1, 1, 0)));
+    let c = Case {
+        n: 2,
+        replicas: 0,
+        limit: 46,
+        window_ms: 1_000,
+        steps,
+    };
+    holds_on_both(&c, None);
+}
+
+/// OPEN (issue 22): the smallest counterexample `LEDGER_CASES=400` finds in
+/// `outages_on_the_memory_authority_admit_at_most_their_refill` (seed 22),
+/// with no outage, join or loss in it: six holders saturate a 85 per
+/// 8482 ms key, go quiet for about a window, then burst; 89 are admitted
+/// in the 290 ms after the quiet, where one bucket allows 85 and 2.9 of
+/// refill (memory; Redis 86.8 over its worst interval). Not yet explained:
+/// run with `--ignored` to reproduce it.
+#[test]
+#[ignore = "open: a burst after a quiet window admits about one token over one bucket"]
+fn schedule_n_a_burst_after_a_quiet_window() {
+    let mut steps = vec![
+        Step::LoadFirst {
+            per_s: 87,
+            ms: 2091,
+            first: 4,
+        },
+        Step::LoadFirst {
+            per_s: 22,
+            ms: 2811,
+            first: 1,
+        },
+        Step::Advance(8405),
+        Step::LoadFirst {
+            per_s: 212,
+            ms: 61,
+            first: 5,
+        },
+        Step::Load { per_s: 250, ms: 221 },
+    ];
+    steps.extend((0..5).map(|_| burst(0, 1, 1, 0)));
+    let c = Case {
+        n: 6,
+        replicas: 0,
+        limit: 85,
+        window_ms: 8482,
+        steps,
+    };
+    holds_on_both(&c, None);
 }
