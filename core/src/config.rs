@@ -255,6 +255,9 @@ pub(crate) struct Resolved {
     pub refill_threshold: u64,
     /// Adaptive leasing is on (mode lease, no fixed `lease_size`).
     pub adaptive: bool,
+    /// The reason of a decision from local tokens: `local` in mode local,
+    /// else `lease` (read once per admit: one load, not a compare).
+    pub admit_reason: crate::decision::Reason,
     /// The policy file as read when the limiter was built.
     pub file: Option<crate::policy::file::PolicyFile>,
 }
@@ -376,6 +379,11 @@ impl Config {
             lease_size,
             refill_threshold,
             adaptive,
+            admit_reason: if self.mode == Mode::Local {
+                crate::decision::Reason::Local
+            } else {
+                crate::decision::Reason::Lease
+            },
             file: None,
         })
     }

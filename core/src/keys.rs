@@ -25,16 +25,22 @@ pub fn validate_key(key: &str) -> Result<()> {
 /// path, by [`validate_key`].)
 #[inline]
 pub fn validate_key_len(key: &str) -> Result<()> {
-    if key.is_empty() {
-        return Err(Error::InvalidKey("the key is empty".into()));
-    }
-    if key.len() > MAX_KEY_LEN {
-        return Err(Error::InvalidKey(format!(
-            "the key is {} bytes long; at most {MAX_KEY_LEN} are allowed",
-            key.len()
-        )));
+    // one compare on the admit path: 0 wraps to the largest length
+    if key.len().wrapping_sub(1) >= MAX_KEY_LEN {
+        return Err(key_len_error(key.len()));
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn key_len_error(len: usize) -> Error {
+    if len == 0 {
+        return Error::InvalidKey("the key is empty".into());
+    }
+    Error::InvalidKey(format!(
+        "the key is {len} bytes long; at most {MAX_KEY_LEN} are allowed"
+    ))
 }
 
 /// The limiter key an HTTP middleware uses for a raw key (a header, an

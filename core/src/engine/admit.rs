@@ -88,7 +88,7 @@ impl Engine {
             return Ok(None);
         }
         let guard = self.table.map.pin();
-        let Some(e) = guard.get(key) else {
+        let Some(e) = guard.get(&super::table::Lookup(key)) else {
             if let Some(t) = tier {
                 self.tier_id(t)?;
             }
@@ -178,11 +178,7 @@ impl Engine {
 
     #[inline(always)]
     pub(super) fn admit_reason(&self) -> Reason {
-        if self.r.cfg.mode == Mode::Local {
-            Reason::Local
-        } else {
-            Reason::Lease
-        }
+        self.r.admit_reason
     }
 
     #[inline(always)]

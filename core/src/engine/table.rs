@@ -21,6 +21,46 @@ const EVICT_FRACTION: usize = 16;
 
 type Map = papaya::HashMap<Box<str>, Arc<Entry>, foldhash::fast::RandomState>;
 
+/// A key as the table looks it up: hashed as the `str` it is, compared
+/// inline. `str`'s own equality calls libc's `memcmp`, which cost 26 of the
+/// warm admit's 279 instructions on a 7-byte key (callgrind,
+/// docs/benchmarks.md); two overlapping word compares cost a few.
+#[derive(Clone, Copy)]
+pub(super) struct Lookup<'a>(pub &'a str);
+
+impl std::hash::Hash for Lookup<'_> {
+    #[inline(always)]
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.hash(h)
+    }
+}
+
+impl papaya::Equivalent<Box<str>> for Lookup<'_> {
+    #[inline(always)]
+    fn equivalent(&self, key: &Box<str>) -> bool {
+        same_bytes(self.0.as_bytes(), key.as_bytes())
+    }
+}
+
+/// `a == b`, without libc for slices up to 16 bytes. Not inlined: in the
+/// lookup's probe loop it made papaya's `get` too large to inline.
+#[inline(never)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let w8 = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().expect("8 bytes"));
+    let w4 = |s: &[u8], i: usize| u32::from_ne_bytes(s[i..i + 4].try_into().expect("4 bytes"));
+    match n {
+        // the first and the last word overlap when n < 16
+        8..=16 => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
+        4..=7 => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
+        0..=3 => a.iter().zip(b).all(|(x, y)| x == y),
+        _ => a == b,
+    }
+}
+
 pub(super) struct Table {
     pub(super) map: Map,
     max_keys: usize,
@@ -46,7 +86,7 @@ impl Table {
     }
 
     pub fn get(&self, key: &str) -> Option<Arc<Entry>> {
-        self.map.pin().get(key).cloned()
+        self.map.pin().get(&Lookup(key)).cloned()
     }
 
     /// The keys to evict when the table is full: the least recently used
@@ -218,5 +258,24 @@ impl Engine {
         }
         drop(guard);
         self.wait_idle(bound)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_bytes;
+
+    #[test]
+    fn keys_compare_byte_for_byte_at_every_length() {
+        for n in 0..40usize {
+            let a: Vec<u8> = (0..n as u8).map(|i| i.wrapping_mul(7).wrapping_add(1)).collect();
+            assert!(same_bytes(&a, &a.clone()), "length {n}");
+            for i in 0..n {
+                let mut b = a.clone();
+                b[i] ^= 0x20;
+                assert!(!same_bytes(&a, &b), "length {n}, byte {i} differs");
+            }
+            assert!(!same_bytes(&a, &a[..n.saturating_sub(1)]) || n == 0);
+        }
     }
 }
