@@ -51,6 +51,7 @@ mod options;
 mod policy;
 mod rate;
 mod redact;
+mod stored;
 mod url;
 mod wire;
 
@@ -80,6 +81,11 @@ pub mod internals {
     pub use crate::bucket::BucketState;
     pub use crate::ledger::TUNING;
     pub use crate::policy::{MAX_RULES, RULE_SEPARATOR};
+    /// The codec of what the Redis authority stores for a key: the one Rust
+    /// reader of the stored format.
+    pub mod stored {
+        pub use crate::stored::*;
+    }
 }
 
 /// Tools for testing code that uses a limiter.
