@@ -74,8 +74,6 @@ pub use redact::{redact_secrets, redact_url, RedactedUrl};
 /// ledger's tuning table. Not part of the API: any release may change it.
 #[doc(hidden)]
 pub mod internals {
-    #[cfg(feature = "redis")]
-    pub use crate::authority::redis::parse_stored;
     pub use crate::authority::{policy_base, redis_key};
     pub use crate::broker::connections_open;
     pub use crate::bucket::BucketState;
