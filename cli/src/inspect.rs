@@ -1,4 +1,5 @@
-//! `quotalease inspect`: a key's authoritative state in Redis (crate::stored:
+//! `quotalease inspect`: a key's authoritative state in Redis (read by
+//! crate::stored, parsed by the core's `quotalease::internals::stored`:
 //! a fixed-lease bucket string or an adaptive key's ledger, with its holders),
 //! and what it means for "why was this denied?".
 

@@ -38,9 +38,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 
+use quotalease::internals::stored::{Bucket, Ledger, Record, Stored};
 use quotalease::RedactedUrl;
 
-use crate::stored::{self, Bucket, Ledger, Stored};
+use crate::stored;
 
 /// What `top` takes.
 #[derive(Clone, Debug)]
@@ -181,7 +182,7 @@ fn granted(limit: u64, policy_window: u64, before: &Kept, now: &Kept, wall_ms: f
 /// Derive a key's row from its previous and current reads.
 pub fn row(policy: Option<(u64, u64)>, prev: Option<(u64, &Kept)>, now_ms: u64, s: &Sample) -> Row {
     let ledger = s.stored.as_ref().and_then(|st| st.ledger);
-    let records: Vec<stored::Record> = s.stored.iter().flat_map(|st| st.records().copied()).collect();
+    let records: Vec<Record> = s.stored.iter().flat_map(|st| st.records().copied()).collect();
     let holders = ledger.map_or(0, |l| l.holders);
     let offered = ledger.filter(|l| l.holders > 0).map(|l| l.demand as f64 / 1000.0);
     let limit = ledger.map(|l| l.limit).filter(|&l| l > 0).or(policy.map(|p| p.0));
@@ -449,7 +450,7 @@ pub fn render(o: &Options, f: &Frame, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stored::{Holder, Record};
+    use quotalease::internals::stored::Holder;
 
     fn bucket(credit: i64, at: u64, w: u64) -> Bucket {
         Bucket {

@@ -51,6 +51,7 @@ mod options;
 mod policy;
 mod rate;
 mod redact;
+mod stored;
 mod url;
 mod wire;
 
@@ -73,13 +74,16 @@ pub use redact::{redact_secrets, redact_url, RedactedUrl};
 /// ledger's tuning table. Not part of the API: any release may change it.
 #[doc(hidden)]
 pub mod internals {
-    #[cfg(feature = "redis")]
-    pub use crate::authority::redis::parse_stored;
     pub use crate::authority::{policy_base, redis_key};
     pub use crate::broker::connections_open;
     pub use crate::bucket::BucketState;
     pub use crate::ledger::TUNING;
     pub use crate::policy::{MAX_RULES, RULE_SEPARATOR};
+    /// The codec of what the Redis authority stores for a key: the one Rust
+    /// reader of the stored format.
+    pub mod stored {
+        pub use crate::stored::*;
+    }
 }
 
 /// Tools for testing code that uses a limiter.

@@ -17,7 +17,7 @@ use quotalease::{Error, ErrorKind, Limiter, Reason};
 
 /// The commands of docs/redis.md's rule, in its order: every script call
 /// (EVALSHA, EVAL when a server does not have the script yet), what the
-/// scripts run, `inspect`'s PTTL, and the policy store's commands.
+/// scripts run, `inspect`'s TYPE and PTTL, and the policy store's commands.
 const COMMANDS: [&str; 24] = [
     "evalsha",
     "eval",

@@ -258,6 +258,34 @@ fn exact_mode_calls_redis_per_request() {
 }
 
 #[test]
+fn inspect_reads_an_adaptive_keys_ledger() {
+    // An adaptive key is the ledger's hash, not the bucket string: inspect
+    // reads its `c t w` with the stored-format codec, a debt as 0 tokens.
+    let server = common::redis_or_skip!(RedisServer::start());
+    let p = unique("ia");
+    let l = limiter(&server, &p).limit(100).window_ms(60_000).build().unwrap();
+    assert!(l.acquire("k", 1).unwrap().allowed);
+    let rk = format!("{p}:{{k}}");
+    assert_eq!(server.cli(&["TYPE", &rk]), "hash");
+    let field = |f: &str| -> i64 { server.cli(&["HGET", &rk, f]).parse().unwrap() };
+    await_cond("inspect agrees with the hash", || {
+        let (c, t, w) = (field("c"), field("t"), field("w"));
+        let i = l.inspect("k").unwrap();
+        let want = (Some(c.max(0) as u64 / w.max(1) as u64), Some(t as u64));
+        i.authority_ttl_ms.is_some() && (i.authority_tokens, i.authority_refilled_at_ms) == want
+    });
+    server.cli(&["HSET", &rk, "c", "-2500"]);
+    assert_eq!(
+        l.inspect("k").unwrap().authority_tokens,
+        Some(0),
+        "a debt holds no tokens"
+    );
+    server.cli(&["DEL", &rk]);
+    let i = l.inspect("k").unwrap();
+    assert_eq!((i.authority_tokens, i.authority_refilled_at_ms), (None, None));
+}
+
+#[test]
 fn acquire_async_waits_on_its_own_runtime() {
     let server = common::redis_or_skip!(RedisServer::start());
     let p = unique("a");

@@ -27,7 +27,6 @@ mod store;
 
 use failure::{connect_err, err_text, one_line};
 use sentinel::{sentinel_client, Watch, SENTINEL_CHECK};
-pub use store::parse_stored;
 
 use super::{Call, Reply};
 use crate::bucket::Grant;
@@ -595,7 +594,7 @@ fn ledger_keys(key: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_stored, within};
+    use super::within;
     use std::io::Write;
     use std::time::Duration;
 
@@ -638,16 +637,5 @@ mod tests {
             });
             assert_eq!(got.map(|r| r.ok()), Ok(Some(7)), "a reply that arrived was called late");
         }
-    }
-
-    #[test]
-    fn stored_values_parse_field_by_field() {
-        assert_eq!(
-            parse_stored("120000 1796018722007 60000"),
-            (Some(120000), Some(1796018722007), Some(60000))
-        );
-        assert_eq!(parse_stored("0 5 1000"), (Some(0), Some(5), Some(1000)));
-        assert_eq!(parse_stored("garbage"), (None, None, None));
-        assert_eq!(parse_stored("1 x 3"), (Some(1), None, Some(3)));
     }
 }

@@ -181,14 +181,12 @@ impl TlsRedisServer {
 
 /// The whole tokens a stored bucket value (`GET {prefix}:{key}` from
 /// redis-cli: "credit refilled_at window epoch version", credit in 1/window
-/// token units) holds.
+/// token units) holds, read with the core's codec; panics on anything else.
 pub fn stored_tokens(value: &str) -> u64 {
-    let f: Vec<u64> = value
-        .split(' ')
-        .map(|x| x.parse().unwrap_or_else(|_| panic!("not a stored bucket: {value:?}")))
-        .collect();
-    assert_eq!(f.len(), 5, "not a stored bucket: {value:?}");
-    f[0] / f[2]
+    assert_eq!(value.split(' ').count(), 5, "not a stored bucket: {value:?}");
+    quotalease::internals::stored::Bucket::parse(value)
+        .tokens()
+        .unwrap_or_else(|| panic!("not a stored bucket: {value:?}"))
 }
 
 /// A prefix no other test uses.

@@ -1,10 +1,11 @@
 //! The connection's reads and writes outside the lease scripts: the policy
-//! store and `inspect`, and the stored bucket format's reader.
+//! store and `inspect` (which parses what it reads with `crate::stored`).
 
 use redis::{RedisError, Value};
 
 use super::{err_text, within, Conn, Connection, ScriptCall};
 use crate::authority::{PolicyOp, PolicyReply, Stored};
+use crate::stored;
 use crate::wire::silence;
 
 impl Connection {
@@ -101,12 +102,6 @@ impl Connection {
 
     /// The stored bucket of a Redis key and its PTTL, for `inspect`.
     pub(super) async fn inspect(&mut self, key: &str) -> Result<Stored, String> {
-        let mut get = redis::cmd("GET");
-        get.arg(key);
-        let mut pttl = redis::cmd("PTTL");
-        pttl.arg(key);
-        let mut hmget = redis::cmd("HMGET");
-        hmget.arg(key).arg("c").arg("t").arg("w");
         let timeout = self.timeout;
         let conn = match within(timeout, self.connect()).await {
             Ok(conn) => conn?,
@@ -114,24 +109,21 @@ impl Connection {
         };
         let query = async {
             match conn {
-                Conn::Single(c) => read_stored(c, key, &get, &hmget, &pttl).await,
-                Conn::Cluster(c) => read_stored(c, key, &get, &hmget, &pttl).await,
+                Conn::Single(c) => read_stored(c, key).await,
+                Conn::Cluster(c) => read_stored(c, key).await,
             }
         };
-        let (value, ttl) = match within(timeout, query).await {
+        let (stored, ttl) = match within(timeout, query).await {
             Ok(r) => r.map_err(|e| err_text(&e))?,
             Err(()) => {
                 self.conn = None;
                 return Err(silence(format_args!("after {} ms", timeout.as_millis())));
             }
         };
-        let (c, t, w) = value.as_deref().map_or((None, None, None), parse_stored);
+        let bucket = stored.map(|s| s.bucket).unwrap_or_default();
         Ok(Stored {
-            tokens: match (c, w) {
-                (Some(c), Some(w)) => Some(c / w.max(1)),
-                _ => None,
-            },
-            refilled_at_ms: t,
+            tokens: bucket.tokens(),
+            refilled_at_ms: bucket.refilled_at,
             ttl_ms: (ttl >= 0).then_some(ttl as u64),
         })
     }
@@ -144,37 +136,21 @@ fn pairs(flat: Vec<String>) -> Vec<(String, String)> {
     out
 }
 
-/// What `inspect` reads of a key: its value (a fixed-lease bucket's string,
-/// or the ledger's `c t w` read as one) and its time to live.
+/// What `inspect` reads of a key: its stored state (a fixed-lease bucket's
+/// string, or the ledger's hash; None when nothing is stored) and its time
+/// to live.
 async fn read_stored<C: redis::aio::ConnectionLike>(
     c: &mut C,
     key: &str,
-    get: &redis::Cmd,
-    hmget: &redis::Cmd,
-    pttl: &redis::Cmd,
-) -> Result<(Option<String>, i64), RedisError> {
+) -> Result<(Option<stored::Stored>, i64), RedisError> {
     let ty: String = redis::cmd("TYPE").arg(key).query_async(c).await?;
-    let v: Option<String> = if ty == "hash" {
-        let f: Vec<Option<String>> = hmget.query_async(c).await?;
-        ledger_value(&f)
+    let s = if ty == "hash" {
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(key).query_async(c).await?;
+        stored::Stored::from_hash(fields)
     } else {
-        get.query_async(c).await?
+        let v: Option<String> = redis::cmd("GET").arg(key).query_async(c).await?;
+        v.as_deref().map(stored::Stored::from_string)
     };
-    let t: i64 = pttl.query_async(c).await?;
-    Ok((v, t))
-}
-
-/// A ledger state's `c t w` fields as a stored bucket value (debt reads as 0).
-fn ledger_value(f: &[Option<String>]) -> Option<String> {
-    let n = |i: usize| f.get(i)?.as_deref()?.parse::<i64>().ok();
-    Some(format!("{} {} {}", n(0)?.max(0), n(1)?.max(0), n(2)?.max(1)))
-}
-
-/// The first fields of a stored bucket value `"c t w e v"` (credit, refilled
-/// at, window; None for any that does not parse; epoch and version follow).
-/// Public for tools that read Redis themselves (`quotalease inspect`, `top`).
-pub fn parse_stored(value: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
-    let mut it = value.split(' ').map(|f| f.parse::<u64>().ok());
-    let mut next = || it.next().flatten();
-    (next(), next(), next())
+    let t: i64 = redis::cmd("PTTL").arg(key).query_async(c).await?;
+    Ok((s, t))
 }
