@@ -311,12 +311,11 @@ impl MemoryAuthority {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .hash(&key, now.ms);
-                if let Some(h) = fields {
-                    let num = |f: &str| h.get(f).and_then(|v| v.parse::<i64>().ok());
-                    let (c, w) = (num("c").unwrap_or(0).max(0) as u64, num("w").unwrap_or(1).max(1) as u64);
+                // the ledger's hash, read with the one codec of the stored format
+                if let Some(st) = fields.and_then(|h| crate::stored::Stored::from_hash(h.into_iter().collect())) {
                     return Ok(Reply::Stored(Stored {
-                        tokens: Some((c / w).min(policy.limit)),
-                        refilled_at_ms: num("t").map(|t| t.max(0) as u64),
+                        tokens: Some(st.bucket.tokens().unwrap_or(0).min(policy.limit)),
+                        refilled_at_ms: st.bucket.refilled_at,
                         ttl_ms: None,
                     }));
                 }
