@@ -1243,15 +1243,17 @@ fn schedule_m_a_joiner_keeps_the_bound() {
     holds_on_both(&c, None);
 }
 
-/// OPEN (issue 22): the smallest counterexample `LEDGER_CASES=400` finds in
+/// A rate's fraction of a token is not carried into a later rate: the
+/// smallest counterexample `LEDGER_CASES=400` found in
 /// `outages_on_the_memory_authority_admit_at_most_their_refill` (seed 22),
-/// with no outage, join or loss in it: six holders saturate a 85 per
-/// 8482 ms key, go quiet for about a window, then burst; 89 are admitted
-/// in the 290 ms after the quiet, where one bucket allows 85 and 2.9 of
-/// refill (memory; Redis 86.8 over its worst interval). Not yet explained:
-/// run with `--ignored` to reproduce it.
+/// with no outage, join or loss in it. Six holders saturate a 85 per 8482 ms
+/// key, go quiet for about a window, then burst: the bucket had refilled to
+/// full, the burst took it as chunks and then rates, and each new rate
+/// started with the fraction the holder's old rate had left 8 s before: 89
+/// admitted in 290 ms where one bucket allows 85 and 2.9 of refill (memory;
+/// Redis 86.8 over its worst interval). `Entry::start_rate` now carries a
+/// fraction only into the grant that renews its rate.
 #[test]
-#[ignore = "open: a burst after a quiet window admits about one token over one bucket"]
 fn schedule_n_a_burst_after_a_quiet_window() {
     let mut steps = vec![
         Step::LoadFirst {

@@ -211,18 +211,29 @@ impl Entry {
     }
 
     /// Start accruing a new rate grant of `rate` units of 1/`window` token
-    /// per ms at `now` (what the last one accrued must be taken first; its
-    /// fraction of a token carries over when the window is the same: the
-    /// accrual's cap keeps whole tokens and the fraction within the
-    /// commitment).
-    pub fn start_rate(&self, rate: u64, window: u64, until: u64, now: u64) {
+    /// per ms at `now` (what the last one accrued must be taken first). The
+    /// last rate's fraction of a token carries over, in the same window,
+    /// only when it is `covered`: the commitment it accrued under was still
+    /// live when the call left, so the fraction lies within a commitment
+    /// the authority counts (I2). A fraction whose commitment expired is
+    /// dropped: the refill has filled the bucket in its place since, and
+    /// handing it out would be a token over one bucket (six holders bursting
+    /// after a quiet window admitted 89 where 87.9 were allowed:
+    /// `ledger_bound`'s `schedule_n_a_burst_after_a_quiet_window`).
+    pub fn start_rate(&self, rate: u64, window: u64, until: u64, covered: bool, now: u64) {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
         acc.0 = now;
-        if self.rate_window.swap(window.max(1), AcqRel) != window.max(1) {
+        if self.rate_window.swap(window.max(1), AcqRel) != window.max(1) || !covered {
             acc.1 = 0;
         }
         self.rate_until.store(until, Release);
         self.rate.store(rate, Release);
+    }
+
+    /// Forget the fraction of a token a rate accrued (the commitment it lay
+    /// within is replaced by one that has no room for it).
+    pub fn drop_fraction(&self) {
+        self.accrued.lock().unwrap_or_else(|e| e.into_inner()).1 = 0;
     }
 
     /// Count `tokens` granted by the authority at `now` (the failover guard).
@@ -315,7 +326,7 @@ mod tests {
         };
         let e = Entry::new("k", p, 1, 0);
         // 3 credit units per ms: a token every 333.3 ms, until 2000
-        e.start_rate(3, p.window_ms, 2_000, 0);
+        e.start_rate(3, p.window_ms, 2_000, true, 0);
         assert_eq!(e.accrue(333, 5), 0, "999 units: not a whole token yet");
         assert_eq!(e.accrue(334, 5), 1, "1002 units");
         assert_eq!(e.accrue(1_000, 5), 2, "3000 units in all, no fraction lost");

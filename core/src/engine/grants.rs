@@ -237,6 +237,12 @@ impl Engine {
     fn apply_answer(&self, e: &Entry, a: Answer, now: u64) {
         let p = e.policy();
         let sent = e.sent_at.load(Relaxed).min(now);
+        // the commitment the last answer made was still live at the
+        // authority when this call left (0: it lives until given back; the
+        // authority keeps it `expiry_margin_ms` past this holder's expiry at
+        // least): a fraction of a token its rate accrued is within it
+        let old_until = e.lease_until.load(Acquire);
+        let covered = old_until == 0 || sent < old_until + TUNING.expiry_margin_ms;
         e.commit.store(a.commit, Relaxed);
         let until = if a.commit_ms == 0 {
             0
@@ -250,10 +256,14 @@ impl Engine {
         if a.rate > 0 {
             // What the old grant accrued was taken when the call left; the
             // new one accrues from now (its answer), until its end.
-            e.start_rate(a.rate, p.window_ms, sent + a.rate_ms, now);
+            e.start_rate(a.rate, p.window_ms, sent + a.rate_ms, covered, now);
             e.exhausted_until.store(0, Relaxed);
-        } else if e.rate.load(Acquire) > 0 {
-            e.rate.store(0, Release);
+        } else {
+            if e.rate.load(Acquire) > 0 {
+                e.rate.store(0, Release);
+            }
+            // a chunk's commitment holds the chunk: no room for a fraction
+            e.drop_fraction();
         }
         // Prefetch a round trip's worth (twice) ahead of running dry; an
         // inline authority needs no prefetch, nor a key decided one request
