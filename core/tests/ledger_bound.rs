@@ -1251,8 +1251,9 @@ fn schedule_m_a_joiner_keeps_the_bound() {
 /// full, the burst took it as chunks and then rates, and each new rate
 /// started with the fraction the holder's old rate had left 8 s before: 89
 /// admitted in 290 ms where one bucket allows 85 and 2.9 of refill (memory;
-/// Redis 86.8 over its worst interval). `Entry::start_rate` now carries a
-/// fraction only into the grant that renews its rate.
+/// Redis 86.8 over its worst interval). A fraction now carries into a
+/// new rate only while the commitment it accrued under is live
+/// (`Entry::start_rate`).
 #[test]
 fn schedule_n_a_burst_after_a_quiet_window() {
     let mut steps = vec![
