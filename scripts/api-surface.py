@@ -139,7 +139,7 @@ def rustdoc_json() -> dict:
     env = dict(os.environ, RUSTC_BOOTSTRAP="1")
     cargo = os.environ.get("CARGO", "cargo")
     subprocess.run(
-        [cargo, "rustdoc", "-q", "-p", "quotalease", "--lib", "--", "-Z", "unstable-options", "--output-format", "json"],
+        [cargo, "rustdoc", "-q", "-p", "quotalease", "--lib", "--features", "test-util", "--", "-Z", "unstable-options", "--output-format", "json"],
         cwd=ROOT,
         env=env,
         check=True,

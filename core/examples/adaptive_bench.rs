@@ -169,9 +169,13 @@ fn fleet(url: &str, prefix: &str, fixed: bool, n: usize, load: f64, secs: f64) -
                 .iter()
                 .filter(|l| l.inspect("k").is_ok_and(|i| i.rate_per_window > 0))
                 .count();
+            let sum_rates: u64 = ls
+                .iter()
+                .filter_map(|l| l.inspect("k").ok().map(|i| i.rate_per_window))
+                .sum();
             let m = sum(ls.iter().map(|l| l.metrics()));
             eprintln!(
-                "t={}ms bucket {:?} holders {} on rates {rates} admitted {} denied {} calls {}",
+                "t={}ms bucket {:?} holders {} on rates {rates} sum {sum_rates} admitted {} denied {} calls {}",
                 500 * k,
                 i.authority_tokens,
                 i.holders,

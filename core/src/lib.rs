@@ -86,7 +86,11 @@ pub mod internals {
     }
 }
 
-/// Tools for testing code that uses a limiter.
+/// Tools for testing code that uses a limiter: outages, restarts and
+/// rollbacks of a `memory://NAME` authority, on demand. Behind the
+/// `test-util` feature (`quotalease = { version = "...", features =
+/// ["test-util"] }` in `[dev-dependencies]`).
+#[cfg(feature = "test-util")]
 pub mod testing {
     /// Make the `memory://NAME` authority unreachable (`down = true`) or
     /// reachable again, as if its Redis had gone away: every limiter using it

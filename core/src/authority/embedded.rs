@@ -48,6 +48,7 @@ impl Store {
         self.map.len()
     }
 
+    #[cfg(feature = "test-util")]
     pub fn clear(&mut self) {
         self.map.clear();
     }

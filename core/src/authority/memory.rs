@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use super::embedded::{Host, Store};
+use super::embedded::Host;
 use super::{Call, PolicyOp, PolicyReply, Reply, Stored};
 use crate::bucket::{BucketState, Grant, Quota};
 use crate::guard::{Guard, Seen, Stamp};
@@ -72,8 +72,9 @@ pub(crate) struct MemoryAuthority {
 
 /// Every key's state of a memory authority at one moment (for tests of the
 /// failover guard: [`crate::testing::memory_snapshot`]).
+#[cfg(feature = "test-util")]
 #[derive(Clone, Debug)]
-pub struct Snapshot(HashMap<String, (KeyState, Quota)>, Store);
+pub struct Snapshot(HashMap<String, (KeyState, Quota)>, super::embedded::Store);
 
 impl Default for MemoryAuthority {
     fn default() -> Self {
@@ -336,6 +337,7 @@ impl MemoryAuthority {
         })
     }
 
+    #[cfg(feature = "test-util")]
     /// Start or end a simulated outage of the authority registered under `name`.
     /// False when no such authority is open.
     pub fn set_down(name: &str, down: bool) -> bool {
@@ -348,6 +350,7 @@ impl MemoryAuthority {
         }
     }
 
+    #[cfg(feature = "test-util")]
     /// Forget every key of the authority registered under `name`, as a
     /// Redis restarted empty would. False when no such authority is open.
     pub fn reset(name: &str) -> bool {
@@ -361,6 +364,7 @@ impl MemoryAuthority {
         }
     }
 
+    #[cfg(feature = "test-util")]
     /// A copy of every key's state of the authority under `name`, to put
     /// back with [`MemoryAuthority::restore`] (a replica that missed the
     /// writes since, promoted).
@@ -371,6 +375,7 @@ impl MemoryAuthority {
         Some(Snapshot(map, store))
     }
 
+    #[cfg(feature = "test-util")]
     /// Put back a [`MemoryAuthority::snapshot`]. False when no such authority is open.
     pub fn restore(name: &str, snap: &Snapshot) -> bool {
         match lock(registry()).get(name).and_then(Weak::upgrade) {
