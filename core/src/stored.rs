@@ -10,8 +10,8 @@
 //! - an adaptive key: the ledger's HASH (core/src/authority/lua/ledger.lua):
 //!   `l w c t L R F D n e v u z` and one `h<holder id>` = `"L r d f w v k"`
 //!   per holder, read by [`Stored::from_hash`]. Its expiries are the sorted
-//!   set `{prefix}:{<key>}:x` (`c<id>` commitments, `f<id>` fallback shares,
-//!   scored by expiry ms).
+//!   set `{prefix}:{<key>}:x` (`c<id>` commitments, `r<id>` rates, `e<id>`
+//!   renewal graces, `f<id>` fallback shares, scored by expiry ms).
 
 /// The bucket both forms store (None for a field that does not parse).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1396,3 +1396,45 @@ fn schedule_p_a_rollback_read_first_by_a_joiner() {
     };
     holds_on_both(&c, None);
 }
+
+/// A rate leaves the ledger's sums at its end. Two holders saturate a 93/s
+/// key on rates, go quiet 1.5 s, then burst: the random schedules' smallest
+/// counterexample (`LEDGER_CASES=400`, seed 22) once holders kept what
+/// their rates accrued up to the end. The ledger kept an ended rate in `R`
+/// a shortest period more and then credited that period's refill at once;
+/// the credit landed on a bucket that had refilled meanwhile: 111 admitted
+/// in 182 ms where one bucket allows 109.9.
+#[test]
+fn schedule_q_a_rate_leaves_the_sums_at_its_end() {
+    let c = Case {
+        n: 3,
+        replicas: 0,
+        limit: 93,
+        window_ms: 1000,
+        steps: vec![
+            Step::Advance(60),
+            Step::LoadFirst {
+                per_s: 61,
+                ms: 2401,
+                first: 2,
+            },
+            Step::LoadFirst {
+                per_s: 137,
+                ms: 101,
+                first: 2,
+            },
+            Step::Advance(1491),
+            burst(0, 1, 38, 0),
+            burst(1, 1, 31, 2),
+            Step::LoadFirst {
+                per_s: 167,
+                ms: 121,
+                first: 2,
+            },
+            burst(0, 1, 1, 0),
+            burst(0, 1, 1, 0),
+            burst(0, 1, 1, 0),
+        ],
+    };
+    holds_on_both(&c, None);
+}

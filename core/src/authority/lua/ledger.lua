@@ -98,17 +98,6 @@ local function refill(to)
   s.t = to
 end
 
--- a rate stays counted in R a shortest period past its end (room kept for
--- its renewal, I1), but its holder accrues nothing then (I3): the refill
--- it held back from `from` to `to` goes to the bucket (within I2; none of
--- it while learning, when nothing refills)
-local function past_end(rate, from, to)
-  from = max(from, s.z)
-  if rate > 0 and to > from then
-    s.c = min(s.c + rate * (to - from), cap - s.L * window)
-  end
-end
-
 -- records: "L r d f w v k" (commitment tokens, rate and fallback share in
 -- units of 1/w token per ms, demand, the window w of those units, version,
 -- and 1 while its commitment is live and counted in `n`)
@@ -160,11 +149,15 @@ local function reap()
       s.n = s.n - 1
       r.L, r.r, r.d, r.live = 0, 0, 0, false
     elseif kind == 'r' then
-      -- a rate ends before its commitment (the carry stays committed)
-      local rate = conv(r.r, r.w)
-      s.R = s.R - rate
-      past_end(rate, at - min_period, at)
+      -- a rate ends before its commitment (the carry stays committed);
+      -- the refill runs at the whole rate from its end (the holder accrues
+      -- nothing after it, I3). For a shortest period the holder is known
+      -- to be renewing (`e`): it renews at its first request after the end
+      s.R = s.R - conv(r.r, r.w)
       r.r = 0
+      redis.call('ZADD', Z, S(at + min_period), 'e' .. id)
+    elseif kind == 'e' then
+      -- (the renewal's grace ended)
     else
       s.F = s.F - conv(r.f, r.w)
       r.f = 0
@@ -227,7 +220,7 @@ local function leave(me)
   end
   s.F = max(s.F - conv(me.f, me.w), 0)
   me.L, me.r, me.d, me.f, me.live = 0, 0, 0, 0, false
-  redis.call('ZREM', Z, 'c' .. holder, 'r' .. holder, 'f' .. holder)
+  redis.call('ZREM', Z, 'c' .. holder, 'r' .. holder, 'f' .. holder, 'e' .. holder)
 end
 
 -- give back (op "g"): unspent tokens of this holder's commitment return to
@@ -281,10 +274,7 @@ end
 -- grants back); its demand replaces the one it reported last
 local function join(me)
   local old_L, old_r, old_f = me.L, conv(me.r, me.w), conv(me.f, me.w)
-  if old_r > 0 then
-    local due = tonumber(redis.call('ZSCORE', Z, 'r' .. holder))
-    if due then past_end(old_r, due - min_period, now) end
-  end
+  local renewing = old_r > 0 or redis.call('ZSCORE', Z, 'e' .. holder) ~= false
   if not me.live then s.n = s.n + 1 end
   s.D = s.D - me.d + demand
   me.d = demand
@@ -293,7 +283,7 @@ local function join(me)
   s.F = s.F - old_f
   me.w = window
   me.live = true
-  return old_L, old_r
+  return old_L, renewing
 end
 
 -- learn: after a loss, trust what the holder reports (its commitment to the
@@ -349,13 +339,13 @@ end
 -- saturated key a chunk is at most a share of the refill over the shortest
 -- period, and a holder renewing a rate gets a rate again. The `spent` part
 -- of a chunk is spent by the request that asked as it lands.
-local function grant(me, old_L, old_r)
+local function grant(me, old_L, renewing)
   local h = min(held, old_L)
   if used > 0 then s.c = max(s.c - used * window, -cap) end
   local avail = whole()
   local saturated = not single and (s.D * window / 1000000) * 100 >= limit * saturation_pct
   local part = min(max(want, need), need + floor(share() * min_period / window))
-  local renew = saturated and (avail < need or rate_now > 0 or old_r > 0)
+  local renew = saturated and (avail < need or rate_now > 0 or renewing)
   me.L = h
   local granted, rate, period, wait = 0, 0, 0, 0
   if avail >= need and not renew then
@@ -388,7 +378,7 @@ if op == 'g' or op == 'x' then return give_back() end
 
 local me = record(holder)
 local lost = guard(me)
-local old_L, old_r = join(me)
+local old_L, renewing = join(me)
 if need < 1 then need = 1 end
 if need > limit then need = limit end
 if single then want = need end
@@ -397,7 +387,7 @@ local granted, rate, period, wait
 if s.z > now then
   granted, rate, period, wait = relearn(me)
 else
-  granted, rate, period, wait = grant(me, old_L, old_r)
+  granted, rate, period, wait = grant(me, old_L, renewing)
 end
 me.r = rate
 s.L = s.L + me.L
@@ -406,10 +396,9 @@ fallback(me)
 
 local c_until = NEVER
 if commit_ms > 0 then c_until = now + commit_ms end
--- a rate stays counted a shortest period past its end: the holder renews
--- at its first request after it (and is then known to be renewing)
+-- a rate leaves the sums at its end (reaped then, in expiry order)
 local r_until = nil
-if rate > 0 then r_until = now + period + min_period end
+if rate > 0 then r_until = now + period end
 store(me, c_until, now + fallback_ms, r_until)
 return { granted, whole(), wait, rate, period, me.L, commit_ms, me.f, fallback_ms, s.n, max(s.z - now, 0),
   s.e, s.v, alive, lost }
