@@ -58,6 +58,7 @@ fn sum(ms: impl Iterator<Item = Metrics>) -> Metrics {
         a.admitted += m.admitted;
         a.denied += m.denied;
         a.backend_calls += m.backend_calls;
+        a.tokens_expired += m.tokens_expired;
         a
     })
 }
@@ -174,14 +175,29 @@ fn fleet(url: &str, prefix: &str, fixed: bool, n: usize, load: f64, secs: f64) -
                 .filter_map(|l| l.inspect("k").ok().map(|i| i.rate_per_window))
                 .sum();
             let m = sum(ls.iter().map(|l| l.metrics()));
+            if std::env::var("ADAPTIVE_TRACE").as_deref() == Ok("groups") {
+                // heavy (every 4th) and light holders: admitted, offered, rate sum, demand sum
+                let mut g = [[0u64; 5]; 2];
+                for (i, l) in ls.iter().enumerate() {
+                    let x = l.inspect("k").unwrap();
+                    let r = &mut g[usize::from(i % 4 != 0)];
+                    r[0] += x.admitted;
+                    r[1] += x.admitted + x.denied;
+                    r[2] += x.rate_per_window;
+                    r[3] += x.demand_per_s;
+                    r[4] += x.local_tokens;
+                }
+                eprintln!("t={} heavy {:?} light {:?}", 500 * k, g[0], g[1]);
+            }
             eprintln!(
-                "t={}ms bucket {:?} holders {} on rates {rates} sum {sum_rates} admitted {} denied {} calls {}",
+                "t={}ms bucket {:?} holders {} on rates {rates} sum {sum_rates} admitted {} denied {} calls {} dropped {}",
                 500 * k,
                 i.authority_tokens,
                 i.holders,
                 m.admitted,
                 m.denied,
-                m.backend_calls
+                m.backend_calls,
+                m.tokens_expired
             );
         }
     }

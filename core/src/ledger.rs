@@ -54,7 +54,7 @@ pub const TUNING: Tuning = Tuning {
     min_period_ms: 1_000,
     max_period_ms: 4_000,
     grant_tokens: 40,
-    carry_ms: 250,
+    carry_ms: 500,
     rate_cap_pct: 125,
     saturation_pct: 100,
     target_ms: 1_000,

@@ -354,7 +354,7 @@ impl Engine {
         let rate = e.rate.load(Acquire).max(1);
         let local = e.tokens.load(Relaxed);
         let short = cost.saturating_sub(local);
-        let carried = e.accrued.lock().map_or(0, |a| a.1);
+        let carried = e.accrued.lock().map_or(0, |a| a.units);
         let w = e.rate_window.load(Relaxed).max(1);
         let retry = (short * w).saturating_sub(carried).div_ceil(rate);
         Step::Done(self.deny(e, p, local, Reason::Exhausted, retry))

@@ -16,6 +16,16 @@ pub(crate) const MARK_PINNED: u32 = u32::MAX - 1;
 /// (`key`, U+001F, window) goes to the cold path, which refuses it.
 pub(crate) const MARK_SUB: u32 = u32::MAX - 2;
 
+/// How far a rate has accrued: taken up to `at`, with `units` credit units
+/// short of a whole token carried; and while a renewal is in flight, the
+/// rate it replaces and that rate's end (`paused`).
+#[derive(Debug, Default)]
+pub(crate) struct Accrual {
+    pub at: u64,
+    pub units: u64,
+    pub paused: (u64, u64),
+}
+
 /// Per-key state. `repr(C)` keeps the declared order, so everything the
 /// admit path reads or writes (the first eight fields, 57 bytes) sits in the
 /// first cache line of the 64-byte-aligned entry (a unit test checks it).
@@ -67,11 +77,10 @@ pub(crate) struct Entry {
     pub demand_at: AtomicU64,
     pub demand_offered: AtomicU64,
     /// A rate grant (credit units per ms; 0: none), valid until `rate_until`,
-    /// accrued into `tokens` up to `accrued.0` with `accrued.1` credit units
-    /// short of a whole token carried (exact: no fraction lost or created).
-    /// A lock, on the rate-mode cold path only.
+    /// accrued into `tokens` as [`Accrual`] says (exact: no fraction lost or
+    /// created). A lock, on the rate-mode cold path only.
     pub rate: AtomicU64,
-    pub accrued: Mutex<(u64, u64)>,
+    pub accrued: Mutex<Accrual>,
     pub rate_until: AtomicU64,
     /// The window of the rate's credit units (the policy may change meanwhile).
     pub rate_window: AtomicU64,
@@ -135,7 +144,7 @@ impl Entry {
             demand_at: AtomicU64::new(now),
             demand_offered: AtomicU64::new(0),
             rate: AtomicU64::new(0),
-            accrued: Mutex::new((0, 0)),
+            accrued: Mutex::new(Accrual::default()),
             rate_until: AtomicU64::new(0),
             rate_window: AtomicU64::new(policy.window_ms),
             sent_at: AtomicU64::new(0),
@@ -189,18 +198,18 @@ impl Entry {
         }
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
         let end = now.min(self.rate_until.load(Acquire));
-        if end <= acc.0 {
+        if end <= acc.at {
             return 0;
         }
-        let units = rate * (end - acc.0) + acc.1;
-        *acc = (end, units % w);
+        let units = rate * (end - acc.at) + acc.units;
+        (acc.at, acc.units) = (end, units % w);
         let tokens = units / w;
         let held = self.tokens.load(Relaxed);
         let add = tokens.min(cap.saturating_sub(held));
         if held + add >= cap {
             // At the commitment, a fraction of a token would be more than
             // it: the ledger counts what a holder may hold in whole tokens.
-            acc.1 = 0;
+            acc.units = 0;
         }
         drop(acc);
         self.tokens.fetch_add(add, AcqRel);
@@ -210,30 +219,48 @@ impl Entry {
         add
     }
 
-    /// Start accruing a new rate grant of `rate` units of 1/`window` token
-    /// per ms at `now` (what the last one accrued must be taken first). The
-    /// last rate's fraction of a token carries over, in the same window,
-    /// only when it is `covered`: the commitment it accrued under was still
-    /// live when the call left, so the fraction lies within a commitment
-    /// the authority counts (I2). A fraction whose commitment expired is
-    /// dropped: the refill has filled the bucket in its place since, and
-    /// handing it out would be a token over one bucket (six holders bursting
-    /// after a quiet window admitted 89 where 87.9 were allowed:
-    /// `ledger_bound`'s `schedule_n_a_burst_after_a_quiet_window`).
-    pub fn start_rate(&self, rate: u64, window: u64, until: u64, covered: bool, now: u64) {
+    /// A renewal leaves at `now`: the rate stops accruing (what it accrued
+    /// up to `now` must be taken first) and is kept, with its end, in
+    /// [`Accrual::paused`] until the answer lands.
+    pub fn pause_rate(&self, now: u64) {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
-        acc.0 = now;
+        acc.paused = (self.rate.load(Acquire), self.rate_until.swap(now, AcqRel));
+    }
+
+    /// Start accruing a new rate grant of `rate` units of 1/`window` token
+    /// per ms at `now`, the answer to a call sent at `sent`. The last rate's
+    /// fraction of a token carries over, in the same window, only when it
+    /// is `covered`: the commitment it accrued under was still live when the
+    /// call left, so the fraction lies within a commitment the authority
+    /// counts (I2). A fraction whose commitment expired is dropped: the
+    /// refill has filled the bucket in its place since, and handing it out
+    /// would be a token over one bucket (six holders bursting after a quiet
+    /// window admitted 89 where 87.9 were allowed: `ledger_bound`'s
+    /// `schedule_n_a_burst_after_a_quiet_window`). Under the same condition
+    /// the round trip of a renewal accrues the smaller of the paused rate
+    /// and the new one (until the paused one's end): the authority counted
+    /// the old rate until the call arrived and the new one from then, so
+    /// all along the flight it paid for at least that much (I3).
+    pub fn start_rate(&self, rate: u64, window: u64, until: u64, covered: bool, sent: u64, now: u64) {
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        let (old, old_until) = std::mem::take(&mut acc.paused);
         if self.rate_window.swap(window.max(1), AcqRel) != window.max(1) || !covered {
-            acc.1 = 0;
+            acc.units = 0;
+        } else {
+            acc.units += old.min(rate) * now.min(old_until).saturating_sub(sent);
         }
+        acc.at = now;
         self.rate_until.store(until, Release);
         self.rate.store(rate, Release);
     }
 
-    /// Forget the fraction of a token a rate accrued (the commitment it lay
-    /// within is replaced by one that has no room for it).
+    /// Forget the fraction of a token a rate accrued, and the paused rate
+    /// (the commitment they lay within is replaced by one that has no room
+    /// for them).
     pub fn drop_fraction(&self) {
-        self.accrued.lock().unwrap_or_else(|e| e.into_inner()).1 = 0;
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        acc.units = 0;
+        acc.paused = (0, 0);
     }
 
     /// Count `tokens` granted by the authority at `now` (the failover guard).
@@ -326,7 +353,7 @@ mod tests {
         };
         let e = Entry::new("k", p, 1, 0);
         // 3 credit units per ms: a token every 333.3 ms, until 2000
-        e.start_rate(3, p.window_ms, 2_000, true, 0);
+        e.start_rate(3, p.window_ms, 2_000, true, 0, 0);
         assert_eq!(e.accrue(333, 5), 0, "999 units: not a whole token yet");
         assert_eq!(e.accrue(334, 5), 1, "1002 units");
         assert_eq!(e.accrue(1_000, 5), 2, "3000 units in all, no fraction lost");

@@ -94,14 +94,16 @@ impl Engine {
         let used = e.fallback_used.load(Acquire);
         let adaptive = self.r.adaptive.then(|| {
             // A renewal replaces the grant at the authority: the old rate
-            // stops accruing as the call leaves (the authority stops paying
-            // for it when the call arrives, later), and the new one accrues
-            // from when its answer lands (the authority pays from before).
+            // pauses as the call leaves (the authority stops paying for it
+            // when the call arrives, later), and the new one accrues from
+            // when its answer lands (the authority pays from before); the
+            // flight accrues the smaller of the two then (`start_rate`).
             let rate = e.rate.load(Acquire);
             if rate > 0 {
                 self.accrue(e, now.ms, e.commit.load(Relaxed));
-                e.rate_until.store(now.ms, Release);
             }
+            // (with no rate: a paused one of an unanswered call is forgotten)
+            e.pause_rate(now.ms);
             e.sent_at.store(now.ms, Relaxed);
             Ask {
                 holder: self.holder.load(Relaxed),
@@ -256,7 +258,7 @@ impl Engine {
         if a.rate > 0 {
             // What the old grant accrued was taken when the call left; the
             // new one accrues from now (its answer), until its end.
-            e.start_rate(a.rate, p.window_ms, sent + a.rate_ms, covered, now);
+            e.start_rate(a.rate, p.window_ms, sent + a.rate_ms, covered, sent, now);
             e.exhausted_until.store(0, Relaxed);
         } else {
             if e.rate.load(Acquire) > 0 {

@@ -205,6 +205,12 @@ impl Engine {
         let idle = now.saturating_sub(last) >= self.r.cfg.lease_ttl_ms;
         if (!idle && !expired) || e.tokens.load(Relaxed) == 0 {
             if e.rate.load(Acquire) > 0 && now >= e.rate_until.load(Acquire) {
+                // Take what it accrued up to its end first (within the
+                // commitment, I3): the authority paid for all of it, and a
+                // rate ended unseen lost up to a period's accrual.
+                if !expired {
+                    self.accrue(e, now, e.commit.load(Relaxed));
+                }
                 e.rate.store(0, Release);
             } else if idle
                 && e.rate.load(Acquire) > 0
