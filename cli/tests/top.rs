@@ -140,7 +140,10 @@ fn runs_over_tls_and_keeps_the_password_out() {
     // Seed one key over TLS through a limiter, trusting the harness' CA.
     std::env::set_var("SSL_CERT_FILE", &server.ca_file);
     let l = Limiter::builder().url(&url).rate("60/min").build().unwrap();
-    l.acquire("tls-key", 1).unwrap();
+    // Half the bucket spent: the key's state lives until it refills (30 s),
+    // not a second, so a `top` started slowly on a loaded machine still
+    // finds it (with one token spent it refilled in a second and expired).
+    assert!(l.acquire("tls-key", 30).unwrap().allowed);
     l.close().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_quotalease"))
         .args(["top", "--redis", &url, "--frames", "1", "--rate", "60/min"])
