@@ -43,22 +43,26 @@ pub struct Tuning {
     /// While a key is in debt (fallback admissions debited), rates leave
     /// this percentage of its rate to the refill, which pays the debt.
     pub debt_pay_pct: u64,
+    /// On a saturated key, a holder moves onto a rate once the bucket holds
+    /// less than this percentage of its capacity (or cannot serve it).
+    pub rate_start_pct: u64,
 }
 
 /// The tuning of every limiter.
 pub const TUNING: Tuning = Tuning {
-    commit_ms: 5_000,
+    commit_ms: 7_000,
     expiry_margin_ms: 1_000,
     fallback_ms: 300_000,
-    learn_ms: 6_000,
+    learn_ms: 7_000,
     min_period_ms: 1_000,
-    max_period_ms: 4_000,
+    max_period_ms: 5_000,
     grant_tokens: 40,
     carry_ms: 500,
     rate_cap_pct: 125,
     saturation_pct: 100,
     target_ms: 1_000,
     debt_pay_pct: 50,
+    rate_start_pct: 50,
 };
 
 /// What a holder sends with an adaptive lease call.
@@ -155,6 +159,7 @@ pub(crate) fn args(
             t.saturation_pct,
             ask.spent,
             t.debt_pay_pct,
+            t.rate_start_pct,
         ]
         .map(|n| n.to_string()),
     );
@@ -192,6 +197,10 @@ mod tests {
     fn the_tuning_keeps_rates_within_a_commitment() {
         let t = TUNING;
         assert!(t.max_period_ms + t.expiry_margin_ms <= t.commit_ms);
+        // a longest rate ends a margin before its holder stops spending
+        // (`commit_ms - expiry_margin_ms` after the call): what it accrued
+        // last is spent, and the renewal comes, before the commitment ends
+        assert!(t.max_period_ms + 2 * t.expiry_margin_ms <= t.commit_ms);
         assert!(
             t.learn_ms >= t.commit_ms,
             "learning outlasts every commitment of the lost state"

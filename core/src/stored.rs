@@ -71,6 +71,9 @@ pub struct Ledger {
     pub alive_until: u64,
     /// `z`: Redis ms until which it learns after a loss (grants no new tokens).
     pub learning_until: u64,
+    /// `y`: Redis ms a saturated call last found the bucket unable to serve
+    /// it (saturated holders then move onto rates; docs/design.md).
+    pub dry_at: u64,
 }
 
 impl Ledger {
@@ -204,6 +207,7 @@ impl Stored {
                 "v" => l.version = u(),
                 "u" => l.alive_until = u(),
                 "z" => l.learning_until = u(),
+                "y" => l.dry_at = u(),
                 _ => {}
             }
         }
@@ -268,6 +272,7 @@ mod tests {
             ("v", "9"),
             ("u", "900"),
             ("z", "0"),
+            ("y", "60"),
             ("h7", "3 6 30000 7 1000 9 1"),
             ("h8", "1 0 10000 3 1000 8 0"),
             ("h9", "garbage"),
@@ -281,6 +286,7 @@ mod tests {
             (10, 4, 6, 40000, 2)
         );
         assert!(!l.learning(1) && Ledger { learning_until: 5, ..l }.learning(1));
+        assert_eq!(l.dry_at, 60);
         assert_eq!(s.holders.len(), 3);
         assert_eq!(s.holders[2].record, None);
         let r = s.holders[0].record.unwrap();

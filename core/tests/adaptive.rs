@@ -524,6 +524,11 @@ fn a_cold_key_costs_one_call_per_request() {
 /// since the holder's last request (0.960 of the allowance); and a carry of
 /// 250 ms of a small rate overflowed under Poisson arrivals (0.950; 500 ms:
 /// 0.970, 750 ms: 0.974, 1000 ms: 0.950, the carries then fill the capacity).
+/// Its calls (issue 22's target: 0.05 per admitted): the fleet took 6 s to
+/// move onto rates, one holder at a time (0.079; `rate_start_pct`: 0.052),
+/// and a longest rate ended as its holder's commitment did, its last
+/// accrual dropped unspent (0.959 of the allowance; `commit_ms` 7000 with
+/// 5000 ms rates: 0.972 at 0.048).
 #[test]
 fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
     let f = fleet("adaptive-uneven100", 100);
@@ -537,5 +542,6 @@ fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
         r.offered, r.allowance
     );
     assert!(total <= r.allowance + BUDGET, "{total} > {} + {BUDGET}", r.allowance);
-    assert!(used >= 0.965, "the allowance is used: {used:.3}");
+    assert!(used >= 0.97, "the allowance is used: {used:.3}");
+    assert!(calls <= 0.05, "calls per admitted: {calls:.4}");
 }

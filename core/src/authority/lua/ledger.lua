@@ -11,7 +11,7 @@
 -- commit_ms, fallback_ms, learn_ms, min_period_ms, max_period_ms,
 -- grant_tokens, carry_ms, rate_cap_pct, saturation_pct; then `spent`, the
 -- tokens of a grant the request that asked spends as it lands; last
--- debt_pay_pct.
+-- debt_pay_pct, rate_start_pct.
 --
 -- Units: credit `c` in 1/w token (w the stored window), rates in those
 -- units per ms (the key's refill rate is `l`), commitments in tokens.
@@ -34,6 +34,7 @@ local grant_tokens, carry_ms = tonumber(ARGV[22]), tonumber(ARGV[23])
 local rate_cap_pct, saturation_pct = tonumber(ARGV[24]), tonumber(ARGV[25])
 local spent = tonumber(ARGV[26]) or 0
 local debt_pay_pct = tonumber(ARGV[27]) or 0
+local rate_start_pct = tonumber(ARGV[28]) or 0
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 -- numbers go to Redis as integer text (Lua's own text is %.14g)
@@ -50,7 +51,7 @@ else
 end
 
 -- load: the key's state, created empty of commitments with a full bucket
-local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z' }
+local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y' }
 local s = {}
 local fresh = false
 local ty = redis.call('TYPE', K)
@@ -62,7 +63,7 @@ if ty == 'string' then
   redis.call('DEL', K)
   if c0 then
     s = { l = limit, w = tonumber(w0), c = tonumber(c0), t = tonumber(t0), L = 0, R = 0, F = 0, D = 0, n = 0,
-      e = now + 2, v = 0, u = 0, z = 0 }
+      e = now + 2, v = 0, u = 0, z = 0, y = 0 }
   end
 elseif ty == 'hash' then
   local vals = redis.call('HMGET', K, unpack(FIELDS))
@@ -71,8 +72,9 @@ end
 if s.c == nil or s.t == nil or s.w == nil or s.w <= 0 or s.l == nil then
   fresh = true
   s = { l = limit, w = window, c = limit * window, t = now, L = 0, R = 0, F = 0, D = 0, n = 0,
-    e = now + 2, v = 0, u = 0, z = 0 }
+    e = now + 2, v = 0, u = 0, z = 0, y = 0 }
 end
+s.y = s.y or 0
 
 -- policy: a call under another limit or window converts the state exactly
 -- enough never to mix units (rounding only ever lowers what can be granted)
@@ -192,7 +194,7 @@ local function store(me, c_until, f_until, r_until)
   end
   s.u = now + alive
   redis.call('HSET', K, 'l', S(s.l), 'w', S(s.w), 'c', S(s.c), 't', S(s.t), 'L', S(s.L), 'R', S(s.R),
-    'F', S(s.F), 'D', S(s.D), 'n', S(s.n), 'e', S(s.e), 'v', S(s.v), 'u', S(s.u), 'z', S(s.z))
+    'F', S(s.F), 'D', S(s.D), 'n', S(s.n), 'e', S(s.e), 'v', S(s.v), 'u', S(s.u), 'z', S(s.z), 'y', S(s.y))
   local px = S(alive + 1000 + pad)
   redis.call('PEXPIRE', K, px)
   redis.call('PEXPIRE', Z, px)
@@ -345,7 +347,12 @@ local function grant(me, old_L, renewing)
   local avail = whole()
   local saturated = not single and (s.D * window / 1000000) * 100 >= limit * saturation_pct
   local part = min(max(want, need), need + floor(share() * min_period / window))
-  local renew = saturated and (avail < need or rate_now > 0 or renewing)
+  -- rates start where the bucket runs dry; once it has (`y`, within a
+  -- longest period), every saturated holder moves on at its next call
+  -- while the bucket stays below `rate_start_pct` of its capacity
+  if saturated and avail < need then s.y = now end
+  local dry = s.y > 0 and now - s.y <= max_period and avail * 100 < limit * rate_start_pct
+  local renew = saturated and (avail < need or rate_now > 0 or renewing or dry)
   me.L = h
   local granted, rate, period, wait = 0, 0, 0, 0
   if avail >= need and not renew then
