@@ -46,6 +46,12 @@ pub struct Tuning {
     /// On a saturated key, a holder moves onto a rate once the bucket holds
     /// less than this percentage of its capacity (or cannot serve it).
     pub rate_start_pct: u64,
+    /// A holder's first demand estimate waits this long (engine side)...
+    pub demand_first_ms: u64,
+    /// ...or for this many requests, whichever comes first.
+    pub demand_first_requests: u64,
+    /// Later estimates are averaged in with this half-life.
+    pub demand_half_life_ms: u64,
 }
 
 /// The tuning of every limiter.
@@ -63,6 +69,9 @@ pub const TUNING: Tuning = Tuning {
     target_ms: 1_000,
     debt_pay_pct: 50,
     rate_start_pct: 50,
+    demand_first_ms: 100,
+    demand_first_requests: 8,
+    demand_half_life_ms: 1_000,
 };
 
 /// What a holder sends with an adaptive lease call.

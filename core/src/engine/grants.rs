@@ -141,13 +141,14 @@ impl Engine {
         let at = e.demand_at.load(Relaxed);
         let dt = now.saturating_sub(at);
         let old = e.demand.load(Relaxed) as f64;
-        // The first estimate waits for 100 ms of traffic, or for 8 requests
-        // (a busy key: until then every request costs a call, as chunks
-        // are sized by demand), and is then taken whole; later samples (10
-        // ms apart at least) are averaged in with a one-second half-life.
+        // The first estimate waits for `demand_first_ms` of traffic, or for
+        // `demand_first_requests` (a busy key: until then every request
+        // costs a call, as chunks are sized by demand), and is then taken
+        // whole; later samples (10 ms apart at least) are averaged in with
+        // `demand_half_life_ms`.
         let seen = offered.saturating_sub(e.demand_offered.load(Relaxed));
         let due = if old == 0.0 {
-            dt >= 100 || (dt >= 1 && seen >= 8)
+            dt >= TUNING.demand_first_ms || (dt >= 1 && seen >= TUNING.demand_first_requests)
         } else {
             dt >= 10
         };
@@ -157,7 +158,7 @@ impl Engine {
             let keep = if old == 0.0 {
                 0.0
             } else {
-                0.5f64.powf(dt as f64 / 1_000.0)
+                0.5f64.powf(dt as f64 / TUNING.demand_half_life_ms as f64)
             };
             e.demand.store((old * keep + sample * (1.0 - keep)) as u64, Relaxed);
         }
