@@ -52,6 +52,14 @@ pub struct Tuning {
     pub demand_first_requests: u64,
     /// Later estimates are averaged in with this half-life.
     pub demand_half_life_ms: u64,
+    /// A rate is renewed this long before its end at least (two round
+    /// trips when they take longer).
+    pub renew_lead_ms: u64,
+    /// A rate holder whose last answer left the bucket at least
+    /// `recheck_pct` full asks again on a denial, at most this often.
+    pub recheck_ms: u64,
+    /// See `recheck_ms`.
+    pub recheck_pct: u64,
 }
 
 /// The tuning of every limiter.
@@ -72,6 +80,9 @@ pub const TUNING: Tuning = Tuning {
     demand_first_ms: 100,
     demand_first_requests: 8,
     demand_half_life_ms: 1_000,
+    renew_lead_ms: 10,
+    recheck_ms: 250,
+    recheck_pct: 50,
 };
 
 /// What a holder sends with an adaptive lease call.

@@ -310,7 +310,7 @@ impl Engine {
         }
         // Renew from a little before the period's end (the grace after it
         // keeps accruing meanwhile).
-        let lead = (2 * self.rtt_ms.load(Relaxed)).max(TUNING.min_period_ms / 100);
+        let lead = (2 * self.rtt_ms.load(Relaxed)).max(TUNING.renew_lead_ms);
         if now + lead >= until && !self.circuit.is_open() {
             let local = e.tokens.load(Relaxed).min(cost - 1);
             self.start_lease(e, self.want(e, p, cost - local, local), cost - local, 0);
@@ -325,15 +325,16 @@ impl Engine {
         // A rate runs near this holder's demand; its random bursts exceed it.
         // At saturation the bucket is near empty and the burst is denied
         // here, with no call. But when the last answer left the bucket at
-        // half full or more, the key is not saturated (rates can start on
-        // a mistaken demand estimate): ask now instead, and the authority
-        // answers with a chunk (and ends the rate) or a new grant. At most
-        // every quarter period, so a key the authority still finds saturated
-        // costs no call per denial.
+        // least `recheck_pct` full, the key is not saturated (rates can
+        // start on a mistaken demand estimate): ask now instead, and the
+        // authority answers with a chunk (and ends the rate) or a new grant.
+        // At most every `recheck_ms`, so a key the authority still finds
+        // saturated costs no call per denial.
         let remaining = e.auth_remaining.load(Relaxed);
         let last_call = e.in_flight_since.load(Relaxed);
-        let due = now.saturating_sub(last_call) >= TUNING.min_period_ms / 4;
-        if remaining >= cost.max(p.limit / 2) && due && !self.circuit.is_open() {
+        let due = now.saturating_sub(last_call) >= TUNING.recheck_ms;
+        let half = (p.limit as u128 * TUNING.recheck_pct as u128 / 100) as u64;
+        if remaining >= cost.max(half) && due && !self.circuit.is_open() {
             let local = e.tokens.load(Relaxed).min(cost - 1);
             let spent = if self.is_inline() || waiting != Waiting::No {
                 cost - local
