@@ -333,8 +333,8 @@ impl Engine {
         let remaining = e.auth_remaining.load(Relaxed);
         let last_call = e.in_flight_since.load(Relaxed);
         let due = now.saturating_sub(last_call) >= TUNING.recheck_ms;
-        let half = (p.limit as u128 * TUNING.recheck_pct as u128 / 100) as u64;
-        if remaining >= cost.max(half) && due && !self.circuit.is_open() {
+        let recheck_at = (p.limit as u128 * TUNING.recheck_pct as u128 / 100) as u64;
+        if remaining >= cost.max(recheck_at) && due && !self.circuit.is_open() {
             let local = e.tokens.load(Relaxed).min(cost - 1);
             let spent = if self.is_inline() || waiting != Waiting::No {
                 cost - local
