@@ -523,7 +523,10 @@ fn a_fleet_follows_a_tier_change_within_the_refresh_period() {
         admitted_after <= after_allow + budget,
         "{admitted_after} > {after_allow}"
     );
-    assert!(admitted_after >= 240 * (after_secs - 1) * 9 / 10, "{admitted_after}");
+    // and a rate granted under the old limit ends at the change: the fleet
+    // is at the new rate within the refresh period (rates of the old limit
+    // ran on for up to 5 s: 1932 here)
+    assert!(admitted_after >= 240 * (after_secs - 1), "{admitted_after}");
 }
 
 #[test]

@@ -232,6 +232,14 @@ impl Engine {
         e.window_ms.store(p.window_ms, Relaxed);
         // The authority's last "empty" was under the old policy.
         e.exhausted_until.store(0, Relaxed);
+        // So was its rate, which would run on at the old limit for up to a
+        // longest period (5 s at 60/s after a tier raised the key to 240/s:
+        // 0.894 of the new allowance in the 9 s after): end it here, and
+        // the next request renews it under the new policy. Ending a rate
+        // early only accrues less than the authority counted.
+        if e.rate.load(Acquire) > 0 {
+            e.rate_until.fetch_min(self.clock.precise(), AcqRel);
+        }
         if !self.r.adaptive {
             e.threshold.store(self.lease_params(p).1, Relaxed);
         }
