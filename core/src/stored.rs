@@ -74,6 +74,14 @@ pub struct Ledger {
     /// `y`: Redis ms a saturated call last found the bucket unable to serve
     /// it (saturated holders then move onto rates; docs/design.md).
     pub dry_at: u64,
+    /// `o`: refill the capacity clamp cut (credit units, at most two
+    /// capacities): it pays fallback admissions made after `q`.
+    pub overflow: u64,
+    /// `q`: Redis ms the overflow `o` covers from.
+    pub overflow_since: u64,
+    /// `j`: Redis ms a holder last joined (a first rate soon after is the
+    /// shortest).
+    pub joined_at: u64,
 }
 
 impl Ledger {
@@ -208,6 +216,9 @@ impl Stored {
                 "u" => l.alive_until = u(),
                 "z" => l.learning_until = u(),
                 "y" => l.dry_at = u(),
+                "o" => l.overflow = u(),
+                "q" => l.overflow_since = u(),
+                "j" => l.joined_at = u(),
                 _ => {}
             }
         }
@@ -273,6 +284,9 @@ mod tests {
             ("u", "900"),
             ("z", "0"),
             ("y", "60"),
+            ("o", "2000"),
+            ("q", "50"),
+            ("j", "40"),
             ("h7", "3 6 30000 7 1000 9 1"),
             ("h8", "1 0 10000 3 1000 8 0"),
             ("h9", "garbage"),
@@ -286,7 +300,10 @@ mod tests {
             (10, 4, 6, 40000, 2)
         );
         assert!(!l.learning(1) && Ledger { learning_until: 5, ..l }.learning(1));
-        assert_eq!(l.dry_at, 60);
+        assert_eq!(
+            (l.dry_at, l.overflow, l.overflow_since, l.joined_at),
+            (60, 2000, 50, 40)
+        );
         assert_eq!(s.holders.len(), 3);
         assert_eq!(s.holders[2].record, None);
         let r = s.holders[0].record.unwrap();

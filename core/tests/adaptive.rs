@@ -218,7 +218,11 @@ fn saturated_fleet_with_equal_demand_shares_equally() {
     // The first seconds are left out: the full bucket's burst goes to
     // whoever asks first, before rates share the key.
     run(&f, &[1.0; 50], 2.0, 3, 13);
-    let r = run(&f, &[1.0; 50], 2.0, 30, 11);
+    // Over a minute: each rate is split by a demand estimate of Poisson
+    // arrivals (a second's half-life, about 16 % noise at 40/s), so over
+    // 30 s the most favoured of 50 holders came within 10 % of the mean
+    // only just (4.7-7.8 % over 60 s, seeds 1-5 and 11).
+    let r = run(&f, &[1.0; 50], 2.0, 60, 11);
     let mean = r.admitted.iter().sum::<u64>() as f64 / 50.0;
     let (lo, hi) = (r.admitted.iter().min().unwrap(), r.admitted.iter().max().unwrap());
     eprintln!("equal 50: mean {mean:.1} min {lo} max {hi}");
@@ -544,4 +548,54 @@ fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
     assert!(total <= r.allowance + BUDGET, "{total} > {} + {BUDGET}", r.allowance);
     assert!(used >= 0.97, "the allowance is used: {used:.3}");
     assert!(calls <= 0.05, "calls per admitted: {calls:.4}");
+}
+
+/// The fairness target of issue 22 (bench-fleet's case (c)): six processes
+/// of equal demand at 2x a 600/min key drained by another limiter, starting
+/// within a second of each other, each paced at one request per 300 ms for
+/// 21 s. Each gets near an equal share (about 33 tokens, so one token is
+/// 3 %). A holder's first rate, while holders are still joining, is the
+/// shortest: split by a sum of demand that lacks the holders joining next,
+/// 5 s first rates left a late joiner with nothing until they ended (34 %
+/// from an equal share on seed 7, 6.6-34 % over seeds 1-8).
+#[test]
+fn six_equal_holders_of_a_drained_minute_key_share_it() {
+    let mut worst_sum = 0.0;
+    for seed in 1..=8u64 {
+        let name = format!("adaptive-eq6-{seed}");
+        let d = fleet_with(&name, 1, 600, 60_000).pop().unwrap();
+        while d.acquire("k", 1).unwrap().allowed {}
+        d.close().unwrap();
+        let f = fleet_with(&name, 6, 600, 60_000);
+        let mut rng = Rng(seed);
+        let mut next: Vec<u64> = (0..6).map(|_| (rng.unit() * 1000.0) as u64).collect();
+        let mut admitted = [0u64; 6];
+        for ms in 0..21_000u64 {
+            for i in 0..6 {
+                while next[i] <= ms {
+                    next[i] += 300;
+                    admitted[i] += f[i].acquire("k", 1).unwrap().allowed as u64;
+                }
+            }
+            for l in &f {
+                l.advance_clock(1).unwrap();
+            }
+        }
+        let mean = admitted.iter().sum::<u64>() as f64 / 6.0;
+        let worst = admitted
+            .iter()
+            .map(|a| (*a as f64 - mean).abs() / mean)
+            .fold(0.0, f64::max);
+        eprintln!(
+            "equal 6, seed {seed}: {admitted:?}, {:.1} % from the mean",
+            worst * 100.0
+        );
+        assert!(worst <= 0.15, "seed {seed}: {admitted:?}");
+        worst_sum += worst;
+    }
+    assert!(
+        worst_sum / 8.0 <= 0.10,
+        "{:.3} from an equal share on average",
+        worst_sum / 8.0
+    );
 }

@@ -1438,3 +1438,75 @@ fn schedule_q_a_rate_leaves_the_sums_at_its_end() {
     };
     holds_on_both(&c, None);
 }
+
+/// I4's overflow pays a fallback debit only with refill the clamp cut after
+/// the holder's last answer (`q` at or after it): refill cut before that
+/// answer was never the holder's to spend. Two instances idle a key at half
+/// its rate (the bucket stays full, the clamp cuts refill); then the
+/// broker of one loses a healthy Redis alone for 500 ms and admits on its
+/// share while the other saturates the key; then both run at 2x for 8 s.
+/// From the outage on, the fleet admits at most one bucket's worth: the
+/// debt is paid from the refill after it. With any overflow taken to pay
+/// (the condition removed from ledger.lua's `grant`), the debt vanishes
+/// into the refill cut during the idle seconds before it, and the fleet
+/// admits the share's admissions over the bucket.
+#[test]
+fn a_fallback_debt_is_not_paid_by_refill_cut_before_the_last_answer() {
+    let server = common::redis_or_skip!(common::RedisServer::start());
+    let proxy = common::FaultProxy::start(server.port);
+    let prefix = common::unique("ov");
+    let make = |url: &str| {
+        Limiter::builder()
+            .url(url)
+            .limit(100)
+            .window_ms(1_000)
+            .key_prefix(&prefix)
+            .on_backend_failure(FailurePolicy::StaticShare)
+            .expected_replicas(2)
+            .clock(ClockKind::Manual { start_ms: 1_000_000 })
+            .build()
+            .unwrap()
+    };
+    let fleet = [make(&proxy.url()), make(&server.url())];
+    // `per_s` requests per second offered at each instance for `ms`, in
+    // 10 ms steps; returns (admitted, of which on the failure policy)
+    let load = |per_s: [u64; 2], ms: u64| {
+        let (mut admitted, mut fallback) = (0, 0);
+        let mut owed = [0u64; 2];
+        for _ in 0..ms / 10 {
+            for (i, l) in fleet.iter().enumerate() {
+                owed[i] += per_s[i];
+                while owed[i] >= 100 {
+                    owed[i] -= 100;
+                    let d = l.acquire("k", 1).unwrap();
+                    admitted += d.allowed as u64;
+                    fallback += (d.allowed && d.reason == Reason::Fallback) as u64;
+                }
+            }
+            for l in &fleet {
+                l.advance_clock(10).unwrap();
+            }
+            for l in &fleet {
+                l.settle().unwrap();
+            }
+        }
+        (admitted, fallback)
+    };
+    let (idle, _) = load([25, 25], 3_000);
+    assert!(idle >= 140, "{idle} admitted at half the rate");
+    proxy.set("reset");
+    let (during, shares) = load([100, 200], 500);
+    proxy.set("pass");
+    reconnected(&proxy.url());
+    let (after, _) = load([100, 100], 8_000);
+    let total = during + after;
+    eprintln!("from the outage on: {total} admitted ({shares} on the share), one bucket allows 950");
+    assert!(shares > 0, "the outage ran on the share");
+    assert!(
+        total <= 100 + 100 * 8_500 / 1_000,
+        "{total} admitted where one bucket allows 950"
+    );
+    for l in fleet {
+        let _ = l.close();
+    }
+}

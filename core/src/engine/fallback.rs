@@ -50,27 +50,32 @@ impl Engine {
     }
 
     /// The most this instance's share of a key may hold: its part (`share`
-    /// of the limit) of what the bucket held at the authority's last answer
-    /// plus the refill since, rounded up. A fleet whose shares sum to the
-    /// key's rate so starts an outage with about what the bucket held, not
-    /// with one more whole limit. A key the authority never answered starts
-    /// empty when the circuit opened: this instance cannot know what the
-    /// others took, so it admits only the refill of its share since (the
-    /// outage's refill the docs allow; a full share each was one more limit
-    /// per instance, issue 22). (The cap grows at the share's own refill
-    /// rate, so it holds back only a bucket fuller than the authority's last
-    /// word: new, or refilled since an earlier outage.)
+    /// of the limit) of what the bucket held at the authority's last answer,
+    /// rounded up, plus the share's own refill since the circuit opened. A
+    /// fleet whose shares sum to the key's rate so starts an outage with
+    /// about what the bucket held, not with one more whole limit. The refill
+    /// between that answer and the outage is not counted: on a saturated key
+    /// the others' rates took it (counting it let each starved client of a
+    /// healthy Redis admit up to a share of a whole limit at once on top of
+    /// the rates: 1.005x the allowance under a CPU hog, issue 22), and what
+    /// they left stays in the bucket for the next answer. A key the
+    /// authority never answered starts empty when the circuit opened: this
+    /// instance cannot know what the others took. (The cap grows at the
+    /// share's own refill rate, so it holds back only a bucket fuller than
+    /// this: new, or refilled since an earlier outage.)
     fn share_left(&self, e: &Entry, p: Quota, share: Quota, now: u64) -> u64 {
         if p.limit == 0 {
             return share.limit;
         }
-        let (at, remaining) = match e.auth_at.load(Relaxed) {
-            0 => (self.circuit.opened_at(), 0),
-            at => (at, e.auth_remaining.load(Relaxed)),
+        let opened = self.circuit.opened_at();
+        let remaining = match e.auth_at.load(Relaxed) {
+            0 => 0,
+            _ => e.auth_remaining.load(Relaxed).min(p.limit),
         };
-        let since = now.saturating_sub(at) as u128;
-        let held = (remaining as u128 + since * p.limit as u128 / p.window_ms.max(1) as u128).min(p.limit as u128);
-        (held * share.limit as u128).div_ceil(p.limit as u128) as u64
+        let since = now.saturating_sub(opened) as u128;
+        let part = (remaining as u128 * share.limit as u128).div_ceil(p.limit as u128);
+        let refill = since * share.limit as u128 / p.window_ms.max(1) as u128;
+        (part + refill).min(share.limit as u128) as u64
     }
 
     /// A failure-policy decision says what this instance may still admit

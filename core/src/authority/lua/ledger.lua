@@ -51,7 +51,7 @@ else
 end
 
 -- load: the key's state, created empty of commitments with a full bucket
-local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y' }
+local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'o', 'q', 'j' }
 local s = {}
 local fresh = false
 local ty = redis.call('TYPE', K)
@@ -63,7 +63,7 @@ if ty == 'string' then
   redis.call('DEL', K)
   if c0 then
     s = { l = limit, w = tonumber(w0), c = tonumber(c0), t = tonumber(t0), L = 0, R = 0, F = 0, D = 0, n = 0,
-      e = now + 2, v = 0, u = 0, z = 0, y = 0 }
+      e = now + 2, v = 0, u = 0, z = 0 }
   end
 elseif ty == 'hash' then
   local vals = redis.call('HMGET', K, unpack(FIELDS))
@@ -72,15 +72,19 @@ end
 if s.c == nil or s.t == nil or s.w == nil or s.w <= 0 or s.l == nil then
   fresh = true
   s = { l = limit, w = window, c = limit * window, t = now, L = 0, R = 0, F = 0, D = 0, n = 0,
-    e = now + 2, v = 0, u = 0, z = 0, y = 0 }
+    e = now + 2, v = 0, u = 0, z = 0 }
 end
-s.y = s.y or 0
+-- `y` (when a saturated call last found the bucket dry), the overflow `o`
+-- since `q` and `j` (when a holder last joined) came after the other
+-- fields: a state stored before them reads as never and none
+s.y, s.o, s.q, s.j = s.y or 0, s.o or 0, s.q or 0, s.j or 0
 
 -- policy: a call under another limit or window converts the state exactly
 -- enough never to mix units (rounding only ever lowers what can be granted)
 if s.w ~= window or s.l ~= limit then
   local r = window / s.w
   s.c = floor(s.c * r)
+  s.o = floor(s.o * r)
   s.R = ceil(s.R * r)
   s.F = ceil(s.F * r)
   s.l, s.w = limit, window
@@ -88,15 +92,25 @@ end
 local cap = limit * window
 
 -- refill to `to`: the key's rate less what active rates take, clamped at
--- capacity less what is committed (I2); none while learning after a loss
+-- capacity less what is committed (I2); none while learning after a loss.
+-- What the clamp cuts is refill nobody took through the ledger: it is kept
+-- as overflow `o` (at most two capacities), with `q` the earliest instant
+-- it covers, to pay fallback admissions made after it (see `grant`)
 local function refill(to)
   if to <= s.t then return end
   local from = max(s.t, s.z)
+  local room = cap - s.L * window
   if to > from then
-    local dt = min(to - from, window)
-    s.c = s.c + max(limit - s.R, 0) * dt
+    local rate = max(limit - s.R, 0)
+    local full = s.c + rate * min(to - from, 3 * window)
+    if full > room and rate > 0 then
+      local start = from + max(room - s.c, 0) / rate
+      if s.o <= 0 or start < s.q then s.q = floor(start) end
+      s.o = min(s.o + full - max(room, s.c), 2 * cap)
+    end
+    s.c = s.c + rate * min(to - from, window)
   end
-  s.c = min(s.c, cap - s.L * window)
+  s.c = min(s.c, room)
   s.t = to
 end
 
@@ -194,7 +208,8 @@ local function store(me, c_until, f_until, r_until)
   end
   s.u = now + alive
   redis.call('HSET', K, 'l', S(s.l), 'w', S(s.w), 'c', S(s.c), 't', S(s.t), 'L', S(s.L), 'R', S(s.R),
-    'F', S(s.F), 'D', S(s.D), 'n', S(s.n), 'e', S(s.e), 'v', S(s.v), 'u', S(s.u), 'z', S(s.z), 'y', S(s.y))
+    'F', S(s.F), 'D', S(s.D), 'n', S(s.n), 'e', S(s.e), 'v', S(s.v), 'u', S(s.u), 'z', S(s.z), 'y', S(s.y),
+    'o', S(s.o), 'q', S(s.q), 'j', S(s.j))
   local px = S(alive + 1000 + pad)
   redis.call('PEXPIRE', K, px)
   redis.call('PEXPIRE', Z, px)
@@ -265,7 +280,7 @@ local function guard(me)
     end
   end
   if lost == 1 then
-    s.c = 0
+    s.c, s.o = 0, 0
     s.t = now
     s.z = max(s.z, now + learn_ms)
   end
@@ -277,7 +292,7 @@ end
 local function join(me)
   local old_L, old_r, old_f = me.L, conv(me.r, me.w), conv(me.f, me.w)
   local renewing = old_r > 0 or redis.call('ZSCORE', Z, 'e' .. holder) ~= false
-  if not me.live then s.n = s.n + 1 end
+  if not me.live then s.n, s.j = s.n + 1, now end
   s.D = s.D - me.d + demand
   me.d = demand
   s.L = s.L - old_L
@@ -343,7 +358,18 @@ end
 -- of a chunk is spent by the request that asked as it lands.
 local function grant(me, old_L, renewing)
   local h = min(held, old_L)
-  if used > 0 then s.c = max(s.c - used * window, -cap) end
+  if used > 0 then
+    -- what the clamp cut after this holder's last answer (its fallback
+    -- share's expiry less `fallback_ms`) went unused: it pays first
+    local debit = used * window
+    local f_at = redis.call('ZSCORE', Z, 'f' .. holder)
+    if f_at and s.o > 0 and tonumber(f_at) - fallback_ms <= s.q then
+      local paid = min(s.o, debit)
+      s.o = s.o - paid
+      debit = debit - paid
+    end
+    s.c = max(s.c - debit, -cap)
+  end
   local avail = whole()
   local saturated = not single and (s.D * window / 1000000) * 100 >= limit * saturation_pct
   local part = min(max(want, need), need + floor(share() * min_period / window))
@@ -361,6 +387,9 @@ local function grant(me, old_L, renewing)
     granted = min(max(ask, need), avail)
   elseif saturated then
     granted, rate, period, wait = rate_grant(me, h, avail, part)
+    -- a first rate while holders are joining is the shortest: it was split
+    -- by a sum of demand that may not hold the next ones yet
+    if rate > 0 and not renewing and now - s.j < min_period then period = min_period end
   end
   if granted > 0 then
     s.c = s.c - granted * window
