@@ -179,7 +179,8 @@ struct lease_limiter;
  * `on_backend_failure`, `expected_replicas`, `backend_timeout_ms`,
  * `key_prefix`, `max_keys`, `mode`, `clock`, `clock_start_ms`, and for
  * plan tiers and the shared policy store `tiers`, `default_tier`,
- * `policy_file`, `policy_refresh_ms`. An option not set keeps its default;
+ * `policy_file`, `policy_refresh_ms`, and `shadow` (shadow mode: 1 or 0 with
+ * `lease_options_set_int`). An option not set keeps its default;
  * setting it again under the same name replaces the value, and under its
  * other spelling ("window_ms" after "windowMs") is `LEASE_ERR_CONFIG`.
  *
@@ -496,6 +497,11 @@ struct lease_metrics {
    * overshoot bound.
    */
   uint64_t overshoot_bound;
+  /**
+   * Requests admitted only because their rules are in shadow mode (each
+   * is counted in `denied` too).
+   */
+  uint64_t shadow_denied;
 };
 
 /**
@@ -577,6 +583,13 @@ typedef void (*lease_event_callback)(void *user,
  */
 #define LEASE_REASON_LOCAL 5
 
+/**
+ * Admitted although the key's rules deny it: they are in shadow mode (the
+ * `shadow` option, or "shadow ..." rules). `remaining` and
+ * `retry_after_ms` are what the denial said; counted in `shadow_denied`.
+ */
+#define LEASE_REASON_SHADOW 6
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -654,7 +667,7 @@ enum lease_status lease_redact_url(const char *url,
 
 /**
  * The reason's name as in every binding: "lease", "exhausted", "fallback",
- * "pending", "exact" or "local" ("unknown" for any other value). Static
+ * "pending", "exact", "local" or "shadow" ("unknown" for any other value). Static
  * storage: never free it.
  */
 const char *lease_reason_name(lease_reason reason);
@@ -1096,8 +1109,9 @@ void lease_options_free(struct lease_options *options);
  * `mode` ("lease", "exact", "local"), `on_backend_failure`
  * ("static-share", "allow", "deny"), `clock` ("system", "manual"),
  * `tiers` ("free=100/min; pro=6000/min, 1000000/day": tiers separated by
- * ';', each name=rules), `default_tier` (a tier's name) or `policy_file`
- * (a TOML file of tiers and key entries). The
+ * ';', each name=rules; "shadow 50/min" puts a tier's rules in shadow
+ * mode), `default_tier` (a tier's name), `policy_file` (a TOML file of
+ * tiers and key entries) or `shadow` ("true" or "false"). The
  * string is copied: it may be freed after the call.
  *
  * Errors: `LEASE_ERR_NULL` (options, name or value), `LEASE_ERR_UTF8`,
@@ -1121,7 +1135,8 @@ enum lease_status lease_options_set_str(struct lease_options *options,
  * `refill_threshold`, `lease_ttl_ms`, `expected_replicas`,
  * `backend_timeout_ms`, `max_keys`, `clock_start_ms` or
  * `policy_refresh_ms` (how often the shared policy store is polled; 0, the
- * default: no store).
+ * default: no store) or `shadow` (1: shadow mode, every request the rules
+ * deny is admitted with `LEASE_REASON_SHADOW`; 0, the default: enforced).
  *
  * The value is signed so that a negative number (a C `int` gone wrong) is
  * a clear `LEASE_ERR_CONFIG` naming the option instead of a huge unsigned

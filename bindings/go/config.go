@@ -133,6 +133,11 @@ type Config struct {
 	// the default (as NoPolicyStore): no shared store, no poll, the file
 	// is read once.
 	PolicyRefreshMs uint64
+	// Shadow puts every key in shadow mode: a request the rules deny is
+	// admitted with ReasonShadow and counted in Metrics.ShadowDenied, to
+	// watch what a limit would do before enforcing it. One tier or key can
+	// be put in shadow mode alone by its rules ("shadow 100/min").
+	Shadow bool
 	// OnEvent, when set, is called on every backend transition (degraded /
 	// recovered), from the limiter's broker thread. It must return quickly.
 	OnEvent func(Event)
@@ -257,6 +262,9 @@ func (cfg *Config) options() []option {
 		opts = append(opts, option{name: "policy_refresh_ms", num: 0})
 	} else {
 		num("policy_refresh_ms", cfg.PolicyRefreshMs)
+	}
+	if cfg.Shadow {
+		opts = append(opts, option{name: "shadow", num: 1})
 	}
 	return opts
 }

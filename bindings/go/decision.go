@@ -22,6 +22,11 @@ const (
 	ReasonPending   Reason = "pending"   // denied by TryAcquire: a lease request is in flight
 	ReasonExact     Reason = "exact"     // decided by one authority call (ModeExact)
 	ReasonLocal     Reason = "local"     // decided by the in-process bucket (ModeLocal)
+	// ReasonShadow: admitted although the key's rules deny it, because they
+	// are in shadow mode (Config.Shadow, or "shadow ..." rules of a tier or
+	// key). Remaining and RetryAfterMs are what the denial said; counted in
+	// Metrics.ShadowDenied; Headers is empty.
+	ReasonShadow Reason = "shadow"
 )
 
 // reasonOf is the Reason of a C reason code (TestReasonsAreTheCABIs checks
@@ -40,6 +45,8 @@ func reasonOf(r uint32) Reason {
 		return ReasonExact
 	case C.LEASE_REASON_LOCAL:
 		return ReasonLocal
+	case C.LEASE_REASON_SHADOW:
+		return ReasonShadow
 	}
 	return Reason("unknown")
 }
@@ -56,6 +63,8 @@ func (r Reason) code() uint32 {
 		return C.LEASE_REASON_EXACT
 	case ReasonLocal:
 		return C.LEASE_REASON_LOCAL
+	case ReasonShadow:
+		return C.LEASE_REASON_SHADOW
 	}
 	return C.LEASE_REASON_LEASE
 }

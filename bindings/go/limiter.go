@@ -160,6 +160,7 @@ func (l *Limiter) Metrics() Metrics {
 		FallbackTransitions: uint64(m.fallback_transitions),
 		KeysTracked:         uint64(m.keys_tracked),
 		OvershootBound:      uint64(m.overshoot_bound),
+		ShadowDenied:        uint64(m.shadow_denied),
 	}
 }
 

@@ -15,6 +15,7 @@ type Metrics struct {
 	FallbackTransitions uint64 // entries into and exits from the failure policy
 	KeysTracked         uint64 // keys tracked locally now
 	OvershootBound      uint64 // tokens held unspent: this instance's share of the overshoot bound
+	ShadowDenied        uint64 // requests admitted only because their rules are in shadow mode (counted in Denied too)
 }
 
 // Map returns the counters by their cross-language names ("admitted",
@@ -32,5 +33,6 @@ func (m Metrics) Map() map[string]uint64 {
 		"fallback_transitions": m.FallbackTransitions,
 		"keys_tracked":         m.KeysTracked,
 		"overshoot_bound":      m.OvershootBound,
+		"shadow_denied":        m.ShadowDenied,
 	}
 }

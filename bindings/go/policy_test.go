@@ -277,3 +277,46 @@ func TestWarmAcquireTierAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// Shadow mode: Config.Shadow admits what the rules deny (ReasonShadow, no
+// headers, counted), and a "shadow ..." tier leaves the others enforced.
+func TestShadowModeAdmitsWhatTheRulesDeny(t *testing.T) {
+	c := tiered("beta=shadow 2/s; free=2/s")
+	l := mustNew(t, c)
+	shadowed := 0
+	for i := 0; i < 5; i++ {
+		d, err := l.AcquireTier("k", "beta")
+		if err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v %v", i, d, err)
+		}
+		if d.Reason == ReasonShadow {
+			shadowed++
+			if len(d.Headers()) != 0 || d.Remaining != 0 || d.RetryAfterMs == 0 {
+				t.Fatalf("a shadow admission: %+v headers %v", d, d.Headers())
+			}
+		}
+	}
+	if shadowed != 3 {
+		t.Fatalf("2 of 5 fit the 2/s rule: %d shadowed", shadowed)
+	}
+	if d, _ := l.AcquireTier("j", "free"); !d.Allowed {
+		t.Fatal("free admits its first")
+	}
+	l.AcquireTier("j", "free")
+	if d, _ := l.AcquireTier("j", "free"); d.Allowed {
+		t.Fatalf("free is enforced: %+v", d)
+	}
+	if m := l.Metrics(); m.ShadowDenied != 3 || m.Denied != 4 || m.Map()["shadow_denied"] != 3 {
+		t.Fatalf("metrics %+v", m)
+	}
+	all := manual(1, 60000)
+	all.Shadow = true
+	la := mustNew(t, all)
+	la.Acquire("x")
+	if d, _ := la.Acquire("x"); !d.Allowed || d.Reason != ReasonShadow {
+		t.Fatalf("Config.Shadow: %+v", d)
+	}
+	if !strings.Contains(la.MetricsPrometheus(), "quotalease_shadow_denied_total 1\n") {
+		t.Fatal(la.MetricsPrometheus())
+	}
+}

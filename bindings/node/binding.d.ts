@@ -17,7 +17,7 @@ export declare class NativeLimiter {
    * elements the wrapper reads decisions from. `onEvent(kind, message)` is
    * called on backend transitions.
    */
-  constructor(names: Array<string>, values: Array<number | string | undefined | null>, scratch: Float64Array, onEvent?: ((arg0: string, arg1: string) => void) | undefined | null)
+  constructor(names: Array<string>, values: Array<number | string | boolean | undefined | null>, scratch: Float64Array, onEvent?: ((arg0: string, arg1: string) => void) | undefined | null)
   /**
    * `{ acquire, tryAcquire, acquireAsync }`: the per-request calls as raw
    * N-API functions bound to this limiter (see `fast.rs`). Each takes
@@ -148,10 +148,11 @@ export declare function httpKey(raw: string): string
 export declare function metricsPrometheusMany(limiters: Array<NativeLimiter>, names: Array<Array<string>>, values: Array<Array<string>>): string
 
 /**
- * The JS type option `name` takes, `'number'` or `'string'` (asked of the
- * core); an unknown name throws the core's error with its suggestion.
+ * The JS type option `name` takes, `'number'`, `'string'` or `'boolean'`
+ * (asked of the core); an unknown name throws the core's error with its
+ * suggestion.
  */
-export declare function optionType(name: string): 'number' | 'string'
+export declare function optionType(name: string): 'number' | 'string' | 'boolean'
 
 /** `[limit, windowMs]` from a rate such as `"600/min"`. */
 export declare function parseRate(rate: string): Array<number>

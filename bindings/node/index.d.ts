@@ -4,7 +4,12 @@
 import { EventEmitter } from 'node:events'
 
 /** Why a decision came out the way it did. */
-export type Reason = 'lease' | 'exhausted' | 'fallback' | 'pending' | 'exact' | 'local'
+/**
+ * Why a decision came out as it did. `'shadow'`: admitted although the key's
+ * rules deny it, because they are in shadow mode (the `shadow` option, or
+ * `'shadow ...'` rules of a tier or key); counted in `shadow_denied`, no headers.
+ */
+export type Reason = 'lease' | 'exhausted' | 'fallback' | 'pending' | 'exact' | 'local' | 'shadow'
 
 /** Coordination mode. */
 export type Mode = 'lease' | 'exact' | 'local'
@@ -72,6 +77,12 @@ export interface LimiterOptions {
   policyFile?: string
   /** How often the shared policy store (and file) is polled, ms (default 0: no store, no poll; the file is read once). */
   policyRefreshMs?: number
+  /**
+   * Shadow mode for every key (default false): a request the rules deny is
+   * admitted with reason `'shadow'` and counted in `shadow_denied`. One tier
+   * or key goes in shadow mode alone by its rules (`'beta=shadow 50/min'`).
+   */
+  shadow?: boolean
 }
 
 /** One rule: `limit` tokens per `windowMs`. */
@@ -183,6 +194,8 @@ export interface Metrics {
   keys_tracked: number
   /** Tokens this instance holds unspent: its share of the fleet's overshoot bound. */
   overshoot_bound: number
+  /** Requests admitted only because their rules are in shadow mode (counted in `denied` too). */
+  shadow_denied: number
 }
 
 /** What `inspect(key)` reports. */

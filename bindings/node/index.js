@@ -107,6 +107,8 @@ function headers(d) {
   if (rule !== undefined && typeof rule !== 'number') {
     throw fail(TypeError, codes.CONFIG, `headers(decision): \`rule\` must be a number (got ${describe(rule)})`)
   }
+  // Rules in shadow mode hold the client to nothing: no headers (the engine's rule).
+  if (d.reason === 'shadow') return {}
   return native.decisionHeaders(
     Boolean(d.allowed),
     d.limit,
@@ -244,6 +246,10 @@ function nativeOptions(options) {
       names.push('clock', 'clockStartMs')
       values.push('manual', v.manualStartMs)
     } else if (v === undefined || v === null || typeof v === 'number' || typeof v === 'string') {
+      names.push(name)
+      values.push(v)
+    } else if (typeof v === 'boolean' && native.optionType(name) === 'boolean') {
+      // A boolean only where the engine takes one (`shadow`): never 0 or 1 for a number.
       names.push(name)
       values.push(v)
     } else {

@@ -271,6 +271,7 @@ fn hints() -> String {
      was unreachable and on_backend_failure decided; pending = try_acquire while a lease was\n                  \
      in flight\n  \
      fallback_active 1 while the failure policy is in force (see backend_errors, fallback_transitions)\n  \
-     overshoot_bound tokens the instance holds unspent (its share of instances x lease_size)\n"
+     overshoot_bound tokens the instance holds unspent (its share of instances x lease_size)\n  \
+     shadow_denied   requests admitted only because their rules are in shadow mode (in denied too)\n"
         .to_string()
 }

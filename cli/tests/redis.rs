@@ -491,6 +491,17 @@ fn policy_sets_gets_lists_and_deletes_in_the_shared_store() {
     );
     let (code, _, _) = run(&["delete", "--key", "user:43"]);
     assert_eq!(code, 0);
+    // shadow mode: the word before the rules, kept as written, followed by a limiter
+    let (code, _, err) = run(&["set", "--key", "user:44", "shadow 1/hour"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&["get", "--key", "user:44"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(line(&out, "key").contains("store entry shadow 1/hour"), "{out}");
+    let shadow = (0..3).map(|_| l.acquire("user:44", 1).unwrap()).collect::<Vec<_>>();
+    assert!(shadow.iter().all(|d| d.allowed), "{shadow:?}");
+    assert_eq!(shadow[2].reason, quotalease::Reason::Shadow);
+    let (code, _, _) = run(&["delete", "--key", "user:44"]);
+    assert_eq!(code, 0);
     let (code, out, _) = run(&["list"]);
     assert_eq!(code, 0);
     assert!(

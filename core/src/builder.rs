@@ -67,6 +67,8 @@ impl Builder {
         policy_file: impl Into<String> => |v| OptionValue::Str(&Into::<String>::into(v)),
         /// How often the policy store and file are checked (default 0: no store, no poll; the file is read once).
         policy_refresh_ms: u64 => |v| OptionValue::Int(v.into()),
+        /// Shadow mode: admit what the rules deny, counted in `shadow_denied` (default false).
+        shadow: bool => |v| OptionValue::Bool(v),
     }
 
     /// Clock (default system; manual for deterministic tests).

@@ -194,6 +194,11 @@ pub struct Config {
     /// store costs Redis nothing for it) and reads the file once; a fleet
     /// that changes tiers or keys' rules at run time sets it (e.g. 1 000).
     pub policy_refresh_ms: u64,
+    /// Shadow mode for every key (default false): requests the rules deny
+    /// are admitted with reason `shadow` and counted in `shadow_denied`,
+    /// to watch what a limit would do before enforcing it. A tier or key
+    /// can be put in shadow mode alone by its rules (`"shadow 100/min"`).
+    pub shadow: bool,
 }
 
 impl Default for Config {
@@ -217,6 +222,7 @@ impl Default for Config {
             default_tier: None,
             policy_file: None,
             policy_refresh_ms: 0,
+            shadow: false,
         }
     }
 }
@@ -242,6 +248,7 @@ impl std::fmt::Debug for Config {
             .field("default_tier", &self.default_tier)
             .field("policy_file", &self.policy_file)
             .field("policy_refresh_ms", &self.policy_refresh_ms)
+            .field("shadow", &self.shadow)
             .finish()
     }
 }

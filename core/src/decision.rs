@@ -21,17 +21,23 @@ pub enum Reason {
     Exact = 4,
     /// Decided by the in-process bucket (mode `local`).
     Local = 5,
+    /// Admitted although the key's rules deny it: they are in shadow mode
+    /// (the limiter's `shadow` option, or `"shadow ..."` rules of a tier or
+    /// key). Counted in `denied` and `shadow_denied`; `remaining` and
+    /// `retry_after_ms` are what the denial said.
+    Shadow = 6,
 }
 
 impl Reason {
     /// Every reason, in code order (`Reason as u8`).
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::Lease,
         Reason::Exhausted,
         Reason::Fallback,
         Reason::Pending,
         Reason::Exact,
         Reason::Local,
+        Reason::Shadow,
     ];
 
     /// The reason with this code (`Reason as u8`).
@@ -48,6 +54,7 @@ impl Reason {
             Reason::Pending => "pending",
             Reason::Exact => "exact",
             Reason::Local => "local",
+            Reason::Shadow => "shadow",
         }
     }
 }
@@ -68,7 +75,8 @@ pub struct Decision {
     /// Admitted: best estimate of tokens left for this key across the fleet.
     /// Denied: what this caller can have now (its instance's own tokens).
     pub remaining: u64,
-    /// When denied: milliseconds until a retry can succeed (0 when allowed).
+    /// When denied: milliseconds until a retry can succeed (0 when
+    /// allowed, except reason `shadow`: what the denial said).
     pub retry_after_ms: u64,
     /// Milliseconds until the key's bucket would be full again.
     pub reset_after_ms: u64,
@@ -149,7 +157,12 @@ impl Decision {
     /// field syntax), plus `Retry-After` in whole seconds when denied.
     /// `RateLimit-Policy` lists every rule (one item each; a key with one
     /// rule has the policy `"default"`); `RateLimit` reports the binding rule.
+    /// None for reason `shadow`: the client is not held to rules in shadow
+    /// mode, and `r=0` on a request that went through would mislead it.
     pub fn headers(&self) -> Vec<(&'static str, String)> {
+        if self.reason == Reason::Shadow {
+            return Vec::new();
+        }
         let mut h = Vec::with_capacity(3);
         let mut policy = String::new();
         let rules = self.rules();
@@ -202,6 +215,12 @@ mod tests {
             ..d
         };
         assert_eq!(ok.headers().len(), 2);
+        let shadow = Decision {
+            allowed: true,
+            reason: Reason::Shadow,
+            ..d
+        };
+        assert!(shadow.headers().is_empty(), "no headers for rules in shadow mode");
     }
 
     #[test]
@@ -238,8 +257,11 @@ mod reason_tests {
             assert_eq!(*r as u8 as usize, i);
             assert_eq!(Reason::from_code(i as u8), Some(*r));
         }
-        assert_eq!(Reason::from_code(6), None);
+        assert_eq!(Reason::from_code(7), None);
         let names: Vec<&str> = Reason::ALL.iter().map(Reason::as_str).collect();
-        assert_eq!(names, ["lease", "exhausted", "fallback", "pending", "exact", "local"]);
+        assert_eq!(
+            names,
+            ["lease", "exhausted", "fallback", "pending", "exact", "local", "shadow"]
+        );
     }
 }

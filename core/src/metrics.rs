@@ -34,11 +34,14 @@ pub struct Metrics {
     /// Tokens this instance holds unspent now: its share of the fleet's
     /// overshoot bound (summed over instances, the fleet's bound).
     pub overshoot_bound: u64,
+    /// Requests admitted only because their rules are in shadow mode (each
+    /// is counted in `denied` too: `denied` is what the rules decided).
+    pub shadow_denied: u64,
 }
 
 impl Metrics {
     /// Every metric as (name, help, is_counter, value), in a fixed order.
-    pub fn fields(&self) -> [(&'static str, &'static str, bool, u64); 11] {
+    pub fn fields(&self) -> [(&'static str, &'static str, bool, u64); 12] {
         [
             ("admitted", "Requests admitted.", true, self.admitted),
             ("denied", "Requests denied.", true, self.denied),
@@ -85,6 +88,12 @@ impl Metrics {
                 "Leased tokens held unspent: this instance's share of the overshoot bound.",
                 false,
                 self.overshoot_bound,
+            ),
+            (
+                "shadow_denied",
+                "Requests the rules denied, admitted in shadow mode.",
+                true,
+                self.shadow_denied,
             ),
         ]
     }
@@ -202,6 +211,9 @@ pub(crate) struct Counters {
     pub tokens_returned: AtomicU64,
     pub tokens_expired: AtomicU64,
     pub fallback_transitions: AtomicU64,
+    pub shadow_denied: AtomicU64,
+    /// Clock reading (ms) of the last shadow-mode log line.
+    pub shadow_logged_at: AtomicU64,
 }
 
 impl Counters {

@@ -24,4 +24,5 @@ pub const OPTION_NAMES: &[&str] = &[
     "default_tier",
     "policy_file",
     "policy_refresh_ms",
+    "shadow",
 ];

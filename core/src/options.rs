@@ -37,6 +37,8 @@ pub enum OptionValue<'a> {
     Float(f64),
     /// A string.
     Str(&'a str),
+    /// A boolean (Python, JavaScript, Go `bool`).
+    Bool(bool),
 }
 
 impl OptionValue<'_> {
@@ -45,6 +47,7 @@ impl OptionValue<'_> {
             OptionValue::Null => "null".into(),
             OptionValue::Int(i) => i.to_string(),
             OptionValue::Float(f) => f.to_string(),
+            OptionValue::Bool(b) => b.to_string(),
             // A URL given to the wrong option is still printed redacted.
             OptionValue::Str(s) if s.contains(['@', ':']) => format!("{:?}", crate::RedactedUrl(s)),
             OptionValue::Str(s) => format!("{s:?}"),
@@ -154,6 +157,20 @@ fn int(field: &'static str, v: OptionValue<'_>) -> Result<u64> {
     u64::try_from(n).map_err(|_| Error::config(field, format!("must be a non-negative integer below 2^64 (got {n})")))
 }
 
+/// A yes/no option: a boolean, 0 or 1 (C), or `"true"`/`"false"` (an
+/// environment variable's text).
+fn boolean(field: &'static str, v: OptionValue<'_>) -> Result<bool> {
+    match v {
+        OptionValue::Bool(b) => Ok(b),
+        OptionValue::Int(0) | OptionValue::Str("false") => Ok(false),
+        OptionValue::Int(1) | OptionValue::Str("true") => Ok(true),
+        other => Err(Error::config(
+            field,
+            format!("must be true or false (got {})", other.describe()),
+        )),
+    }
+}
+
 fn string<'a>(field: &'static str, v: OptionValue<'a>) -> Result<&'a str> {
     match v {
         OptionValue::Str(s) => Ok(s),
@@ -241,6 +258,7 @@ impl Options {
             "default_tier" => c.default_tier = Some(string(field, value)?.to_string()),
             "policy_file" => c.policy_file = Some(string(field, value)?.to_string()),
             "policy_refresh_ms" => c.policy_refresh_ms = int(field, value)?,
+            "shadow" => c.shadow = boolean(field, value)?,
             _ => unreachable!("every name in OPTION_NAMES is handled"),
         }
         // Only once the value is accepted: a failed set changes nothing.
@@ -309,6 +327,26 @@ mod tests {
     }
 
     #[test]
+    fn shadow_takes_a_boolean_in_any_language_form() {
+        for (v, want) in [
+            (Bool(true), true),
+            (Int(1), true),
+            (Str("true"), true),
+            (Bool(false), false),
+            (Int(0), false),
+            (Str("false"), false),
+            (Null, false),
+        ] {
+            let c = build(&[("limit", Int(5)), ("shadow", v)]).unwrap();
+            assert_eq!(c.shadow, want, "{v:?}");
+        }
+        for bad in [Int(2), Str("yes"), Float(0.5)] {
+            let e = build(&[("limit", Int(5)), ("shadow", bad)]).unwrap_err();
+            assert!(e.to_string().contains("`shadow` must be true or false"), "{e}");
+        }
+    }
+
+    #[test]
     fn every_option_is_set_by_name_in_either_case() {
         let c = build(&[
             ("url", Str("memory://x")),
@@ -328,8 +366,10 @@ mod tests {
             ("defaultTier", Str("free")),
             ("policy_file", Str("/etc/quotalease.toml")),
             ("policyRefreshMs", Int(250)),
+            ("shadow", Bool(true)),
         ])
         .unwrap();
+        assert!(c.shadow);
         assert_eq!(c.url, "memory://x");
         assert_eq!(c.tiers.len(), 2);
         assert_eq!(c.tiers[1].rules.to_string(), "100/s, 1000/day");
@@ -348,7 +388,7 @@ mod tests {
                 start_ms: MANUAL_CLOCK_START_MS
             }
         );
-        assert_eq!(OPTION_NAMES.len(), 20);
+        assert_eq!(OPTION_NAMES.len(), 21);
     }
 
     #[test]

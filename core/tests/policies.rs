@@ -629,3 +629,157 @@ fn a_further_rule_evicted_from_the_table_comes_back_with_its_rule() {
     let d = l.acquire_with("k", 1, Some("burst")).unwrap();
     assert_eq!((d.allowed, d.rules().len()), (false, 2));
 }
+
+/// Shadow mode: every request the rules deny is admitted with reason
+/// `shadow`, exactly where an enforcing limiter denies, and counted.
+#[test]
+fn a_limiter_in_shadow_mode_admits_exactly_what_enforcing_would_deny() {
+    let enforcing = manual("memory://").limit(5).window_ms(1_000).build().unwrap();
+    let shadow = manual("memory://")
+        .limit(5)
+        .window_ms(1_000)
+        .shadow(true)
+        .build()
+        .unwrap();
+    let mut would_deny = 0;
+    for step in 0..40u64 {
+        if step % 10 == 9 {
+            enforcing.advance_clock(500).unwrap();
+            shadow.advance_clock(500).unwrap();
+        }
+        let want = enforcing.acquire("k", 1).unwrap();
+        let got = if step % 2 == 0 {
+            shadow.acquire("k", 1).unwrap()
+        } else {
+            shadow.try_acquire("k", 1).unwrap()
+        };
+        assert!(got.allowed, "step {step}: shadow mode admits everything");
+        assert_eq!(
+            got.reason == Reason::Shadow,
+            !want.allowed,
+            "step {step}: {want:?} / {got:?}"
+        );
+        if !want.allowed {
+            would_deny += 1;
+            assert!(got.retry_after_ms > 0, "the would-be denial's hint is kept");
+            assert_eq!(got.remaining, 0);
+            assert!(
+                got.headers().is_empty(),
+                "no RateLimit headers for rules in shadow mode"
+            );
+        }
+    }
+    assert!(
+        would_deny >= 20,
+        "the schedule must deny often to test anything: {would_deny}"
+    );
+    let m = shadow.metrics();
+    assert_eq!(m.shadow_denied, would_deny);
+    assert_eq!(m.denied, would_deny, "`denied` is what the rules decided");
+    assert_eq!(m.admitted + m.denied, 40);
+    assert_eq!(enforcing.metrics().shadow_denied, 0);
+    assert!(shadow
+        .metrics_prometheus()
+        .contains(&format!("quotalease_shadow_denied_total {would_deny}\n")));
+    let (rules, _) = shadow.policy("k", None).unwrap();
+    assert!(rules.is_shadow() && rules.to_string() == "shadow 5/s", "{rules}");
+}
+
+/// A tier or a key's own rules in shadow mode leave the others enforced,
+/// and the store moves them to enforced without a restart.
+#[test]
+fn a_shadow_rule_is_enforced_through_the_store_without_a_restart() {
+    let name = format!("memory://{}", unique("shadow"));
+    let a = manual(&name)
+        .limit(100)
+        .window_ms(1_000)
+        .tier("beta", "shadow 3/s, 4/min")
+        .build()
+        .unwrap();
+    let b = manual(&name)
+        .limit(100)
+        .window_ms(1_000)
+        .tier("beta", "shadow 3/s, 4/min")
+        .build()
+        .unwrap();
+    let reasons = |l: &Limiter, key: &str, tier: Option<&str>, n: usize| -> Vec<(bool, Reason)> {
+        (0..n)
+            .map(|_| {
+                let d = l.acquire_with(key, 1, tier).unwrap();
+                (d.allowed, d.reason)
+            })
+            .collect()
+    };
+    let beta = reasons(&b, "u1", Some("beta"), 5);
+    assert!(beta.iter().all(|(ok, _)| *ok), "{beta:?}");
+    assert_eq!(beta.iter().filter(|(_, r)| *r == Reason::Shadow).count(), 2, "{beta:?}");
+    // the other tiers of the same limiter are enforced
+    assert_eq!(admitted(&b, "u2", Some("free"), 8), 5);
+    // the 4/min rule binds after the refill of the 3/s one: its fourth
+    // token, then a shadow denial by that rule
+    b.advance_clock(1_000).unwrap();
+    assert_eq!(b.acquire_with("u1", 1, Some("beta")).unwrap().reason, Reason::Lease);
+    let d = b.acquire_with("u1", 1, Some("beta")).unwrap();
+    assert_eq!(
+        (d.allowed, d.reason, d.window_ms),
+        (true, Reason::Shadow, 60_000),
+        "{d:?}"
+    );
+    // a key's own rules in shadow mode, from the store
+    a.policy_assign("u3", "shadow 2/s").unwrap();
+    b.settle().unwrap();
+    assert_eq!(admitted(&b, "u3", None, 6), 6);
+    assert_eq!(b.policy_get("u3").unwrap().as_deref(), Some("shadow 2/s"));
+    // enforced from the store: same tier name and rules, no restart
+    a.policy_set_tier("beta", "3/s, 4/min").unwrap();
+    a.policy_assign("u3", "2/s").unwrap();
+    b.settle().unwrap();
+    b.advance_clock(60_000).unwrap();
+    assert_eq!(admitted(&b, "u1", Some("beta"), 6), 3);
+    assert_eq!(admitted(&b, "u3", None, 6), 2);
+    let m = b.metrics();
+    assert_eq!(m.shadow_denied, 2 + 1 + 4, "{m:?}");
+}
+
+/// Shadow mode on a real redis-server: a key moved from shadow to enforced
+/// in the store is denied by every instance of a fleet.
+#[test]
+fn the_redis_store_moves_a_key_from_shadow_to_enforced_across_a_fleet() {
+    let server = common::redis_or_skip!(RedisServer::start());
+    let prefix = unique("shadow");
+    let fleet: Vec<Limiter> = (0..3)
+        .map(|_| {
+            Limiter::builder()
+                .url(server.url())
+                .key_prefix(&prefix)
+                .limit(1_000)
+                .policy_refresh_ms(50)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    fleet[0].policy_assign("cust", "shadow 2/hour").unwrap();
+    for (i, l) in fleet.iter().enumerate() {
+        await_cond(&format!("instance {i} holds cust to shadow 2/hour"), || {
+            l.policy("cust", None).unwrap().0.to_string() == "shadow 2/hour"
+        });
+    }
+    for l in &fleet {
+        for _ in 0..5 {
+            assert!(l.acquire("cust", 1).unwrap().allowed);
+        }
+    }
+    let shadowed: u64 = fleet.iter().map(|l| l.metrics().shadow_denied).sum();
+    assert_eq!(
+        shadowed,
+        15 - 2,
+        "the fleet's bucket admits 2 an hour; the rest is shadow"
+    );
+    fleet[0].policy_assign("cust", "2/hour").unwrap();
+    for (i, l) in fleet.iter().enumerate() {
+        await_cond(&format!("instance {i} enforces cust"), || {
+            let d = l.acquire("cust", 1).unwrap();
+            !d.allowed && d.reason == Reason::Exhausted
+        });
+    }
+}

@@ -27,6 +27,10 @@ pub const LEASE_REASON_PENDING: lease_reason = 3;
 pub const LEASE_REASON_EXACT: lease_reason = 4;
 /// Decided by the in-process bucket (mode local).
 pub const LEASE_REASON_LOCAL: lease_reason = 5;
+/// Admitted although the key's rules deny it: they are in shadow mode (the
+/// `shadow` option, or "shadow ..." rules). `remaining` and
+/// `retry_after_ms` are what the denial said; counted in `shadow_denied`.
+pub const LEASE_REASON_SHADOW: lease_reason = 6;
 
 /// The outcome of one acquire. Plain data owned by the caller: nothing to free.
 #[repr(C)]
@@ -131,6 +135,7 @@ const _: () = {
     assert!(LEASE_REASON_PENDING == Reason::Pending as lease_reason);
     assert!(LEASE_REASON_EXACT == Reason::Exact as lease_reason);
     assert!(LEASE_REASON_LOCAL == Reason::Local as lease_reason);
+    assert!(LEASE_REASON_SHADOW == Reason::Shadow as lease_reason);
 };
 
 fn reason_of(r: lease_reason) -> Option<Reason> {
@@ -149,7 +154,7 @@ fn reason_names() -> &'static [CString] {
 }
 
 /// The reason's name as in every binding: "lease", "exhausted", "fallback",
-/// "pending", "exact" or "local" ("unknown" for any other value). Static
+/// "pending", "exact", "local" or "shadow" ("unknown" for any other value). Static
 /// storage: never free it.
 #[no_mangle]
 pub extern "C" fn lease_reason_name(reason: lease_reason) -> *const c_char {

@@ -31,6 +31,9 @@ pub struct lease_metrics {
     /// Tokens this instance holds unspent now: its share of the fleet's
     /// overshoot bound.
     pub overshoot_bound: u64,
+    /// Requests admitted only because their rules are in shadow mode (each
+    /// is counted in `denied` too).
+    pub shadow_denied: u64,
 }
 
 impl From<Metrics> for lease_metrics {
@@ -47,6 +50,7 @@ impl From<Metrics> for lease_metrics {
             fallback_transitions: m.fallback_transitions,
             keys_tracked: m.keys_tracked,
             overshoot_bound: m.overshoot_bound,
+            shadow_denied: m.shadow_denied,
         }
     }
 }
@@ -74,6 +78,7 @@ mod tests {
             fallback_transitions: 9,
             keys_tracked: 10,
             overshoot_bound: 11,
+            shadow_denied: 12,
         };
         let c = lease_metrics::from(m);
         // SAFETY: lease_metrics is repr(C) with n u64 fields.

@@ -20,7 +20,8 @@ use crate::error::{c_str, fail, fail_with, lease_status, lease_status::*, null_a
 /// `on_backend_failure`, `expected_replicas`, `backend_timeout_ms`,
 /// `key_prefix`, `max_keys`, `mode`, `clock`, `clock_start_ms`, and for
 /// plan tiers and the shared policy store `tiers`, `default_tier`,
-/// `policy_file`, `policy_refresh_ms`. An option not set keeps its default;
+/// `policy_file`, `policy_refresh_ms`, and `shadow` (shadow mode: 1 or 0 with
+/// `lease_options_set_int`). An option not set keeps its default;
 /// setting it again under the same name replaces the value, and under its
 /// other spelling ("window_ms" after "windowMs") is `LEASE_ERR_CONFIG`.
 ///
@@ -74,8 +75,9 @@ fn set(fname: &str, o: &mut lease_options, name: &str, value: OptionValue<'_>) -
 /// `mode` ("lease", "exact", "local"), `on_backend_failure`
 /// ("static-share", "allow", "deny"), `clock` ("system", "manual"),
 /// `tiers` ("free=100/min; pro=6000/min, 1000000/day": tiers separated by
-/// ';', each name=rules), `default_tier` (a tier's name) or `policy_file`
-/// (a TOML file of tiers and key entries). The
+/// ';', each name=rules; "shadow 50/min" puts a tier's rules in shadow
+/// mode), `default_tier` (a tier's name), `policy_file` (a TOML file of
+/// tiers and key entries) or `shadow` ("true" or "false"). The
 /// string is copied: it may be freed after the call.
 ///
 /// Errors: `LEASE_ERR_NULL` (options, name or value), `LEASE_ERR_UTF8`,
@@ -122,7 +124,8 @@ pub unsafe extern "C" fn lease_options_set_str(
 /// `refill_threshold`, `lease_ttl_ms`, `expected_replicas`,
 /// `backend_timeout_ms`, `max_keys`, `clock_start_ms` or
 /// `policy_refresh_ms` (how often the shared policy store is polled; 0, the
-/// default: no store).
+/// default: no store) or `shadow` (1: shadow mode, every request the rules
+/// deny is admitted with `LEASE_REASON_SHADOW`; 0, the default: enforced).
 ///
 /// The value is signed so that a negative number (a C `int` gone wrong) is
 /// a clear `LEASE_ERR_CONFIG` naming the option instead of a huge unsigned

@@ -139,8 +139,8 @@ fn code_of_decision(d: &Decision) -> u32 {
 }
 
 /// An option's value as the wrapper passes it: `undefined`/`null` leave
-/// the default; numbers and strings go to the core as they are.
-type NativeValue = Option<Either<f64, String>>;
+/// the default; numbers, strings and booleans go to the core as they are.
+type NativeValue = Option<Either3<f64, String, bool>>;
 
 /// Every option through the core's `Options::set`, by the name the caller
 /// used (camelCase or snake_case): names, values, defaults and the rules
@@ -153,8 +153,9 @@ fn options_from(names: Vec<String>, values: Vec<NativeValue>) -> JsResult<Option
     for (name, value) in names.iter().zip(&values) {
         let v = match value {
             None => OptionValue::Null,
-            Some(Either::A(n)) => OptionValue::Float(*n),
-            Some(Either::B(s)) => OptionValue::Str(s),
+            Some(Either3::A(n)) => OptionValue::Float(*n),
+            Some(Either3::B(s)) => OptionValue::Str(s),
+            Some(Either3::C(b)) => OptionValue::Bool(*b),
         };
         opts.set(name, v).map_err(js_err)?;
     }
@@ -308,7 +309,7 @@ impl NativeLimiter {
     #[napi(constructor)]
     pub fn new(
         names: Vec<String>,
-        #[napi(ts_arg_type = "Array<number | string | undefined | null>")] values: Vec<NativeValue>,
+        #[napi(ts_arg_type = "Array<number | string | boolean | undefined | null>")] values: Vec<NativeValue>,
         scratch: Float64Array,
         on_event: Option<Function<'_, FnArgs<(String, String)>, ()>>,
     ) -> Result<Self, String> {
@@ -683,10 +684,14 @@ pub fn parse_rate(rate: String) -> Result<Vec<f64>, String> {
     Ok(vec![limit as f64, window_ms as f64])
 }
 
-/// The JS type option `name` takes, `'number'` or `'string'` (asked of the
-/// core); an unknown name throws the core's error with its suggestion.
-#[napi(ts_return_type = "'number' | 'string'")]
+/// The JS type option `name` takes, `'number'`, `'string'` or `'boolean'`
+/// (asked of the core); an unknown name throws the core's error with its
+/// suggestion.
+#[napi(ts_return_type = "'number' | 'string' | 'boolean'")]
 pub fn option_type(name: String) -> Result<&'static str, String> {
+    if Options::new().set(&name, OptionValue::Bool(false)).is_ok() {
+        return Ok("boolean");
+    }
     match Options::new().set(&name, OptionValue::Int(0)) {
         Ok(_) => Ok("number"),
         Err(e @ QlError::UnknownOption { .. }) => Err(js_err(e)),

@@ -122,6 +122,7 @@ test('metrics carry the names of docs/design.md, also in Prometheus format', () 
   assert.deepEqual(Object.keys(m), [
     'admitted', 'denied', 'backend_calls', 'backend_errors', 'tokens_leased', 'tokens_returned',
     'tokens_expired', 'fallback_active', 'fallback_transitions', 'keys_tracked', 'overshoot_bound',
+    'shadow_denied',
   ])
   assert.equal(m.admitted, 2)
   assert.equal(m.denied, 1)
@@ -210,7 +211,7 @@ test('module exports', () => {
     'redactUrl',
   ])
   // Both tables come from the engine (Reason::ALL, ErrorKind::ALL).
-  assert.deepEqual(reasons, ['lease', 'exhausted', 'fallback', 'pending', 'exact', 'local'])
+  assert.deepEqual(reasons, ['lease', 'exhausted', 'fallback', 'pending', 'exact', 'local', 'shadow'])
   assert.ok(Object.isFrozen(reasons) && Object.isFrozen(codes))
   assert.deepEqual(codes, {
     CONFIG: 'ERR_QUOTALEASE_CONFIG',

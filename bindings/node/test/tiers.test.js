@@ -386,3 +386,32 @@ test('the shared policy store on a real Redis', async (t) => {
     await l.close()
   }
 })
+
+test('shadow mode admits what the rules deny, with no headers, and counts it', async () => {
+  const l = manual({ tiers: 'beta=shadow 2/s; free=2/s' })
+  const got = []
+  for (let i = 0; i < 5; i++) got.push(l.acquireSync('k', { tier: 'beta' }))
+  assert.ok(got.every((d) => d.allowed))
+  const shadowed = got.filter((d) => d.reason === 'shadow')
+  assert.equal(shadowed.length, 3)
+  for (const d of shadowed) {
+    assert.deepEqual(d.headers(), {})
+    assert.equal(d.remaining, 0)
+    assert.ok(d.retryAfterMs > 0)
+  }
+  assert.deepEqual([1, 2, 3].map(() => l.acquireSync('j', { tier: 'free' }).allowed), [true, true, false])
+  assert.equal(l.metrics().shadow_denied, 3)
+  assert.equal(l.metrics().denied, 4)
+  const all = new Limiter({ limit: 1, windowMs: 60000, shadow: true })
+  assert.equal(all.acquireSync('x').reason, 'lease')
+  assert.equal((await all.acquire('x')).reason, 'shadow')
+  assert.equal(all.tryAcquire('x').reason, 'shadow')
+  assert.match(all.metricsPrometheus(), /^quotalease_shadow_denied_total 2$/m)
+  // bad values: a boolean only where the engine takes one; the engine's own words otherwise
+  assert.throws(() => new Limiter({ limit: 5, shadow: 'yes' }), /`shadow` must be true or false/)
+  assert.throws(() => new Limiter({ limit: 5, shadow: 2 }), /`shadow` must be true or false/)
+  assert.throws(() => new Limiter({ limit: true }), { name: 'TypeError', message: /`limit` must be a number \(got boolean true\)/ })
+  assert.throws(() => new Limiter({ limit: 5, shadow: [] }), { name: 'TypeError', message: /`shadow` must be a boolean/ })
+  l.close()
+  all.close()
+})

@@ -207,15 +207,16 @@ fn opt_option_u64(obj: Option<&Bound<'_, PyAny>>, field: &str) -> PyResult<Optio
 
 /// Set one keyword argument of `Limiter(...)` as the core's option `name`:
 /// None leaves the default, an int, float or str goes to the core as it is
-/// (the core knows each option's type and range, and every name). A bool
-/// (an int subclass) or any other object is no option value: TypeError,
-/// naming the type the core takes for `name`.
+/// (the core knows each option's type and range, and every name); a bool
+/// goes only to an option that takes one (`shadow`): to a number option it
+/// is a TypeError, not 0 or 1. Any other object is no option value:
+/// TypeError, naming the type the core takes for `name`.
 fn set_option(opts: &mut ql::Options, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
     let py = value.py();
     let v = if value.is_none() {
         Some(ql::OptionValue::Null)
-    } else if value.is_instance_of::<PyBool>() {
-        None
+    } else if let Ok(b) = value.cast::<PyBool>() {
+        takes_bool(name).then(|| ql::OptionValue::Bool(b.is_true()))
     } else if let Ok(i) = value.cast::<PyInt>() {
         // Beyond i128 is beyond every option's range: the core says so.
         let n = i
@@ -232,8 +233,9 @@ fn set_option(opts: &mut ql::Options, name: &str, value: &Bound<'_, PyAny>) -> P
     if let Some(v) = v {
         return opts.set(name, v).map(drop).map_err(|e| to_pyerr(py, e));
     }
-    // Ask the core whether `name` exists and takes a number.
+    // Ask the core whether `name` exists and takes a bool or a number.
     let expects = match ql::Options::new().set(name, ql::OptionValue::Int(0)) {
+        Ok(_) if takes_bool(name) => "a bool",
         Ok(_) => "an int",
         Err(e @ ql::Error::UnknownOption { .. }) => return Err(to_pyerr(py, e)),
         Err(_) => "a str",
@@ -242,6 +244,11 @@ fn set_option(opts: &mut ql::Options, name: &str, value: &Bound<'_, PyAny>) -> P
         "`{name}` must be {expects} (got {})",
         type_name(value)
     )))
+}
+
+/// Whether option `name` takes a bool (asked of the core).
+fn takes_bool(name: &str) -> bool {
+    ql::Options::new().set(name, ql::OptionValue::Bool(false)).is_ok()
 }
 
 /// The `cost` argument: an int from 1 to the key's limit (the engine checks
@@ -809,11 +816,12 @@ impl Limiter {
             None => "'adaptive'".to_string(),
         };
         format!(
-            "Limiter(url='{}', limit={}, window_ms={}, lease_size={lease_size}, mode='{}')",
+            "Limiter(url='{}', limit={}, window_ms={}, lease_size={lease_size}, mode='{}'{})",
             ql::redact_url(&c.url),
             c.limit,
             c.window_ms,
-            c.mode.as_str()
+            c.mode.as_str(),
+            if c.shadow { ", shadow=True" } else { "" }
         )
     }
 }

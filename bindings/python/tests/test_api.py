@@ -24,6 +24,7 @@ METRICS = [
     "fallback_transitions",
     "keys_tracked",
     "overshoot_bound",
+    "shadow_denied",
 ]
 
 
@@ -82,6 +83,7 @@ def test_defaults_and_repr() -> None:
     )
     fixed = Limiter(limit=1000, lease_size=20)
     assert repr(fixed) == "Limiter(url='memory://', limit=1000, window_ms=60000, lease_size=20, mode='lease')"
+    assert repr(Limiter(limit=5, shadow=True)).endswith("mode='lease', shadow=True)")
     secret = Limiter("redis://:hunter2@127.0.0.1:1/0", limit=5)
     assert "hunter2" not in repr(secret)
 

@@ -97,11 +97,18 @@ def test_bad_urls(url: str) -> None:
         Limiter(url, limit=10)
 
 
+def test_a_bad_shadow_value_is_a_config_error() -> None:
+    for bad in (2, "yes"):
+        with pytest.raises(ConfigError, match="`shadow` must be true or false"):
+            Limiter(limit=10, shadow=bad)
+
+
 @pytest.mark.parametrize(
     ("args", "kwargs", "match"),
     [
-        # bool is an int subclass, but no option is a bool.
+        # bool is an int subclass, but only `shadow` takes one.
         ((), {"limit": True}, "`limit` must be an int \\(got bool\\)"),
+        ((), {"limit": 10, "shadow": [True]}, "`shadow` must be a bool \\(got list\\)"),
         ((), {"limit": 10, "mode": False}, "`mode` must be a str \\(got bool\\)"),
         ((), {"limit": 10, "lease_size": [1]}, "`lease_size` must be an int \\(got list\\)"),
         ((), {"limit": 10, "key_prefix": b"p"}, "`key_prefix` must be a str \\(got bytes\\)"),

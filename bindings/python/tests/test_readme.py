@@ -280,6 +280,12 @@ def test_project_readme_python_quick_start() -> None:
     assert headers["RateLimit-Policy"] == '"default";q=5;w=60' and int(headers["Retry-After"]) >= 1
 
 
+def test_project_readme_shadow_mode() -> None:
+    """The project README's shadow-mode example runs as written and says what it claims."""
+    lines = printed(project_readme_block("Shadow mode", "python"), "project_readme_shadow")
+    assert lines == ["['lease', 'lease', 'lease', 'lease', 'lease', 'shadow']", "1"]
+
+
 def test_behind_a_proxy_example() -> None:
     ns = run(blocks()[10], "readme_proxies")
     xff = "6.6.6.6, 1.2.3.4"

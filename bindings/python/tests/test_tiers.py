@@ -309,3 +309,23 @@ def test_policy_file_and_refresh_options(tmp_path: Path) -> None:
         once.refresh_policies()
     with pytest.raises(ConfigError, match="`policy_file`"):
         Limiter(policy_file=str(tmp_path / "missing.toml"))
+
+
+def test_shadow_mode_admits_what_the_rules_deny_and_counts_it() -> None:
+    lim = tiered(tiers="beta=shadow 2/s; free=2/s")
+    got = [lim.acquire("k", tier="beta") for _ in range(5)]
+    assert all(d.allowed for d in got)
+    shadowed = [d for d in got if d.reason == "shadow"]
+    assert len(shadowed) == 3
+    assert all(d.headers() == {} and d.remaining == 0 and d.retry_after_ms > 0 for d in shadowed)
+    assert [lim.acquire("j", tier="free").allowed for _ in range(3)] == [True, True, False]
+    m = lim.metrics()
+    assert (m["shadow_denied"], m["denied"]) == (3, 4)
+    assert "quotalease_shadow_denied_total 3\n" in lim.metrics_prometheus()
+    everything = Limiter(limit=1, window_ms=60_000, shadow=True)
+    assert [everything.acquire("x").reason for _ in range(2)] == ["lease", "shadow"]
+
+    async def main() -> str:
+        return (await everything.acquire_async("x")).reason
+
+    assert asyncio.run(main()) == "shadow"

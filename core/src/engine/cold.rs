@@ -98,6 +98,54 @@ macro_rules! cold_path {
 impl Engine {
     /// Blocking driver of the cold path.
     pub fn acquire_slow(&self, key: &str, cost: u64, waiting: Waiting, tier: Option<&str>) -> Result<Decision> {
+        let d = self.decide_slow(key, cost, waiting, tier)?;
+        Ok(self.shadowed(key, d))
+    }
+
+    /// Async driver of the cold path (runs on the broker's runtime).
+    pub async fn acquire_slow_async(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
+        let d = self.decide_slow_async(key, cost, tier).await?;
+        Ok(self.shadowed(key, d))
+    }
+
+    /// Shadow mode: a denial of a key whose rules are in shadow mode is
+    /// admitted (reason `shadow`), counted in `shadow_denied` (and, as the
+    /// rules' decision, in `denied`) and logged at most once a second. Only
+    /// the cold path denies, so the admit path pays nothing for this. The
+    /// buckets are left as the denial left them: counting goes on as if the
+    /// rules were enforced, which is what shadow mode is for.
+    fn shadowed(&self, key: &str, d: Decision) -> Decision {
+        if d.allowed || !self.table.get(key).is_some_and(|e| e.shadow.load(Acquire)) {
+            return d;
+        }
+        self.counters.shadow_denied.fetch_add(1, Relaxed);
+        let now = self.clock.coarse();
+        let last = self.counters.shadow_logged_at.load(Relaxed);
+        if (last == 0 || now >= last + 1_000)
+            && self
+                .counters
+                .shadow_logged_at
+                .compare_exchange(last, now.max(1), Relaxed, Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                key = %crate::keys::key_hash(key),
+                rule = %d.rule_name(),
+                limit = d.limit,
+                window_ms = d.window_ms,
+                reason = %d.reason,
+                shadow_denied = self.counters.shadow_denied.load(Relaxed),
+                "quotalease: shadow mode: these rules would deny this key (admitted; at most one line a second)"
+            );
+        }
+        Decision {
+            allowed: true,
+            reason: Reason::Shadow,
+            ..d
+        }
+    }
+
+    fn decide_slow(&self, key: &str, cost: u64, waiting: Waiting, tier: Option<&str>) -> Result<Decision> {
         // The admit path checks a key's length only; the separator that
         // names rule buckets is refused here, before the key is looked up.
         validate_key(key)?;
@@ -112,8 +160,7 @@ impl Engine {
         cold_path!(self, key, cost, tier, |b| self.drive(b, cost, waiting, deadline))
     }
 
-    /// Async driver of the cold path (runs on the broker's runtime).
-    pub async fn acquire_slow_async(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
+    async fn decide_slow_async(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
         validate_key(key)?;
         let deadline = tokio::time::Instant::now() + self.wait_bound();
         self.await_policy_async(key, deadline).await;

@@ -63,6 +63,9 @@ pub(crate) struct Entry {
     /// This is a further rule's bucket of some key (its requests are
     /// counted on the key's own entry).
     pub sub: bool,
+    /// The key's rules are in shadow mode: the cold path admits what they
+    /// deny (reason `shadow`). In the padding after `sub`: no extra bytes.
+    pub shadow: AtomicBool,
     /// Requests denied on this key.
     pub denied: AtomicU64,
     /// Clock reading when the in-flight request started (stale-request guard).
@@ -136,6 +139,7 @@ impl Entry {
             rule_set: AtomicU32::new(0),
             subs: Default::default(),
             sub,
+            shadow: AtomicBool::new(false),
             denied: AtomicU64::new(0),
             in_flight_since: AtomicU64::new(0),
             exhausted_until: AtomicU64::new(0),

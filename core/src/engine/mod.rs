@@ -450,6 +450,7 @@ impl Engine {
             tokens_expired: self.counters.tokens_expired.load(Relaxed),
             fallback_active: self.circuit.is_open() as u64,
             fallback_transitions: self.counters.fallback_transitions.load(Relaxed),
+            shadow_denied: self.counters.shadow_denied.load(Relaxed),
             ..Metrics::default()
         };
         self.table.sum_into(&mut m);

@@ -197,8 +197,17 @@ impl Engine {
         Ok(want == mark)
     }
 
-    /// The rules `key` is held to on a call naming `tier`, and why.
+    /// The rules `key` is held to on a call naming `tier`, and why; all in
+    /// shadow mode when the limiter is.
     pub(crate) fn resolve(&self, key: &str, tier: Option<&str>) -> Result<Resolution> {
+        let mut r = self.resolve_rules(key, tier)?;
+        if self.r.cfg.shadow {
+            r.rules = r.rules.with_shadow(true);
+        }
+        Ok(r)
+    }
+
+    fn resolve_rules(&self, key: &str, tier: Option<&str>) -> Result<Resolution> {
         if let Some(p) = lock(&self.overrides).get(key) {
             return Ok(Resolution {
                 rules: Rules::one(*p),
@@ -346,6 +355,7 @@ impl Engine {
             sub.store(None);
         }
         e.rule_set.store(crate::policy::RuleSet::of(&r.rules).0, Release);
+        e.shadow.store(r.rules.is_shadow(), Release);
         e.more.store(extra.len() as u8, Release);
         e.mark.store(r.mark, Release);
     }

@@ -14,6 +14,10 @@
 //! `set_limit`); a further rule's bucket is named by the key and the rule's
 //! window ([`rule_key`]), so its state survives every change that keeps its
 //! window. Rules of one key must have distinct windows.
+//!
+//! Rules may be in **shadow mode** (`"shadow 100/min"`, or the limiter's
+//! `shadow` option): they are counted and decided as usual, but a request
+//! they deny is admitted (reason `shadow`, counted in `shadow_denied`).
 
 use std::fmt;
 
@@ -34,6 +38,7 @@ pub const RULE_SEPARATOR: char = '\u{1f}';
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rules {
     len: u8,
+    shadow: bool,
     rules: [Quota; MAX_RULES],
 }
 
@@ -44,6 +49,7 @@ impl Rules {
     pub const fn one(p: Quota) -> Rules {
         Rules {
             len: 1,
+            shadow: false,
             rules: [p, NO_RULE, NO_RULE, NO_RULE],
         }
     }
@@ -82,8 +88,15 @@ impl Rules {
     }
 
     /// Parse `"10/s, 10000/day"`: rates separated by commas (see
-    /// [`parse_rate`]). `field` names the option in errors.
+    /// [`parse_rate`]), optionally after the word `shadow` (`"shadow
+    /// 100/min"`: the rules are in shadow mode). `field` names the option
+    /// in errors.
     pub fn parse(text: &str, field: &'static str) -> Result<Rules> {
+        let text = text.trim();
+        let (shadow, text) = match text.strip_prefix(SHADOW) {
+            Some(rest) if rest.starts_with(char::is_whitespace) => (true, rest),
+            _ => (false, text),
+        };
         let mut list = Vec::new();
         for part in text.split(',') {
             let (limit, window_ms) = parse_rate(part).map_err(|e| match e {
@@ -92,7 +105,19 @@ impl Rules {
             })?;
             list.push(Quota { limit, window_ms });
         }
-        Rules::new(&list, field)
+        Ok(Rules::new(&list, field)?.with_shadow(shadow))
+    }
+
+    /// The same rules, in shadow mode or enforced.
+    pub const fn with_shadow(self, shadow: bool) -> Rules {
+        Rules { shadow, ..self }
+    }
+
+    /// Whether the rules are in shadow mode: a request they deny is
+    /// admitted (reason `shadow`) and counted in `shadow_denied`.
+    #[inline]
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
     }
 
     /// The rules, first to last.
@@ -121,9 +146,16 @@ impl fmt::Debug for Rules {
     }
 }
 
-/// `"10/s, 10000/day"`: the form [`Rules::parse`] reads.
+/// The word before rules in shadow mode.
+const SHADOW: &str = "shadow";
+
+/// `"10/s, 10000/day"` (`"shadow 10/s, 10000/day"` in shadow mode): the
+/// form [`Rules::parse`] reads.
 impl fmt::Display for Rules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.shadow {
+            write!(f, "{SHADOW} ")?;
+        }
         for (i, p) in self.as_slice().iter().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
@@ -385,6 +417,29 @@ mod tests {
         let e = Rules::parse("ten/s", "policy").unwrap_err().to_string();
         assert!(e.contains("`policy`"), "{e}");
         assert!(Rules::parse("", "x").is_err());
+    }
+
+    #[test]
+    fn shadow_rules_parse_print_and_differ_from_enforced_ones() {
+        let s = Rules::parse("  shadow 10/s, 10000/day", "tiers").unwrap();
+        assert!(s.is_shadow());
+        assert_eq!(s.to_string(), "shadow 10/s, 10000/day");
+        assert_eq!(Rules::parse(&s.to_string(), "x").unwrap(), s);
+        let enforced = Rules::parse("10/s, 10000/day", "x").unwrap();
+        assert!(!enforced.is_shadow());
+        assert_ne!(s, enforced);
+        assert_eq!(s.with_shadow(false), enforced);
+        assert_eq!(s.as_slice(), enforced.as_slice());
+        for bad in ["shadow", "shadow ", "shadow10/s", "10/s shadow", "shadow shadow 1/s"] {
+            let e = Rules::parse(bad, "tiers").unwrap_err().to_string();
+            assert!(e.contains("`tiers`"), "{bad}: {e}");
+        }
+        let t = parse_tiers("beta=shadow 50/min; pro=6000/min").unwrap();
+        assert!(t[0].rules.is_shadow() && !t[1].rules.is_shadow());
+        assert_eq!(
+            Assignment::parse("shadow 5/s").unwrap(),
+            Assignment::Rules(Rules::parse("5/s", "x").unwrap().with_shadow(true))
+        );
     }
 
     #[test]

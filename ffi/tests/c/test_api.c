@@ -456,6 +456,46 @@ static lease_options *new_options(void) {
   return o;
 }
 
+/* Shadow mode (the `shadow` option, 1 by integer or "true" by string):
+ * every request the rules deny is admitted with LEASE_REASON_SHADOW and
+ * counted in shadow_denied; 2 or "yes" is LEASE_ERR_CONFIG naming it. */
+static void shadow_mode_admits_what_the_rules_deny(void) {
+  int by_string;
+  for (by_string = 0; by_string < 2; by_string++) {
+    lease_options *o = new_options();
+    lease_limiter *l = NULL;
+    lease_decision d;
+    struct lease_metrics m;
+    int i, shadowed = 0;
+    EXPECT(lease_options_set_int(o, "limit", 3), LEASE_OK);
+    EXPECT(lease_options_set_int(o, "window_ms", 60000), LEASE_OK);
+    EXPECT_ERR(lease_options_set_int(o, "shadow", 2), LEASE_ERR_CONFIG, "`shadow` must be true or false");
+    EXPECT_ERR(lease_options_set_str(o, "shadow", "yes"), LEASE_ERR_CONFIG, "`shadow` must be true or false");
+    if (by_string)
+      EXPECT(lease_options_set_str(o, "shadow", "true"), LEASE_OK);
+    else
+      EXPECT(lease_options_set_int(o, "shadow", 1), LEASE_OK);
+    EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+    lease_options_free(o);
+    if (!l) return;
+    for (i = 0; i < 5; i++) {
+      EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+      CHECK(d.allowed, "request %d: shadow mode admits everything", i);
+      if (d.reason == LEASE_REASON_SHADOW) {
+        shadowed++;
+        CHECK(d.remaining == 0 && d.retry_after_ms > 0, "the denial's figures: %llu %llu",
+              (unsigned long long)d.remaining, (unsigned long long)d.retry_after_ms);
+      }
+    }
+    CHECK(shadowed == 2, "3 of 5 fit a 3/min bucket: %d shadowed", shadowed);
+    CHECK(strcmp(lease_reason_name(LEASE_REASON_SHADOW), "shadow") == 0, "%s", lease_reason_name(LEASE_REASON_SHADOW));
+    EXPECT(lease_metrics(l, &m), LEASE_OK);
+    CHECK(m.shadow_denied == 2 && m.denied == 2 && m.admitted == 3, "shadow_denied %llu denied %llu admitted %llu",
+          (unsigned long long)m.shadow_denied, (unsigned long long)m.denied, (unsigned long long)m.admitted);
+    lease_limiter_free(l);
+  }
+}
+
 /* Every option set by name, in snake_case and in camelCase, then checked
  * through what the limiter does. */
 static void options_by_name_every_option(void) {
@@ -1149,6 +1189,7 @@ int main(void) {
   RUN(options_bad_input);
   RUN(options_build_many_limiters);
   RUN(http_key_hashes_long_keys);
+  RUN(shadow_mode_admits_what_the_rules_deny);
   RUN(urls_are_redacted);
   RUN(error_kind_names_are_the_cores);
   RUN(advance_clock_needs_manual_clock);

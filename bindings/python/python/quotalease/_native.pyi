@@ -33,7 +33,7 @@ class ClosedError(QuotaLeaseError, RuntimeError): ...
 class BackendError(QuotaLeaseError): ...
 class MisconfiguredError(QuotaLeaseError): ...
 
-_Reason: TypeAlias = Literal["lease", "exhausted", "fallback", "pending", "exact", "local"]
+_Reason: TypeAlias = Literal["lease", "exhausted", "fallback", "pending", "exact", "local", "shadow"]
 _Origin: TypeAlias = Literal["config", "file", "store", "set_limit", "caller", "default_tier"]
 #: Rules as ``(limit, window_ms)`` pairs, first to last.
 _Rules: TypeAlias = tuple[tuple[int, int], ...]
@@ -103,6 +103,7 @@ class Limiter:
         default_tier: str | None = None,
         policy_file: str | None = None,
         policy_refresh_ms: int | None = None,
+        shadow: bool = False,
         on_event: Callable[[str, str], object] | None = None,
     ) -> Self: ...
     def acquire(self, key: str, cost: int = 1, *, tier: str | None = None) -> Decision: ...
