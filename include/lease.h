@@ -590,6 +590,16 @@ typedef void (*lease_event_callback)(void *user,
  */
 #define LEASE_REASON_SHADOW 6
 
+/**
+ * Denied: the key has a deny entry ("blocked") in the policy store or file.
+ */
+#define LEASE_REASON_BLOCKED 7
+
+/**
+ * Admitted: the key has an allow entry ("unlimited"); no token spent.
+ */
+#define LEASE_REASON_UNLIMITED 8
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -667,7 +677,8 @@ enum lease_status lease_redact_url(const char *url,
 
 /**
  * The reason's name as in every binding: "lease", "exhausted", "fallback",
- * "pending", "exact", "local" or "shadow" ("unknown" for any other value). Static
+ * "pending", "exact", "local", "shadow", "blocked" or "unlimited" ("unknown" for
+ * any other value). Static
  * storage: never free it.
  */
 const char *lease_reason_name(lease_reason reason);

@@ -27,6 +27,12 @@ const (
 	// key). Remaining and RetryAfterMs are what the denial said; counted in
 	// Metrics.ShadowDenied; Headers is empty.
 	ReasonShadow Reason = "shadow"
+	// ReasonBlocked: denied, the key has a deny entry ("blocked") in the
+	// policy store or file; Headers has Retry-After only.
+	ReasonBlocked Reason = "blocked"
+	// ReasonUnlimited: admitted, the key has an allow entry ("unlimited");
+	// no token spent, Headers is empty.
+	ReasonUnlimited Reason = "unlimited"
 )
 
 // reasonOf is the Reason of a C reason code (TestReasonsAreTheCABIs checks
@@ -47,6 +53,10 @@ func reasonOf(r uint32) Reason {
 		return ReasonLocal
 	case C.LEASE_REASON_SHADOW:
 		return ReasonShadow
+	case C.LEASE_REASON_BLOCKED:
+		return ReasonBlocked
+	case C.LEASE_REASON_UNLIMITED:
+		return ReasonUnlimited
 	}
 	return Reason("unknown")
 }
@@ -65,6 +75,10 @@ func (r Reason) code() uint32 {
 		return C.LEASE_REASON_LOCAL
 	case ReasonShadow:
 		return C.LEASE_REASON_SHADOW
+	case ReasonBlocked:
+		return C.LEASE_REASON_BLOCKED
+	case ReasonUnlimited:
+		return C.LEASE_REASON_UNLIMITED
 	}
 	return C.LEASE_REASON_LEASE
 }

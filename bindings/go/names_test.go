@@ -21,13 +21,13 @@ func TestReasonsAreTheCABIs(t *testing.T) {
 	if code == 0 {
 		t.Fatal("lease_reason_name names no code")
 	}
-	for _, r := range []Reason{ReasonLease, ReasonExhausted, ReasonFallback, ReasonPending, ReasonExact, ReasonLocal, ReasonShadow} {
+	for _, r := range []Reason{ReasonLease, ReasonExhausted, ReasonFallback, ReasonPending, ReasonExact, ReasonLocal, ReasonShadow, ReasonBlocked, ReasonUnlimited} {
 		if !seen[r] {
 			t.Errorf("%q is not a C ABI reason", r)
 		}
 	}
-	if len(seen) != 7 {
-		t.Errorf("the C ABI has %d reasons, Go 7", len(seen))
+	if len(seen) != 9 {
+		t.Errorf("the C ABI has %d reasons, Go 9", len(seen))
 	}
 	if reasonOf(code) != "unknown" {
 		t.Errorf("code %d: %q", code, reasonOf(code))

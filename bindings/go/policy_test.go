@@ -320,3 +320,35 @@ func TestShadowModeAdmitsWhatTheRulesDeny(t *testing.T) {
 		t.Fatal(la.MetricsPrometheus())
 	}
 }
+
+// Allow and deny entries: "blocked" denies with ReasonBlocked, "unlimited"
+// admits with ReasonUnlimited and spends nothing; Policy names the entry.
+func TestAllowAndDenyEntries(t *testing.T) {
+	c := tiered("free=2/s")
+	a, b := mustNew(t, c), mustNew(t, c)
+	if _, err := a.PolicyAssign("bot", "blocked"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PolicyAssign("ops", "unlimited"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.RefreshPolicies(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if d, err := b.Acquire("bot"); err != nil || d.Allowed || d.Reason != ReasonBlocked || d.Headers().Get("Retry-After") == "" {
+			t.Fatalf("bot: %+v %v", d, err)
+		}
+	}
+	for i := 0; i < 300; i++ {
+		if d, err := b.Acquire("ops"); err != nil || !d.Allowed || d.Reason != ReasonUnlimited || len(d.Headers()) != 0 {
+			t.Fatalf("ops %d: %+v %v", i, d, err)
+		}
+	}
+	if m := b.Metrics(); m.TokensLeased != 0 || m.Denied != 3 {
+		t.Fatalf("metrics %+v", m)
+	}
+	if p, err := b.Policy("bot", ""); err != nil || !strings.Contains(p.Source, "blocked (from store)") {
+		t.Fatalf("policy %+v %v", p, err)
+	}
+}

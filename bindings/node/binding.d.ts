@@ -119,9 +119,10 @@ export declare class NativeLimiter {
  * HTTP headers for a decision (IETF RateLimit / RateLimit-Policy, plus
  * Retry-After when denied), computed by the engine. `rules`: every rule's
  * limit and windowMs in turn (none: the one rule `limit` per `windowMs`);
- * `rule`: the binding rule's index in them (default 0).
+ * `rule`: the binding rule's index in them (default 0); `reason`: the
+ * decision's reason by name (none or an unknown name: `lease`).
  */
-export declare function decisionHeaders(allowed: boolean, limit: number, remaining: number, retryAfterMs: number, resetAfterMs: number, windowMs: number, rule?: number | undefined | null, rules?: Array<number> | undefined | null): Record<string, string>
+export declare function decisionHeaders(allowed: boolean, limit: number, remaining: number, retryAfterMs: number, resetAfterMs: number, windowMs: number, rule?: number | undefined | null, rules?: Array<number> | undefined | null, reason?: string | undefined | null): Record<string, string>
 
 /** The engine's version (Cargo.toml). */
 export declare function engineVersion(): string

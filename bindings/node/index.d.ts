@@ -8,8 +8,10 @@ import { EventEmitter } from 'node:events'
  * Why a decision came out as it did. `'shadow'`: admitted although the key's
  * rules deny it, because they are in shadow mode (the `shadow` option, or
  * `'shadow ...'` rules of a tier or key); counted in `shadow_denied`, no headers.
+ * `'blocked'` / `'unlimited'`: the key has a deny / allow entry in the policy
+ * store or file (denied with only `Retry-After` / admitted with no headers).
  */
-export type Reason = 'lease' | 'exhausted' | 'fallback' | 'pending' | 'exact' | 'local' | 'shadow'
+export type Reason = 'lease' | 'exhausted' | 'fallback' | 'pending' | 'exact' | 'local' | 'shadow' | 'blocked' | 'unlimited'
 
 /** Coordination mode. */
 export type Mode = 'lease' | 'exact' | 'local'
@@ -109,6 +111,8 @@ export interface KeyPolicy {
   assignedBy: PolicyOrigin
   /** Where the rules themselves are defined. */
   definedBy: PolicyOrigin
+  /** An allow (`'unlimited'`) or deny (`'blocked'`) entry holds the key to no rule. */
+  access: 'unlimited' | 'blocked' | null
   /** The same as a sentence: `'tier pro (assigned by store, defined in config)'`. */
   source: string
 }

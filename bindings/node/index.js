@@ -107,8 +107,6 @@ function headers(d) {
   if (rule !== undefined && typeof rule !== 'number') {
     throw fail(TypeError, codes.CONFIG, `headers(decision): \`rule\` must be a number (got ${describe(rule)})`)
   }
-  // Rules in shadow mode hold the client to nothing: no headers (the engine's rule).
-  if (d.reason === 'shadow') return {}
   return native.decisionHeaders(
     Boolean(d.allowed),
     d.limit,
@@ -118,6 +116,7 @@ function headers(d) {
     d.windowMs,
     rule,
     flat,
+    typeof d.reason === 'string' ? d.reason : undefined,
   )
 }
 
@@ -146,7 +145,7 @@ function completed(r) {
 
 function decisionFromArray(a) {
   const c = a[0]
-  return new Decision((c & 8) !== 0, a[1], a[2], a[3], a[4], a[5], REASONS[c & 7], a[6], readRules(a, 8, a[7]))
+  return new Decision((c & 16) !== 0, a[1], a[2], a[3], a[4], a[5], REASONS[c & 15], a[6], readRules(a, 8, a[7]))
 }
 
 /**
@@ -319,7 +318,7 @@ class Limiter extends EventEmitter {
   constructor(options) {
     super()
     const { names, values, onEvent } = nativeOptions(options)
-    // [limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason | allowed << 3,
+    // [limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason | allowed << 4,
     //  rule, rule count, limit and windowMs of each rule (at most 4)]
     this.#scratch = new Float64Array(new ArrayBuffer(8 * 16))
     this.#rules = null
@@ -346,7 +345,7 @@ class Limiter extends EventEmitter {
     const c = s[5]
     // Decisions with the rules of the previous one share its (frozen) rules array.
     if (!sameRules(this.#rules, s, 8, s[7])) this.#rules = readRules(s, 8, s[7])
-    return new Decision((c & 8) !== 0, s[0], s[1], s[2], s[3], s[4], REASONS[c & 7], s[6], this.#rules)
+    return new Decision((c & 16) !== 0, s[0], s[1], s[2], s[3], s[4], REASONS[c & 15], s[6], this.#rules)
   }
 
   /**

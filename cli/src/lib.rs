@@ -140,12 +140,14 @@ impl PolicyTarget {
 #[derive(Subcommand, Debug, Clone)]
 pub enum PolicyAction {
     /// Define a tier (`--tier pro "6000/min, 1000000/day"`) or give a key its own
-    /// entry (`--key user:42 tier:pro`, or rules `--key user:7 "10/s, 100/day"`).
+    /// entry (`--key user:42 tier:pro`, rules `--key user:7 "10/s, 100/day"`, or
+    /// `unlimited` / `blocked`). Rules that begin with `shadow` are in shadow mode.
     Set {
         #[command(flatten)]
         #[allow(missing_docs)]
         target: PolicyTarget,
-        /// Rules ("10/s, 10000/day"), or for a key also tier:NAME.
+        /// Rules ("10/s, 10000/day", "shadow 50/min"), or for a key also
+        /// tier:NAME, unlimited or blocked.
         value: String,
     },
     /// A tier's definition, or a key's entry and the rules it gets.

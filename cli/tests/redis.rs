@@ -500,6 +500,20 @@ fn policy_sets_gets_lists_and_deletes_in_the_shared_store() {
     let shadow = (0..3).map(|_| l.acquire("user:44", 1).unwrap()).collect::<Vec<_>>();
     assert!(shadow.iter().all(|d| d.allowed), "{shadow:?}");
     assert_eq!(shadow[2].reason, quotalease::Reason::Shadow);
+    // allow and deny entries
+    for (key, word, reason) in [
+        ("bot", "blocked", quotalease::Reason::Blocked),
+        ("ops", "unlimited", quotalease::Reason::Unlimited),
+    ] {
+        let (code, _, err) = run(&["set", "--key", key, word]);
+        assert_eq!(code, 0, "{err}");
+        let (code, out, err) = run(&["get", "--key", key]);
+        assert_eq!(code, 0, "{err}");
+        assert!(line(&out, "key").contains(&format!("store entry {word}")), "{out}");
+        assert_eq!(l.acquire(key, 1).unwrap().reason, reason);
+        let (code, _, _) = run(&["delete", "--key", key]);
+        assert_eq!(code, 0);
+    }
     let (code, _, _) = run(&["delete", "--key", "user:44"]);
     assert_eq!(code, 0);
     let (code, out, _) = run(&["list"]);

@@ -26,11 +26,16 @@ pub enum Reason {
     /// key). Counted in `denied` and `shadow_denied`; `remaining` and
     /// `retry_after_ms` are what the denial said.
     Shadow = 6,
+    /// Denied: the key has a deny entry (`blocked`) in the policy store or
+    /// file. Not turned into an admission by shadow mode.
+    Blocked = 7,
+    /// Admitted: the key has an allow entry (`unlimited`); no token spent.
+    Unlimited = 8,
 }
 
 impl Reason {
     /// Every reason, in code order (`Reason as u8`).
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 9] = [
         Reason::Lease,
         Reason::Exhausted,
         Reason::Fallback,
@@ -38,6 +43,8 @@ impl Reason {
         Reason::Exact,
         Reason::Local,
         Reason::Shadow,
+        Reason::Blocked,
+        Reason::Unlimited,
     ];
 
     /// The reason with this code (`Reason as u8`).
@@ -55,6 +62,8 @@ impl Reason {
             Reason::Exact => "exact",
             Reason::Local => "local",
             Reason::Shadow => "shadow",
+            Reason::Blocked => "blocked",
+            Reason::Unlimited => "unlimited",
         }
     }
 }
@@ -157,11 +166,14 @@ impl Decision {
     /// field syntax), plus `Retry-After` in whole seconds when denied.
     /// `RateLimit-Policy` lists every rule (one item each; a key with one
     /// rule has the policy `"default"`); `RateLimit` reports the binding rule.
-    /// None for reason `shadow`: the client is not held to rules in shadow
-    /// mode, and `r=0` on a request that went through would mislead it.
+    /// None for reasons `shadow` and `unlimited`: the client is held to no
+    /// rule (and `r=0` on a request that went through would mislead it);
+    /// only `Retry-After` for `blocked`, whose key is held to no rule either.
     pub fn headers(&self) -> Vec<(&'static str, String)> {
-        if self.reason == Reason::Shadow {
-            return Vec::new();
+        match self.reason {
+            Reason::Shadow | Reason::Unlimited => return Vec::new(),
+            Reason::Blocked => return vec![("Retry-After", self.retry_after_secs())],
+            _ => {}
         }
         let mut h = Vec::with_capacity(3);
         let mut policy = String::new();
@@ -188,9 +200,14 @@ impl Decision {
             ),
         ));
         if !self.allowed {
-            h.push(("Retry-After", self.retry_after_ms.div_ceil(1000).max(1).to_string()));
+            h.push(("Retry-After", self.retry_after_secs()));
         }
         h
+    }
+
+    /// `Retry-After` in whole seconds, at least 1.
+    fn retry_after_secs(&self) -> String {
+        self.retry_after_ms.div_ceil(1000).max(1).to_string()
     }
 }
 
@@ -221,6 +238,16 @@ mod tests {
             ..d
         };
         assert!(shadow.headers().is_empty(), "no headers for rules in shadow mode");
+        let unlimited = Decision {
+            reason: Reason::Unlimited,
+            ..ok
+        };
+        assert!(unlimited.headers().is_empty());
+        let blocked = Decision {
+            reason: Reason::Blocked,
+            ..d
+        };
+        assert_eq!(blocked.headers(), vec![("Retry-After", "2".to_string())]);
     }
 
     #[test]
@@ -257,11 +284,21 @@ mod reason_tests {
             assert_eq!(*r as u8 as usize, i);
             assert_eq!(Reason::from_code(i as u8), Some(*r));
         }
-        assert_eq!(Reason::from_code(7), None);
+        assert_eq!(Reason::from_code(9), None);
         let names: Vec<&str> = Reason::ALL.iter().map(Reason::as_str).collect();
         assert_eq!(
             names,
-            ["lease", "exhausted", "fallback", "pending", "exact", "local", "shadow"]
+            [
+                "lease",
+                "exhausted",
+                "fallback",
+                "pending",
+                "exact",
+                "local",
+                "shadow",
+                "blocked",
+                "unlimited"
+            ]
         );
     }
 }

@@ -536,7 +536,7 @@ fn a_policy_file_is_read_and_followed_when_it_changes() {
     let path = dir.join("policies.toml");
     std::fs::write(
         &path,
-        "default_tier = \"free\"\n[tiers]\nfree = \"4/s\"\nteam = [\"10/s\", \"100/min\"]\n[keys]\n\"vip\" = \"tier:team\"\n",
+        "default_tier = \"free\"\n[tiers]\nfree = \"4/s\"\nteam = [\"10/s\", \"100/min\"]\n[keys]\n\"vip\" = \"tier:team\"\n\"bot\" = \"blocked\"\n",
     )
     .unwrap();
     let l = Limiter::builder()
@@ -547,6 +547,7 @@ fn a_policy_file_is_read_and_followed_when_it_changes() {
         .unwrap();
     assert_eq!(admitted(&l, "anyone", None, 10), 4);
     assert_eq!(admitted(&l, "vip", None, 20), 10);
+    assert_eq!(l.acquire("bot", 1).unwrap().reason, Reason::Blocked);
     let (_, src) = l.policy("vip", None).unwrap();
     assert_eq!((src.assigned_by, src.defined_by), (Origin::File, Origin::File));
     // the file changes: followed at the next refresh (a new mtime)
@@ -780,6 +781,96 @@ fn the_redis_store_moves_a_key_from_shadow_to_enforced_across_a_fleet() {
         await_cond(&format!("instance {i} enforces cust"), || {
             let d = l.acquire("cust", 1).unwrap();
             !d.allowed && d.reason == Reason::Exhausted
+        });
+    }
+}
+
+/// Allow and deny entries: `unlimited` admits everything and spends
+/// nothing, `blocked` denies everything (even in shadow mode, and even
+/// when the instance held leased tokens of the key); removing the entry
+/// gives the key its rules back with its bucket as it was.
+#[test]
+fn allow_and_deny_entries_in_the_store_override_the_rules() {
+    let name = format!("memory://{}", unique("access"));
+    let a = manual(&name).limit(3).window_ms(60_000).build().unwrap();
+    let b = manual(&name)
+        .limit(3)
+        .window_ms(60_000)
+        .lease_size(3)
+        .shadow(true)
+        .build()
+        .unwrap();
+    // b holds leased tokens of "abuser" before the entry lands
+    assert!(b.acquire("abuser", 1).unwrap().allowed);
+    assert!(b.inspect("abuser").unwrap().local_tokens > 0);
+    a.policy_assign("abuser", "blocked").unwrap();
+    a.policy_assign("partner", "unlimited").unwrap();
+    b.settle().unwrap();
+    assert_eq!(b.inspect("abuser").unwrap().local_tokens, 0, "its tokens went back");
+    for _ in 0..3 {
+        let d = b.acquire("abuser", 1).unwrap();
+        assert_eq!((d.allowed, d.reason), (false, Reason::Blocked), "{d:?}");
+        assert_eq!(d.retry_after_ms, 60_000);
+        assert_eq!(d.headers(), vec![("Retry-After", "60".to_string())]);
+        let d = b.try_acquire("abuser", 1).unwrap();
+        assert_eq!(d.reason, Reason::Blocked);
+    }
+    let before = b.metrics();
+    for _ in 0..10 {
+        let d = b.acquire("partner", 1).unwrap();
+        assert_eq!(
+            (d.allowed, d.reason, d.remaining),
+            (true, Reason::Unlimited, 3),
+            "{d:?}"
+        );
+        assert!(d.headers().is_empty());
+    }
+    let after = b.metrics();
+    assert_eq!(after.admitted - before.admitted, 10);
+    assert_eq!(after.tokens_leased, before.tokens_leased, "unlimited spends nothing");
+    assert_eq!(after.shadow_denied, 0, "a deny entry is no rule under trial");
+    let (_, src) = b.policy("abuser", None).unwrap();
+    assert_eq!(src.to_string(), "blocked (from store)");
+    assert_eq!(b.policy_get("partner").unwrap().as_deref(), Some("unlimited"));
+    // the entries go: the rules again, the bucket as the first lease left it
+    a.policy_unassign("abuser").unwrap();
+    a.policy_unassign("partner").unwrap();
+    b.settle().unwrap();
+    let abuser: Vec<Reason> = (0..4).map(|_| b.acquire("abuser", 1).unwrap().reason).collect();
+    assert_eq!(abuser, [Reason::Lease, Reason::Lease, Reason::Shadow, Reason::Shadow]);
+    assert_eq!(admitted(&a, "partner", None, 5), 3);
+}
+
+/// A deny entry in the policy file, and on a real redis-server across a fleet.
+#[test]
+fn a_deny_entry_reaches_every_instance_of_a_redis_fleet() {
+    let server = common::redis_or_skip!(RedisServer::start());
+    let prefix = unique("deny");
+    let fleet: Vec<Limiter> = (0..3)
+        .map(|_| {
+            Limiter::builder()
+                .url(server.url())
+                .key_prefix(&prefix)
+                .limit(1_000)
+                .policy_refresh_ms(50)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    for l in &fleet {
+        assert!(l.acquire("abuser", 1).unwrap().allowed);
+    }
+    fleet[0].policy_assign("abuser", "blocked").unwrap();
+    for (i, l) in fleet.iter().enumerate() {
+        await_cond(&format!("instance {i} blocks abuser"), || {
+            l.acquire("abuser", 1).unwrap().reason == Reason::Blocked
+        });
+        assert_eq!(l.inspect("abuser").unwrap().local_tokens, 0);
+    }
+    fleet[0].policy_unassign("abuser").unwrap();
+    for (i, l) in fleet.iter().enumerate() {
+        await_cond(&format!("instance {i} admits abuser again"), || {
+            l.acquire("abuser", 1).unwrap().allowed
         });
     }
 }

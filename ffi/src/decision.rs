@@ -31,6 +31,10 @@ pub const LEASE_REASON_LOCAL: lease_reason = 5;
 /// `shadow` option, or "shadow ..." rules). `remaining` and
 /// `retry_after_ms` are what the denial said; counted in `shadow_denied`.
 pub const LEASE_REASON_SHADOW: lease_reason = 6;
+/// Denied: the key has a deny entry ("blocked") in the policy store or file.
+pub const LEASE_REASON_BLOCKED: lease_reason = 7;
+/// Admitted: the key has an allow entry ("unlimited"); no token spent.
+pub const LEASE_REASON_UNLIMITED: lease_reason = 8;
 
 /// The outcome of one acquire. Plain data owned by the caller: nothing to free.
 #[repr(C)]
@@ -136,6 +140,8 @@ const _: () = {
     assert!(LEASE_REASON_EXACT == Reason::Exact as lease_reason);
     assert!(LEASE_REASON_LOCAL == Reason::Local as lease_reason);
     assert!(LEASE_REASON_SHADOW == Reason::Shadow as lease_reason);
+    assert!(LEASE_REASON_BLOCKED == Reason::Blocked as lease_reason);
+    assert!(LEASE_REASON_UNLIMITED == Reason::Unlimited as lease_reason);
 };
 
 fn reason_of(r: lease_reason) -> Option<Reason> {
@@ -154,7 +160,8 @@ fn reason_names() -> &'static [CString] {
 }
 
 /// The reason's name as in every binding: "lease", "exhausted", "fallback",
-/// "pending", "exact", "local" or "shadow" ("unknown" for any other value). Static
+/// "pending", "exact", "local", "shadow", "blocked" or "unlimited" ("unknown" for
+/// any other value). Static
 /// storage: never free it.
 #[no_mangle]
 pub extern "C" fn lease_reason_name(reason: lease_reason) -> *const c_char {

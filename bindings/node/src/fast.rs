@@ -46,7 +46,7 @@ impl Shared {
     }
 
     /// `[limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason |
-    /// allowed << 3, rule, rule count, then limit and windowMs of each rule]`
+    /// allowed << 4, rule, rule count, then limit and windowMs of each rule]`
     /// into the scratch array.
     #[inline]
     fn write(&self, d: &Decision) {

@@ -79,7 +79,7 @@ fn whole(v: f64, kind: ErrorKind, what: &str) -> JsResult<u64> {
 pub(crate) const KEY_BUF: usize = 1024;
 
 /// Numbers in the scratch array: limit, remaining, retryAfterMs,
-/// resetAfterMs, windowMs, `reason | allowed << 3`, the binding rule's
+/// resetAfterMs, windowMs, `reason | allowed << 4`, the binding rule's
 /// index, the number of rules, then each rule's limit and windowMs.
 pub(crate) const SCRATCH_LEN: usize = 8 + 2 * quotalease::internals::MAX_RULES;
 
@@ -120,22 +120,23 @@ fn rules_value<'e>(env: &'e Env, rules: &Rules) -> Result<Array<'e>> {
     Ok(a)
 }
 
-/// `{ rules, tier, assignedBy, definedBy, source }`.
+/// `{ rules, tier, assignedBy, definedBy, access, source }`.
 fn policy_value<'e>(env: &'e Env, rules: &Rules, src: &PolicySource) -> Result<Object<'e>> {
     let mut o = Object::new(env)?;
     o.set("rules", rules_value(env, rules)?)?;
     o.set("tier", src.tier.clone())?;
     o.set("assignedBy", src.assigned_by.as_str())?;
     o.set("definedBy", src.defined_by.as_str())?;
+    o.set("access", src.access.map(|a| a.as_str()))?;
     o.set("source", src.to_string())?;
     Ok(o)
 }
 
-/// `reason | allowed << 3`: what the wrapper needs besides the numbers
+/// `reason | allowed << 4`: what the wrapper needs besides the numbers
 /// (the reason's code is `Reason as u8`, its name `reasons()[code]`).
 #[inline]
 fn code_of_decision(d: &Decision) -> u32 {
-    (d.reason as u32) | ((d.allowed as u32) << 3)
+    (d.reason as u32) | ((d.allowed as u32) << 4)
 }
 
 /// An option's value as the wrapper passes it: `undefined`/`null` leave
@@ -583,7 +584,8 @@ impl NativeLimiter {
 /// HTTP headers for a decision (IETF RateLimit / RateLimit-Policy, plus
 /// Retry-After when denied), computed by the engine. `rules`: every rule's
 /// limit and windowMs in turn (none: the one rule `limit` per `windowMs`);
-/// `rule`: the binding rule's index in them (default 0).
+/// `rule`: the binding rule's index in them (default 0); `reason`: the
+/// decision's reason by name (none or an unknown name: `lease`).
 #[napi(ts_return_type = "Record<string, string>")]
 #[allow(clippy::too_many_arguments)]
 pub fn decision_headers<'e>(
@@ -596,8 +598,13 @@ pub fn decision_headers<'e>(
     window_ms: f64,
     rule: Option<f64>,
     rules: Option<Vec<f64>>,
+    reason: Option<String>,
 ) -> Result<Object<'e>, String> {
     let n = |v: f64, what: &str| whole(v, ErrorKind::Config, what);
+    let reason = Reason::ALL
+        .into_iter()
+        .find(|r| Some(r.as_str()) == reason.as_deref())
+        .unwrap_or(Reason::Lease);
     let d = Decision::single(
         allowed,
         n(limit, "limit")?,
@@ -605,7 +612,7 @@ pub fn decision_headers<'e>(
         n(retry_after_ms, "retryAfterMs")?,
         n(reset_after_ms, "resetAfterMs")?,
         n(window_ms, "windowMs")?,
-        Reason::Lease,
+        reason,
     );
     let rules = if let Some(flat) = rules {
         if flat.len() % 2 != 0 {

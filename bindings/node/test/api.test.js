@@ -211,7 +211,7 @@ test('module exports', () => {
     'redactUrl',
   ])
   // Both tables come from the engine (Reason::ALL, ErrorKind::ALL).
-  assert.deepEqual(reasons, ['lease', 'exhausted', 'fallback', 'pending', 'exact', 'local', 'shadow'])
+  assert.deepEqual(reasons, ['lease', 'exhausted', 'fallback', 'pending', 'exact', 'local', 'shadow', 'blocked', 'unlimited'])
   assert.ok(Object.isFrozen(reasons) && Object.isFrozen(codes))
   assert.deepEqual(codes, {
     CONFIG: 'ERR_QUOTALEASE_CONFIG',

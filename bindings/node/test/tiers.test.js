@@ -184,6 +184,7 @@ test('policy(key, tier) and tiers() read what the limiter knows', () => {
     tier: 'burst',
     assignedBy: 'caller',
     definedBy: 'config',
+    access: null,
     source: 'tier burst (assigned by caller, defined in config)',
   })
   assert.equal(l.policy('k').tier, 'free')
@@ -319,6 +320,7 @@ async function storeRoundTrip(url, keyPrefix) {
       tier: 'gold',
       assignedBy: 'store',
       definedBy: 'store',
+      access: null,
       source: 'tier gold (assigned by store, defined in store)',
     })
     assert.equal(b.acquireSync('user:2').limit, 7)
@@ -414,4 +416,29 @@ test('shadow mode admits what the rules deny, with no headers, and counts it', a
   assert.throws(() => new Limiter({ limit: 5, shadow: [] }), { name: 'TypeError', message: /`shadow` must be a boolean/ })
   l.close()
   all.close()
+})
+
+test('allow and deny entries: reasons of their own, nothing spent', async () => {
+  const url = `memory://${unique('access')}`
+  const a = manual({ url })
+  const b = manual({ url })
+  await a.policyAssign('bot', 'blocked')
+  await a.policyAssign('ops', 'unlimited')
+  await b.refreshPolicies()
+  for (let i = 0; i < 3; i++) {
+    const d = b.acquireSync('bot')
+    assert.deepEqual([d.allowed, d.reason], [false, 'blocked'])
+    assert.deepEqual(Object.keys(d.headers()), ['Retry-After'])
+  }
+  for (let i = 0; i < 300; i++) {
+    const d = b.acquireSync('ops')
+    assert.deepEqual([d.allowed, d.reason, d.headers()], [true, 'unlimited', {}])
+  }
+  assert.equal((await b.acquire('ops')).reason, 'unlimited')
+  assert.equal(b.metrics().tokens_leased, 0)
+  const p = b.policy('bot')
+  assert.deepEqual([p.access, p.source], ['blocked', 'blocked (from store)'])
+  assert.equal(b.policy('anyone').access, null)
+  a.close()
+  b.close()
 })

@@ -703,7 +703,9 @@ impl Limiter {
 
     /// The rules `key` is held to on a call naming `tier`, and why: a dict
     /// with `rules` (`(limit, window_ms)` pairs), `tier` (or None),
-    /// `assigned_by`, `defined_by` and `source` (the core's sentence). Reads
+    /// `assigned_by`, `defined_by`, `access` (`"unlimited"` or `"blocked"`
+    /// for an allow or deny entry, else None) and `source` (the core's
+    /// sentence). Reads
     /// what this limiter knows; no call to the store.
     #[pyo3(signature = (key, tier = None))]
     fn policy<'py>(&self, py: Python<'py>, key: &str, tier: Option<&Bound<'_, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
@@ -713,6 +715,7 @@ impl Limiter {
         d.set_item("tier", source.tier.as_deref())?;
         d.set_item("assigned_by", source.assigned_by.as_str())?;
         d.set_item("defined_by", source.defined_by.as_str())?;
+        d.set_item("access", source.access.map(|a| a.as_str()))?;
         d.set_item("source", source.to_string())?;
         Ok(d)
     }

@@ -166,6 +166,7 @@ def test_policy_and_tiers_say_where_rules_come_from() -> None:
         "tier": "free",
         "assigned_by": "default_tier",
         "defined_by": "config",
+        "access": None,
         "source": "tier free (assigned by default_tier, defined in config)",
     }
     assert lim.policy("u", "pro")["assigned_by"] == "caller"
@@ -175,6 +176,7 @@ def test_policy_and_tiers_say_where_rules_come_from() -> None:
         "tier": None,
         "assigned_by": "set_limit",
         "defined_by": "set_limit",
+        "access": None,
         "source": "own rules (from set_limit)",
     }
     with pytest.raises(InvalidKeyError):
@@ -291,6 +293,7 @@ def test_policy_file_and_refresh_options(tmp_path: Path) -> None:
         "tier": "team",
         "assigned_by": "file",
         "defined_by": "file",
+        "access": None,
         "source": "tier team (assigned by file, defined in file)",
     }
     assert lim.tiers()["team"]["defined_by"] == "file"
@@ -329,3 +332,21 @@ def test_shadow_mode_admits_what_the_rules_deny_and_counts_it() -> None:
         return (await everything.acquire_async("x")).reason
 
     assert asyncio.run(main()) == "shadow"
+
+
+def test_allow_and_deny_entries_have_reasons_of_their_own() -> None:
+    url = f"memory://{unique('access')}"
+    a, b = tiered(url), tiered(url)
+    a.policy_assign("bot", "blocked")
+    a.policy_assign("ops", "unlimited")
+    b.refresh_policies()
+    bot = [b.acquire("bot") for _ in range(3)]
+    assert [(d.allowed, d.reason) for d in bot] == [(False, "blocked")] * 3
+    assert list(bot[0].headers()) == ["Retry-After"]
+    ops = [b.acquire("ops") for _ in range(300)]
+    assert all(d.allowed and d.reason == "unlimited" and d.headers() == {} for d in ops)
+    assert b.metrics()["tokens_leased"] == 0
+    p = b.policy("bot")
+    assert (p["access"], p["source"]) == ("blocked", "blocked (from store)")
+    assert b.policy("anyone")["access"] is None
+    assert b.policy_get("ops") == "unlimited"

@@ -191,7 +191,7 @@ impl Engine {
     }
 
     #[inline(always)]
-    fn decision(
+    pub(super) fn decision(
         &self,
         e: &Entry,
         p: Quota,

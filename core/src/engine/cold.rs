@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::*;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::entry::Entry;
+use super::entry::{Entry, ACCESS_BLOCKED, ACCESS_UNLIMITED};
 use super::{lock, Engine};
 use crate::authority::Reply;
 use crate::config::{validate_key, Mode};
@@ -60,6 +60,9 @@ macro_rules! cold_path {
         let mut attempt = 0;
         loop {
             let e = $me.entry_for($key, $tier)?;
+            if let Some(d) = $me.access_decision(&e) {
+                return Ok(d);
+            }
             let last = attempt == RETIRED_RETRIES;
             attempt += 1;
             if e.more.load(Acquire) == 0 {
@@ -115,7 +118,7 @@ impl Engine {
     /// buckets are left as the denial left them: counting goes on as if the
     /// rules were enforced, which is what shadow mode is for.
     fn shadowed(&self, key: &str, d: Decision) -> Decision {
-        if d.allowed || !self.table.get(key).is_some_and(|e| e.shadow.load(Acquire)) {
+        if d.allowed || d.reason == Reason::Blocked || !self.table.get(key).is_some_and(|e| e.shadow.load(Acquire)) {
             return d;
         }
         self.counters.shadow_denied.fetch_add(1, Relaxed);
@@ -142,6 +145,27 @@ impl Engine {
             allowed: true,
             reason: Reason::Shadow,
             ..d
+        }
+    }
+
+    /// The decision of a key with an allow or deny entry (no bucket is
+    /// asked): admitted with reason `unlimited`, or denied with reason
+    /// `blocked` and a retry after the limiter's window (the entry may be
+    /// gone by then). `None`: the key is held to its rules.
+    fn access_decision(&self, e: &Entry) -> Option<Decision> {
+        let p = e.policy();
+        match e.access.load(Acquire) {
+            ACCESS_UNLIMITED => {
+                e.touch(self.clock.coarse());
+                self.count(e, &e.admitted);
+                Some(Decision {
+                    remaining: p.limit,
+                    reset_after_ms: 0,
+                    ..self.decision(e, p, true, 0, 0, Reason::Unlimited)
+                })
+            }
+            ACCESS_BLOCKED => Some(self.deny(e, p, 0, Reason::Blocked, p.window_ms)),
+            _ => None,
         }
     }
 

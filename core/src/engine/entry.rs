@@ -16,6 +16,11 @@ pub(crate) const MARK_PINNED: u32 = u32::MAX - 1;
 /// (`key`, U+001F, window) goes to the cold path, which refuses it.
 pub(crate) const MARK_SUB: u32 = u32::MAX - 2;
 
+/// [`Entry::access`]: the key has an allow entry (`unlimited`).
+pub(crate) const ACCESS_UNLIMITED: u8 = 1;
+/// [`Entry::access`]: the key has a deny entry (`blocked`).
+pub(crate) const ACCESS_BLOCKED: u8 = 2;
+
 /// How far a rate has accrued: taken up to `at`, with `units` credit units
 /// short of a whole token carried; and while a renewal is in flight, the
 /// rate it replaces and that rate's end (`paused`).
@@ -66,6 +71,10 @@ pub(crate) struct Entry {
     /// The key's rules are in shadow mode: the cold path admits what they
     /// deny (reason `shadow`). In the padding after `sub`: no extra bytes.
     pub shadow: AtomicBool,
+    /// An allow or deny entry holds the key ([`ACCESS_UNLIMITED`],
+    /// [`ACCESS_BLOCKED`]; 0: none): the cold path decides every request,
+    /// and tokens granted to it go straight back. Also in that padding.
+    pub access: AtomicU8,
     /// Requests denied on this key.
     pub denied: AtomicU64,
     /// Clock reading when the in-flight request started (stale-request guard).
@@ -140,6 +149,7 @@ impl Entry {
             subs: Default::default(),
             sub,
             shadow: AtomicBool::new(false),
+            access: AtomicU8::new(0),
             denied: AtomicU64::new(0),
             in_flight_since: AtomicU64::new(0),
             exhausted_until: AtomicU64::new(0),

@@ -16,11 +16,11 @@ use arc_swap::ArcSwap;
 
 mod store;
 
-use super::entry::{Entry, MARK_DEFAULT, MARK_PINNED, MARK_SUB};
+use super::entry::{Entry, ACCESS_BLOCKED, ACCESS_UNLIMITED, MARK_DEFAULT, MARK_PINNED, MARK_SUB};
 use super::{lock, Engine};
 use crate::error::{Error, Result};
 use crate::policy::file::PolicyFile;
-use crate::policy::{rule_key, Assignment, Origin, PolicySource, Rules, Tier};
+use crate::policy::{rule_key, Access, Assignment, Origin, PolicySource, Rules, Tier};
 
 /// One tier as the limiter knows it now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,7 +201,7 @@ impl Engine {
     /// shadow mode when the limiter is.
     pub(crate) fn resolve(&self, key: &str, tier: Option<&str>) -> Result<Resolution> {
         let mut r = self.resolve_rules(key, tier)?;
-        if self.r.cfg.shadow {
+        if self.r.cfg.shadow && r.source.access.is_none() {
             r.rules = r.rules.with_shadow(true);
         }
         Ok(r)
@@ -216,6 +216,7 @@ impl Engine {
                     tier: None,
                     assigned_by: Origin::SetLimit,
                     defined_by: Origin::SetLimit,
+                    access: None,
                 },
             });
         }
@@ -226,6 +227,19 @@ impl Engine {
             .or_else(|| self.policies.file_entry(key).map(|a| (a, Origin::File)));
         if let Some((a, by)) = own {
             match a {
+                // Held to no rule; its decisions report the limiter's own.
+                Assignment::Access(access) => {
+                    return Ok(Resolution {
+                        rules: Rules::one(self.r.policy()),
+                        mark: MARK_PINNED,
+                        source: PolicySource {
+                            tier: None,
+                            assigned_by: by,
+                            defined_by: by,
+                            access: Some(access),
+                        },
+                    })
+                }
                 Assignment::Rules(rules) => {
                     return Ok(Resolution {
                         rules,
@@ -234,6 +248,7 @@ impl Engine {
                             tier: None,
                             assigned_by: by,
                             defined_by: by,
+                            access: None,
                         },
                     })
                 }
@@ -246,6 +261,7 @@ impl Engine {
                                 tier: Some(name),
                                 assigned_by: by,
                                 defined_by: d.origin,
+                                access: None,
                             },
                         })
                     }
@@ -267,6 +283,7 @@ impl Engine {
                     tier: Some(name.to_string()),
                     assigned_by: Origin::Caller,
                     defined_by: d.origin,
+                    access: None,
                 },
             });
         }
@@ -279,6 +296,7 @@ impl Engine {
                     tier: default,
                     assigned_by: Origin::Default,
                     defined_by: d.origin,
+                    access: None,
                 },
             });
         }
@@ -289,6 +307,7 @@ impl Engine {
                 tier: None,
                 assigned_by: Origin::Config,
                 defined_by: Origin::Config,
+                access: None,
             },
         })
     }
@@ -356,6 +375,18 @@ impl Engine {
         }
         e.rule_set.store(crate::policy::RuleSet::of(&r.rules).0, Release);
         e.shadow.store(r.rules.is_shadow(), Release);
+        let access = match r.source.access {
+            None => 0,
+            Some(Access::Unlimited) => ACCESS_UNLIMITED,
+            Some(Access::Blocked) => ACCESS_BLOCKED,
+        };
+        // An allow or deny entry: the local tokens go back, and from here on
+        // every request is decided on the cold path (grants landing later go
+        // back too: `apply_grant` checks after adding, this swaps after setting).
+        if e.access.swap(access, AcqRel) != access && access != 0 {
+            let back = e.tokens.swap(0, AcqRel);
+            self.give_back(e, r.rules.first(), back);
+        }
         e.more.store(extra.len() as u8, Release);
         e.mark.store(r.mark, Release);
     }

@@ -310,12 +310,39 @@ pub enum Assignment {
     Tier(String),
     /// The key has rules of its own.
     Rules(Rules),
+    /// The key is exempt (`unlimited`) or blocked (`blocked`).
+    Access(Access),
+}
+
+/// An allow or deny entry: a key held to no rule at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Every request is admitted (reason `unlimited`), spending nothing.
+    Unlimited,
+    /// Every request is denied (reason `blocked`), even in shadow mode.
+    Blocked,
+}
+
+impl Access {
+    /// `unlimited` or `blocked`: the stored form and the reason's name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Access::Unlimited => "unlimited",
+            Access::Blocked => "blocked",
+        }
+    }
 }
 
 impl Assignment {
-    /// Parse the stored form: `tier:NAME` or rules (`"10/s, 1000/day"`).
+    /// Parse the stored form: `tier:NAME`, rules (`"10/s, 1000/day"`),
+    /// `unlimited` or `blocked`.
     pub fn parse(text: &str) -> Result<Assignment> {
         let text = text.trim();
+        for a in [Access::Unlimited, Access::Blocked] {
+            if text == a.as_str() {
+                return Ok(Assignment::Access(a));
+            }
+        }
         if let Some(name) = text.strip_prefix("tier:") {
             let name = name.trim();
             validate_tier_name(name)?;
@@ -331,6 +358,7 @@ impl fmt::Display for Assignment {
         match self {
             Assignment::Tier(t) => write!(f, "tier:{t}"),
             Assignment::Rules(r) => write!(f, "{r}"),
+            Assignment::Access(a) => f.write_str(a.as_str()),
         }
     }
 }
@@ -378,10 +406,16 @@ pub struct PolicySource {
     /// Where the rules themselves are defined (the tier's definition, or the
     /// assignment's own rules).
     pub defined_by: Origin,
+    /// An allow or deny entry of the key (`assigned_by` says whose): it
+    /// holds the key to no rule.
+    pub access: Option<Access>,
 }
 
 impl fmt::Display for PolicySource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(a) = self.access {
+            return write!(f, "{} (from {})", a.as_str(), self.assigned_by.as_str());
+        }
         match &self.tier {
             Some(t) => write!(
                 f,
@@ -456,7 +490,19 @@ mod tests {
 
     #[test]
     fn assignments_round_trip() {
-        for text in ["tier:pro", "10/s, 1000/day"] {
+        assert_eq!(
+            Assignment::parse(" blocked ").unwrap(),
+            Assignment::Access(Access::Blocked)
+        );
+        assert_eq!(
+            Assignment::parse("unlimited").unwrap(),
+            Assignment::Access(Access::Unlimited)
+        );
+        assert!(
+            Assignment::parse("Blocked").is_err(),
+            "the words are lower case, as stored"
+        );
+        for text in ["tier:pro", "10/s, 1000/day", "shadow 1/s", "unlimited", "blocked"] {
             assert_eq!(Assignment::parse(text).unwrap().to_string(), text);
         }
         assert!(Assignment::parse("tier:").is_err());

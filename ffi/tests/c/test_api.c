@@ -816,6 +816,23 @@ static void store_is_shared_after_refresh(void) {
   EXPECT(lease_acquire_tier(ls[1], KEY("g"), 1, KEY("gold"), &d), LEASE_OK);
   CHECK(d.rule_count == 2 && d.rule_limits[0] == 3 && d.rule_limits[1] == 20, "gold from the store: %u rules",
         d.rule_count);
+  /* allow and deny entries: reasons of their own, nothing spent or admitted */
+  EXPECT(lease_policy_assign(ls[0], KEY("bot"), "blocked", NULL), LEASE_OK);
+  EXPECT(lease_policy_assign(ls[0], KEY("ops"), "unlimited", NULL), LEASE_OK);
+  EXPECT(lease_refresh_policies(ls[1]), LEASE_OK);
+  for (i = 0; i < 3; i++) {
+    EXPECT(lease_acquire(ls[1], KEY("bot"), 1, &d), LEASE_OK);
+    CHECK(!d.allowed && d.reason == LEASE_REASON_BLOCKED, "bot: %s", lease_reason_name(d.reason));
+  }
+  for (i = 0; i < 300; i++) {
+    EXPECT(lease_acquire(ls[1], KEY("ops"), 1, &d), LEASE_OK);
+    CHECK(d.allowed && d.reason == LEASE_REASON_UNLIMITED, "ops: %s", lease_reason_name(d.reason));
+  }
+  CHECK(strcmp(lease_reason_name(LEASE_REASON_BLOCKED), "blocked") == 0 &&
+            strcmp(lease_reason_name(LEASE_REASON_UNLIMITED), "unlimited") == 0,
+        "names");
+  EXPECT(lease_policy_describe(ls[1], KEY("bot"), NULL, 0, text, sizeof text, NULL), LEASE_OK);
+  CHECK(strstr(text, "source: blocked (from store)") != NULL, "describe: %s", text);
   {
     struct lease_inspection in;
     memset(&in, 0, sizeof in);

@@ -33,7 +33,9 @@ class ClosedError(QuotaLeaseError, RuntimeError): ...
 class BackendError(QuotaLeaseError): ...
 class MisconfiguredError(QuotaLeaseError): ...
 
-_Reason: TypeAlias = Literal["lease", "exhausted", "fallback", "pending", "exact", "local", "shadow"]
+_Reason: TypeAlias = Literal[
+    "lease", "exhausted", "fallback", "pending", "exact", "local", "shadow", "blocked", "unlimited"
+]
 _Origin: TypeAlias = Literal["config", "file", "store", "set_limit", "caller", "default_tier"]
 #: Rules as ``(limit, window_ms)`` pairs, first to last.
 _Rules: TypeAlias = tuple[tuple[int, int], ...]
@@ -43,6 +45,7 @@ class _Policy(TypedDict):
     tier: str | None
     assigned_by: _Origin
     defined_by: _Origin
+    access: Literal["unlimited", "blocked"] | None
     source: str
 
 class _TierInfo(TypedDict):
