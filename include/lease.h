@@ -899,6 +899,44 @@ enum lease_status lease_try_acquire_tier(const struct lease_limiter *limiter,
                                          struct lease_decision *out);
 
 /**
+ * `lease_acquire_tier` (`tier` NULL with `tier_len` 0: no tier), waiting up
+ * to `wait_ms` for the tokens instead of denying: from the local lease, a
+ * rate grant or the bucket's refill, in arrival order among this process's
+ * waiters of the key. A denial whose `retry_after_ms` falls past the
+ * deadline is returned at once; a deny entry (`LEASE_REASON_BLOCKED`) is
+ * never waited on. Each request counts once in the metrics however often
+ * it was denied while waiting. Blocks the calling thread.
+ *
+ * Errors: as `lease_acquire_tier`.
+ *
+ * # Safety
+ * As for `lease_acquire_tier`.
+ */
+enum lease_status lease_acquire_wait(const struct lease_limiter *limiter,
+                                     const uint8_t *key,
+                                     size_t key_len,
+                                     uint64_t cost,
+                                     const uint8_t *tier,
+                                     size_t tier_len,
+                                     uint64_t wait_ms,
+                                     struct lease_decision *out);
+
+/**
+ * How many requests of `key` wait in `lease_acquire_wait` in this process
+ * now, into `*out`.
+ *
+ * Errors: `LEASE_ERR_NULL`, `LEASE_ERR_UTF8`.
+ *
+ * # Safety
+ * `limiter` is NULL or live; `key` is NULL or has `key_len` readable
+ * bytes; `out` is NULL or writable.
+ */
+enum lease_status lease_waiters(const struct lease_limiter *limiter,
+                                const uint8_t *key,
+                                size_t key_len,
+                                uint64_t *out);
+
+/**
  * Override the policy of one key: `limit` tokens per `window_ms`. Takes
  * effect at the key's next lease; the authority clamps stored tokens to a
  * lowered limit.

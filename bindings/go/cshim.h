@@ -46,6 +46,22 @@ static inline ql_decision_result ql_acquire_tier(const lease_limiter *l, _GoStri
 	return r;
 }
 
+static inline ql_decision_result ql_acquire_wait(const lease_limiter *l, _GoString_ key, uint64_t cost,
+                                                 _GoString_ tier, uint64_t wait_ms) {
+	ql_decision_result r;
+	size_t tn = _GoStringLen(tier);
+	const uint8_t *t = tn ? (const uint8_t *)_GoStringPtr(tier) : NULL;
+	r.status = lease_acquire_wait(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), cost, t, tn, wait_ms, &r.d);
+	r.err = r.status == LEASE_OK ? NULL : ql_err(r.status);
+	return r;
+}
+
+static inline uint64_t ql_waiters(const lease_limiter *l, _GoString_ key) {
+	uint64_t n = 0;
+	lease_waiters(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), &n);
+	return n;
+}
+
 // The store calls (operator calls: the Go side passes C strings it checked
 // for NUL bytes).
 typedef struct {

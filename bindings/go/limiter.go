@@ -9,6 +9,7 @@ import (
 	"runtime/cgo"
 	"sort"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -127,6 +128,39 @@ func (l *Limiter) acquireTier(key string, cost uint64, tier string, wait C.int) 
 		return Decision{}, newError(r.status, r.err, ctxKey)
 	}
 	return decisionOf(l, &r.d), nil
+}
+
+// AcquireWait takes cost tokens for key in plan tier tier ("": no tier),
+// waiting up to wait for them instead of denying: from the local lease, a
+// rate grant or the bucket's refill, in arrival order among this process's
+// waiters of the key. A denial whose RetryAfterMs falls past the deadline
+// is returned at once; a deny entry (ReasonBlocked) is never waited on.
+// Each request counts once in Metrics however often it was denied while
+// waiting. It blocks the calling goroutine (and its OS thread, in cgo).
+// A negative wait is a KindConfig error.
+func (l *Limiter) AcquireWait(key string, cost uint64, tier string, wait time.Duration) (Decision, error) {
+	if l == nil {
+		return Decision{}, errNil
+	}
+	if wait < 0 {
+		return Decision{}, &Error{Kind: KindConfig, Message: fmt.Sprintf("invalid configuration: `wait` must not be negative (got %v)", wait)}
+	}
+	r := C.ql_acquire_wait(l.ptr, key, C.uint64_t(cost), tier, C.uint64_t(wait.Milliseconds()))
+	runtime.KeepAlive(l)
+	if r.status != C.LEASE_OK {
+		return Decision{}, newError(r.status, r.err, ctxKey)
+	}
+	return decisionOf(l, &r.d), nil
+}
+
+// Waiters is how many requests of key wait in AcquireWait in this process now.
+func (l *Limiter) Waiters(key string) int {
+	if l == nil {
+		return 0
+	}
+	n := C.ql_waiters(l.ptr, key)
+	runtime.KeepAlive(l)
+	return int(n)
 }
 
 // SetLimit overrides the policy of one key: limit tokens per windowMs.

@@ -441,3 +441,49 @@ func TestABlackHoleCostsOneTimeout(t *testing.T) {
 		t.Fatalf("waited %v: more than one BackendTimeoutMs (1 s)", waited)
 	}
 }
+
+// AcquireWait admits once the refill covers the request, denies at once
+// (with the hint) when it cannot come in time, counts each request once,
+// and serves a key's waiters in arrival order.
+func TestAcquireWait(t *testing.T) {
+	c := DefaultConfig()
+	c.URL = "memory://" + uniq("wait")
+	c.Limit, c.WindowMs, c.LeaseSize = 2, 1000, 1
+	l := mustNew(t, c)
+	if d, _ := l.AcquireN("k", 2); !d.Allowed {
+		t.Fatal("the first two")
+	}
+	if d, err := l.AcquireWait("k", 2, "", 10*time.Millisecond); err != nil || d.Allowed || d.RetryAfterMs <= 10 {
+		t.Fatalf("two tokens take a second: %+v %v", d, err)
+	}
+	order := make(chan string, 2)
+	go func() {
+		d, err := l.AcquireWait("k", 2, "", 30*time.Second)
+		if err != nil || !d.Allowed {
+			t.Errorf("first: %+v %v", d, err)
+		}
+		order <- "two tokens, first"
+	}()
+	if !pollUntil(t, 30*time.Second, func() {}, func() bool { return l.Waiters("k") == 1 }) {
+		t.Fatal("the first waiter never queued")
+	}
+	go func() {
+		d, err := l.AcquireWait("k", 1, "", 30*time.Second)
+		if err != nil || !d.Allowed {
+			t.Errorf("second: %+v %v", d, err)
+		}
+		order <- "one token, second"
+	}()
+	if a, b := <-order, <-order; a != "two tokens, first" || b != "one token, second" {
+		t.Fatalf("served %q then %q", a, b)
+	}
+	if m := l.Metrics(); m.Admitted != 3 || m.Denied != 1 {
+		t.Fatalf("one count per request: %+v", m)
+	}
+	if _, err := l.AcquireWait("k", 0, "", time.Second); !errors.Is(err, ErrInvalidCost) {
+		t.Fatalf("cost 0: %v", err)
+	}
+	if _, err := l.AcquireWait("k", 1, "", -time.Second); !errors.Is(err, ErrConfig) {
+		t.Fatalf("negative wait: %v", err)
+	}
+}

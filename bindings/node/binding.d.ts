@@ -82,6 +82,14 @@ export declare class NativeLimiter {
    */
   policyDeleteTier(name: string): Promise<number | Error>
   /**
+   * `acquire` waiting up to `waitMs` for the tokens (`acquire_wait`): a
+   * Promise of the decision's numbers or an Error, settled from the
+   * broker thread; the event loop never blocks.
+   */
+  acquireWait(key: string, cost: number, tier: string | undefined | null, waitMs: number): Promise<Array<number> | Error>
+  /** How many requests of `key` wait in `acquire_wait` in this process now. */
+  waiters(key: string): number
+  /**
    * `policy_assign` on a background thread: a Promise of the store's
    * version or an Error.
    */

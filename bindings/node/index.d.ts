@@ -99,6 +99,17 @@ export interface AcquireOptions {
   tier?: string | null
 }
 
+/** `acquire` options: a tier, and a bounded wait. */
+export interface AcquireWaitOptions extends AcquireOptions {
+  /**
+   * Wait up to this many ms for the tokens instead of denying (from the local
+   * lease, a rate grant or the refill), in arrival order among this process's
+   * waiters of the key; a denial whose `retryAfterMs` falls past the deadline
+   * resolves at once. Only `acquire` (a Promise) takes it.
+   */
+  waitMs?: number | null
+}
+
 /** Where a definition came from. */
 export type PolicyOrigin = 'config' | 'file' | 'store' | 'set_limit' | 'caller' | 'default_tier'
 
@@ -282,9 +293,12 @@ export declare class Limiter extends EventEmitter {
    * Resolves without a network call while the local lease holds enough;
    * otherwise awaits a lease request (at most `backendTimeoutMs`) without
    * blocking the event loop. An unknown tier rejects with `ERR_QUOTALEASE_CONFIG`.
+   * With `waitMs`, waits for the tokens instead of denying (`AcquireWaitOptions`).
    */
-  acquire(key: string, cost?: number, options?: AcquireOptions): Promise<Decision>
-  acquire(key: string, options: AcquireOptions): Promise<Decision>
+  acquire(key: string, cost?: number, options?: AcquireWaitOptions): Promise<Decision>
+  acquire(key: string, options: AcquireWaitOptions): Promise<Decision>
+  /** How many requests of `key` wait (`acquire(key, { waitMs })`) in this process now. */
+  waiters(key: string): number
   /** Synchronous `acquire`: may block the event loop up to `backendTimeoutMs` on a cold key. */
   acquireSync(key: string, cost?: number, options?: AcquireOptions): Decision
   acquireSync(key: string, options: AcquireOptions): Decision

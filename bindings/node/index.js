@@ -165,13 +165,32 @@ function callArgs(cost, options) {
     throw fail(TypeError, codes.CONFIG, `acquire: options must be an object such as { tier: 'pro' } (got ${describe(options)})`)
   }
   for (const name in options) {
-    if (name !== 'tier') throw fail(Error, codes.CONFIG, `acquire: unknown option \`${name}\` (known: tier)`)
+    if (name !== 'tier' && name !== 'waitMs') {
+      throw fail(Error, codes.CONFIG, `acquire: unknown option \`${name}\` (known: tier, waitMs)`)
+    }
   }
   const tier = options.tier
   if (tier !== undefined && tier !== null && typeof tier !== 'string') {
     throw fail(TypeError, codes.CONFIG, `invalid tier: the tier must be a string (got ${describe(tier)})`)
   }
-  return [cost, tier]
+  const waitMs = options.waitMs
+  if (waitMs !== undefined && waitMs !== null && typeof waitMs !== 'number') {
+    throw fail(TypeError, codes.CONFIG, `invalid waitMs: it must be a number of milliseconds (got ${describe(waitMs)})`)
+  }
+  return [cost, tier, waitMs ?? undefined]
+}
+
+/** `acquireSync` / `tryAcquire` options: no `waitMs` (it would block the event loop). */
+function syncCallArgs(cost, options, method) {
+  const [c, tier, waitMs] = callArgs(cost, options)
+  if (waitMs !== undefined) {
+    throw fail(
+      TypeError,
+      codes.CONFIG,
+      `${method}: waitMs would block the event loop; use \`await limiter.acquire(key, { waitMs })\``,
+    )
+  }
+  return [c, tier]
 }
 
 /** The value of a store call, or its Error thrown (the engine redacts a URL it echoes). */
@@ -363,7 +382,14 @@ class Limiter extends EventEmitter {
       if (options === undefined && (cost === undefined || typeof cost === 'number')) {
         p = cost === undefined ? this.#acquireAsync(key) : this.#acquireAsync(key, cost)
       } else {
-        const [c, tier] = callArgs(cost, options)
+        const [c, tier, waitMs] = callArgs(cost, options)
+        if (waitMs !== undefined) {
+          checkKey(key)
+          if (c !== undefined && typeof c !== 'number') {
+            throw fail(TypeError, codes.INVALID_COST, `invalid cost: the cost must be a number (got ${describe(c)})`)
+          }
+          return this.#native.acquireWait(key, c === undefined ? 1 : c, tier ?? undefined, waitMs).then(completed)
+        }
         p = this.#acquireAsync(key, c, tier)
       }
     } catch (err) {
@@ -383,10 +409,16 @@ class Limiter extends EventEmitter {
       if (cost === undefined) this.#acquire(key)
       else this.#acquire(key, cost)
     } else {
-      const [c, tier] = callArgs(cost, options)
+      const [c, tier] = syncCallArgs(cost, options, 'acquireSync')
       this.#acquire(key, c, tier)
     }
     return this.#decision()
+  }
+
+  /** How many requests of `key` wait (`acquire(key, { waitMs })`) in this process now. */
+  waiters(key) {
+    checkKey(key)
+    return this.#native.waiters(key)
   }
 
   /**
@@ -398,7 +430,7 @@ class Limiter extends EventEmitter {
       if (cost === undefined) this.#tryAcquire(key)
       else this.#tryAcquire(key, cost)
     } else {
-      const [c, tier] = callArgs(cost, options)
+      const [c, tier] = syncCallArgs(cost, options, 'tryAcquire')
       this.#tryAcquire(key, c, tier)
     }
     return this.#decision()

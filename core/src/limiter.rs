@@ -1,6 +1,7 @@
 //! [`Limiter`], the public type: a thin handle on its engine.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::Config;
 use crate::decision::Decision;
@@ -124,6 +125,79 @@ impl Limiter {
             .spawn(async move { engine.acquire_slow_async(&key, cost, tier.as_deref()).await })
             .await
             .map_err(|_| Error::Closed)?
+    }
+
+    /// [`acquire_with`](Self::acquire_with), waiting up to `wait` for the
+    /// tokens instead of denying: from the local lease, a rate grant or the
+    /// bucket's refill, in arrival order among this process's waiters of
+    /// the key (a newcomer queues behind them). A denial whose
+    /// `retry_after_ms` falls past the deadline is returned at once;
+    /// a deny entry (`blocked`) is never waited on. Each request counts
+    /// once in metrics and demand, however often it was denied while
+    /// waiting. Blocks this thread (the wait runs on the broker's runtime);
+    /// from async code use [`acquire_wait_async`](Self::acquire_wait_async).
+    pub fn acquire_wait(&self, key: &str, cost: u64, tier: Option<&str>, wait: Duration) -> Result<Decision> {
+        if let Some(d) = self.engine.acquire_wait_now(key, cost, tier)? {
+            return Ok(d);
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.acquire_wait_or_notify(key, cost, tier, wait, move |r| {
+            let _ = tx.send(r);
+        })?
+        .map_or_else(|| rx.recv().map_err(|_| Error::Closed)?, Ok)
+    }
+
+    /// [`acquire_wait`](Self::acquire_wait), awaiting instead of blocking.
+    pub async fn acquire_wait_async(
+        &self,
+        key: &str,
+        cost: u64,
+        tier: Option<&str>,
+        wait: Duration,
+    ) -> Result<Decision> {
+        if let Some(d) = self.engine.acquire_wait_now(key, cost, tier)? {
+            return Ok(d);
+        }
+        let broker = self.engine.broker()?;
+        let engine = self.engine.clone();
+        let key = key.to_owned();
+        let tier = tier.map(str::to_owned);
+        broker
+            .runtime()
+            .spawn(async move { engine.acquire_wait(&key, cost, tier.as_deref(), wait).await })
+            .await
+            .map_err(|_| Error::Closed)?
+    }
+
+    /// Callback form of [`acquire_wait`](Self::acquire_wait) for bindings
+    /// with their own event loop: `Ok(Some(decision))` when decided at once
+    /// (local tokens and no waiters), else `Ok(None)` and `done` is called
+    /// once, later, from the broker thread.
+    pub fn acquire_wait_or_notify(
+        &self,
+        key: &str,
+        cost: u64,
+        tier: Option<&str>,
+        wait: Duration,
+        done: impl FnOnce(Result<Decision>) + Send + 'static,
+    ) -> Result<Option<Decision>> {
+        if let Some(d) = self.engine.acquire_wait_now(key, cost, tier)? {
+            return Ok(Some(d));
+        }
+        let broker = self.engine.broker()?;
+        let engine = self.engine.clone();
+        let key = key.to_owned();
+        let tier = tier.map(str::to_owned);
+        broker
+            .runtime()
+            .spawn(async move { done(engine.acquire_wait(&key, cost, tier.as_deref(), wait).await) });
+        Ok(None)
+    }
+
+    /// Requests of `key` waiting in [`acquire_wait`](Self::acquire_wait) in
+    /// this process now.
+    pub fn waiters(&self, key: &str) -> usize {
+        self.engine.waiters(key)
     }
 
     /// Callback form of [`acquire_async`](Self::acquire_async), for bindings

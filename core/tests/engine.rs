@@ -402,3 +402,100 @@ fn a_denial_reports_what_the_caller_can_have() {
     }
     assert!(denied > 1_000, "the key was saturated: {denied} denied");
 }
+
+mod common;
+
+fn waiting(limit: u64, window_ms: u64) -> Limiter {
+    Limiter::builder()
+        .limit(limit)
+        .window_ms(window_ms)
+        .lease_size(1)
+        .build()
+        .unwrap()
+}
+
+/// A bounded wait admits once the refill covers the request, denies at
+/// once (with the hint) when it cannot come before the deadline, and each
+/// request counts once however often it was denied while it waited.
+#[test]
+fn a_bounded_wait_admits_in_time_or_denies_with_the_hint() {
+    use std::time::Duration;
+    let l = waiting(10, 1_000);
+    for _ in 0..10 {
+        assert!(l.acquire("k", 1).unwrap().allowed);
+    }
+    let d = l.acquire_wait("k", 5, None, Duration::from_millis(10)).unwrap();
+    assert!(!d.allowed && d.retry_after_ms > 10, "5 tokens take 500 ms: {d:?}");
+    for _ in 0..3 {
+        let d = l.acquire_wait("k", 1, None, Duration::from_secs(30)).unwrap();
+        assert!(d.allowed, "{d:?}");
+    }
+    let m = l.metrics();
+    assert_eq!((m.admitted, m.denied), (13, 1), "one count per request: {m:?}");
+    assert_eq!(l.waiters("k"), 0);
+    let e = l.acquire_wait("k", 0, None, Duration::from_secs(1)).unwrap_err();
+    assert_eq!(e.kind(), quotalease::ErrorKind::InvalidCost);
+}
+
+/// Waiters of one key are served in arrival order: a small request that
+/// the refill could serve first still waits behind a larger one that came
+/// earlier. (Without the queue the small one is admitted first: it needs
+/// one token, the large one two.)
+#[test]
+fn waiters_of_a_key_are_served_in_arrival_order() {
+    use std::time::Duration;
+    let l = Arc::new(waiting(2, 1_000));
+    assert!(l.acquire("k", 2).unwrap().allowed);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let start = |name: &'static str, cost: u64| {
+        let (l, tx) = (l.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let d = l.acquire_wait("k", cost, None, Duration::from_secs(30)).unwrap();
+            tx.send((name, d.allowed)).unwrap();
+        })
+    };
+    let big = start("two tokens, first", 2);
+    common::await_cond("the first waiter queued", || l.waiters("k") == 1);
+    let small = start("one token, second", 1);
+    common::await_cond("the second waiter queued", || l.waiters("k") == 2);
+    big.join().unwrap();
+    small.join().unwrap();
+    let order: Vec<_> = rx.try_iter().collect();
+    assert_eq!(order, [("two tokens, first", true), ("one token, second", true)]);
+}
+
+/// Awaiting works from any executor; a deny entry is never waited on.
+#[test]
+fn an_async_wait_and_a_blocked_key() {
+    use std::time::Duration;
+    let name = format!("memory://{}", common::unique("wait"));
+    let l = Limiter::builder()
+        .url(&name)
+        .limit(1)
+        .window_ms(200)
+        .lease_size(1)
+        .policy_refresh_ms(1_000)
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let reasons = rt.block_on(async {
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            out.push(
+                l.acquire_wait_async("k", 1, None, Duration::from_secs(30))
+                    .await
+                    .unwrap()
+                    .allowed,
+            );
+        }
+        out
+    });
+    assert_eq!(reasons, [true, true, true]);
+    l.policy_assign("bot", "blocked").unwrap();
+    l.refresh_policies().unwrap();
+    let d = l.acquire_wait("bot", 1, None, Duration::from_secs(3_600)).unwrap();
+    assert_eq!(d.reason, Reason::Blocked);
+}

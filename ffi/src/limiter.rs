@@ -119,6 +119,17 @@ pub unsafe extern "C" fn lease_limiter_free(limiter: *mut lease_limiter) {
     }
 }
 
+/// How an acquire call may wait.
+#[derive(Clone, Copy)]
+enum How {
+    /// `lease_acquire`: for a lease request, at most `backend_timeout_ms`.
+    Acquire,
+    /// `lease_try_acquire`: never.
+    Try,
+    /// `lease_acquire_wait`: for tokens, up to this long.
+    Wait(std::time::Duration),
+}
+
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn acquire_impl(
@@ -129,7 +140,7 @@ unsafe fn acquire_impl(
     cost: u64,
     tier: Option<&str>,
     out: *mut lease_decision,
-    wait: bool,
+    how: How,
 ) -> lease_status {
     let Some(l) = (unsafe { limiter.as_ref() }) else {
         return null_arg(fname, "limiter");
@@ -141,10 +152,10 @@ unsafe fn acquire_impl(
         Ok(k) => k,
         Err(st) => return st,
     };
-    let r = if wait {
-        l.limiter.acquire_with(key, cost, tier)
-    } else {
-        l.limiter.try_acquire_with(key, cost, tier)
+    let r = match how {
+        How::Acquire => l.limiter.acquire_with(key, cost, tier),
+        How::Try => l.limiter.try_acquire_with(key, cost, tier),
+        How::Wait(wait) => l.limiter.acquire_wait(key, cost, tier, wait),
     };
     match r {
         Ok(d) => {
@@ -175,10 +186,10 @@ unsafe fn acquire_tier_impl(
     tier: *const u8,
     tier_len: usize,
     out: *mut lease_decision,
-    wait: bool,
+    how: How,
 ) -> lease_status {
     match unsafe { tier_str(fname, tier, tier_len) } {
-        Ok(tier) => unsafe { acquire_impl(fname, limiter, key, key_len, cost, tier, out, wait) },
+        Ok(tier) => unsafe { acquire_impl(fname, limiter, key, key_len, cost, tier, out, how) },
         Err(st) => st,
     }
 }
@@ -239,7 +250,7 @@ pub unsafe extern "C" fn lease_acquire(
     out: *mut lease_decision,
 ) -> lease_status {
     ffi_boundary! {
-        unsafe { acquire_impl("lease_acquire", limiter, key, key_len, cost, None, out, true) }
+        unsafe { acquire_impl("lease_acquire", limiter, key, key_len, cost, None, out, How::Acquire) }
     }
 }
 
@@ -257,7 +268,7 @@ pub unsafe extern "C" fn lease_try_acquire(
     out: *mut lease_decision,
 ) -> lease_status {
     ffi_boundary! {
-        unsafe { acquire_impl("lease_try_acquire", limiter, key, key_len, cost, None, out, false) }
+        unsafe { acquire_impl("lease_try_acquire", limiter, key, key_len, cost, None, out, How::Try) }
     }
 }
 
@@ -292,7 +303,7 @@ pub unsafe extern "C" fn lease_acquire_tier(
     out: *mut lease_decision,
 ) -> lease_status {
     ffi_boundary! {
-        unsafe { acquire_tier_impl("lease_acquire_tier", limiter, key, key_len, cost, tier, tier_len, out, true) }
+        unsafe { acquire_tier_impl("lease_acquire_tier", limiter, key, key_len, cost, tier, tier_len, out, How::Acquire) }
     }
 }
 
@@ -312,7 +323,69 @@ pub unsafe extern "C" fn lease_try_acquire_tier(
     out: *mut lease_decision,
 ) -> lease_status {
     ffi_boundary! {
-        unsafe { acquire_tier_impl("lease_try_acquire_tier", limiter, key, key_len, cost, tier, tier_len, out, false) }
+        unsafe { acquire_tier_impl("lease_try_acquire_tier", limiter, key, key_len, cost, tier, tier_len, out, How::Try) }
+    }
+}
+
+/// `lease_acquire_tier` (`tier` NULL with `tier_len` 0: no tier), waiting up
+/// to `wait_ms` for the tokens instead of denying: from the local lease, a
+/// rate grant or the bucket's refill, in arrival order among this process's
+/// waiters of the key. A denial whose `retry_after_ms` falls past the
+/// deadline is returned at once; a deny entry (`LEASE_REASON_BLOCKED`) is
+/// never waited on. Each request counts once in the metrics however often
+/// it was denied while waiting. Blocks the calling thread.
+///
+/// Errors: as `lease_acquire_tier`.
+///
+/// # Safety
+/// As for `lease_acquire_tier`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn lease_acquire_wait(
+    limiter: *const lease_limiter,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    tier: *const u8,
+    tier_len: usize,
+    wait_ms: u64,
+    out: *mut lease_decision,
+) -> lease_status {
+    ffi_boundary! {
+        let how = How::Wait(std::time::Duration::from_millis(wait_ms));
+        unsafe { acquire_tier_impl("lease_acquire_wait", limiter, key, key_len, cost, tier, tier_len, out, how) }
+    }
+}
+
+/// How many requests of `key` wait in `lease_acquire_wait` in this process
+/// now, into `*out`.
+///
+/// Errors: `LEASE_ERR_NULL`, `LEASE_ERR_UTF8`.
+///
+/// # Safety
+/// `limiter` is NULL or live; `key` is NULL or has `key_len` readable
+/// bytes; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lease_waiters(
+    limiter: *const lease_limiter,
+    key: *const u8,
+    key_len: usize,
+    out: *mut u64,
+) -> lease_status {
+    ffi_boundary! {
+        const F: &str = "lease_waiters";
+        let Some(l) = (unsafe { limiter.as_ref() }) else {
+            return null_arg(F, "limiter");
+        };
+        if out.is_null() {
+            return null_arg(F, "out");
+        }
+        let key = match unsafe { key_str(F, key, key_len) } {
+            Ok(k) => k,
+            Err(st) => return st,
+        };
+        unsafe { out.write(l.limiter.waiters(key) as u64) };
+        LEASE_OK
     }
 }
 

@@ -523,6 +523,55 @@ impl NativeLimiter {
         self.in_background(env, move |l| Completion::Version(l.policy_delete_tier(&name)))
     }
 
+    /// `acquire` waiting up to `waitMs` for the tokens (`acquire_wait`): a
+    /// Promise of the decision's numbers or an Error, settled from the
+    /// broker thread; the event loop never blocks.
+    #[napi(ts_return_type = "Promise<Array<number> | Error>")]
+    pub fn acquire_wait<'e>(
+        &self,
+        env: &'e Env,
+        key: String,
+        cost: f64,
+        tier: Option<String>,
+        wait_ms: f64,
+    ) -> Result<Object<'e>, String> {
+        let cost = whole(cost, ErrorKind::InvalidCost, "cost")?;
+        let wait_ms = whole(wait_ms, ErrorKind::Config, "waitMs")?;
+        let napi = |e: napi::Error| bad(ErrorKind::Backend, e.reason.clone());
+        let (deferred, promise): (Deferred, Object<'e>) = env.create_deferred().map_err(napi)?;
+        let meet = Arc::new(Mutex::new(Meet::Empty));
+        let mut notifier = Notifier {
+            meet: meet.clone(),
+            fired: false,
+        };
+        let wait = std::time::Duration::from_millis(wait_ms);
+        let now = self
+            .inner
+            .acquire_wait_or_notify(&key, cost, tier.as_deref(), wait, move |r| notifier.fire(r));
+        let r = match now {
+            Ok(Some(d)) => Ok(d),
+            Err(e) => Err(e),
+            Ok(None) => {
+                let mut g = meet.lock().unwrap_or_else(|p| p.into_inner());
+                match std::mem::replace(&mut *g, Meet::Empty) {
+                    Meet::Ready(r) => r,
+                    _ => {
+                        *g = Meet::Waiting(deferred);
+                        return Ok(promise);
+                    }
+                }
+            }
+        };
+        settle(deferred, Completion::Decided(r));
+        Ok(promise)
+    }
+
+    /// How many requests of `key` wait in `acquire_wait` in this process now.
+    #[napi]
+    pub fn waiters(&self, key: String) -> u32 {
+        self.inner.waiters(&key) as u32
+    }
+
     /// `policy_assign` on a background thread: a Promise of the store's
     /// version or an Error.
     #[napi(ts_return_type = "Promise<number | Error>")]

@@ -158,7 +158,7 @@ test('costs: wrong type, not whole, 0, above the limit', async () => {
     for (const cost of ['1', null, true, ['1'], 1n]) {
       await check(call, l, ['k', cost], { name: 'TypeError', code: codes.INVALID_COST, message: /the cost must be a number/ })
     }
-    await check(call, l, ['k', { cost: 2 }], { code: codes.CONFIG, message: /unknown option `cost` \(known: tier\)/ })
+    await check(call, l, ['k', { cost: 2 }], { code: codes.CONFIG, message: /unknown option `cost` \(known: tier, waitMs\)/ })
     for (const cost of [1.5, -1, NaN, Infinity, -Infinity, 2 ** 53]) {
       await check(call, l, ['k', cost], { name: 'RangeError', code: codes.INVALID_COST, message: /whole number/ })
     }

@@ -91,7 +91,7 @@ test('wrong types around the tier are TypeErrors with a code; acquire rejects, n
   await assert.rejects(l.acquire('k', { teir: 'pro' }), (err) => {
     assert.ok(!(err instanceof TypeError))
     assert.equal(err.code, codes.CONFIG)
-    assert.equal(err.message, 'acquire: unknown option `teir` (known: tier)')
+    assert.equal(err.message, 'acquire: unknown option `teir` (known: tier, waitMs)')
     return true
   })
   assert.throws(() => l.policy('k', 7), (err) => err instanceof TypeError && err.code === codes.CONFIG)
@@ -441,4 +441,30 @@ test('allow and deny entries: reasons of their own, nothing spent', async () => 
   assert.equal(b.policy('anyone').access, null)
   a.close()
   b.close()
+})
+
+test('acquire waits with waitMs: in time, at once when it cannot, in arrival order; sync calls refuse it', async () => {
+  const l = new Limiter({ limit: 2, windowMs: 1000, leaseSize: 1 })
+  assert.equal((await l.acquire('k', 2)).allowed, true)
+  const denied = await l.acquire('k', 2, { waitMs: 10 })
+  assert.equal(denied.allowed, false)
+  assert.ok(denied.retryAfterMs > 10, 'two tokens take a second')
+  let ticks = 0
+  const tick = setInterval(() => { ticks++ }, 5)
+  const order = []
+  const first = l.acquire('k', 2, { waitMs: 30000 }).then((d) => { assert.ok(d.allowed); order.push('two tokens, first') })
+  await waitFor('the first waiter queued', () => l.waiters('k') === 1)
+  const second = l.acquire('k', { waitMs: 30000 }).then((d) => { assert.ok(d.allowed); order.push('one token, second') })
+  await Promise.all([first, second])
+  clearInterval(tick)
+  assert.deepEqual(order, ['two tokens, first', 'one token, second'])
+  assert.ok(ticks > 0, 'the event loop ran while the requests waited')
+  assert.deepEqual([l.metrics().admitted, l.metrics().denied], [3, 1])
+  assert.throws(() => l.acquireSync('k', { waitMs: 5 }), { name: 'TypeError', message: /waitMs would block the event loop/ })
+  assert.throws(() => l.tryAcquire('k', 1, { waitMs: 5 }), { name: 'TypeError' })
+  await assert.rejects(l.acquire('k', { waitMs: -1 }), { code: codes.CONFIG, message: /`waitMs` must be a whole number/ })
+  await assert.rejects(l.acquire('k', { waitMs: 'soon' }), { name: 'TypeError' })
+  await assert.rejects(l.acquire('k', 0, { waitMs: 5 }), { code: codes.INVALID_COST })
+  await assert.rejects(l.acquire('k', 'x', { waitMs: 5 }), { name: 'TypeError', code: codes.INVALID_COST })
+  l.close()
 })

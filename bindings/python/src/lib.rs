@@ -299,6 +299,12 @@ fn tier_arg<'a>(tier: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<&'a str>>
     }
 }
 
+/// The `wait_ms` argument: None (no wait) or a non-negative int of
+/// milliseconds; bool and non-int are TypeError, negative is ConfigError.
+fn wait_arg(wait_ms: Option<&Bound<'_, PyAny>>) -> PyResult<Option<std::time::Duration>> {
+    Ok(opt_option_u64(wait_ms, "wait_ms")?.map(std::time::Duration::from_millis))
+}
+
 /// A str argument of the store API (`name`, `rules`, `assignment`):
 /// TypeError naming the argument when it is not a str.
 fn str_arg<'a>(obj: &'a Bound<'_, PyAny>, field: &str) -> PyResult<&'a str> {
@@ -531,13 +537,26 @@ impl Limiter {
     /// Take `cost` tokens for `key`; waits (GIL released, at most
     /// backend_timeout_ms) only when the key has no local lease. `tier`
     /// names the key's plan tier (None: the default tier, or the limit).
+    /// `wait_ms`: wait up to that long for the tokens instead of denying
+    /// (in arrival order among this process's waiters of the key).
     #[pyo3(
-        signature = (key, cost = Cost(1), *, tier = None),
-        text_signature = "($self, key, cost=1, *, tier=None)"
+        signature = (key, cost = Cost(1), *, tier = None, wait_ms = None),
+        text_signature = "($self, key, cost=1, *, tier=None, wait_ms=None)"
     )]
     #[inline]
-    fn acquire(&self, py: Python<'_>, key: &str, cost: Cost, tier: Option<&Bound<'_, PyAny>>) -> PyResult<Decision> {
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        cost: Cost,
+        tier: Option<&Bound<'_, PyAny>>,
+        wait_ms: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Decision> {
         let tier = tier_arg(tier)?;
+        if let Some(wait) = wait_arg(wait_ms)? {
+            let r = py.detach(|| self.inner.acquire_wait(key, cost.0, tier, wait));
+            return self.decide(py, r);
+        }
         match self.inner.acquire_local_with(key, cost.0, tier) {
             Ok(Some(d)) => Ok(Decision { d }),
             Ok(None) => {
@@ -568,8 +587,8 @@ impl Limiter {
     /// For `Limiter.acquire_async`: a Decision when decided now, else an
     /// asyncio future of the running loop, completed from the broker thread.
     #[pyo3(
-        signature = (key, cost = Cost(1), *, tier = None),
-        text_signature = "($self, key, cost=1, *, tier=None)"
+        signature = (key, cost = Cost(1), *, tier = None, wait_ms = None),
+        text_signature = "($self, key, cost=1, *, tier=None, wait_ms=None)"
     )]
     fn _acquire_or_future<'py>(
         &self,
@@ -577,21 +596,27 @@ impl Limiter {
         key: &str,
         cost: Cost,
         tier: Option<&Bound<'_, PyAny>>,
+        wait_ms: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let tier = tier_arg(tier)?;
-        if let Some(d) = self
-            .inner
-            .acquire_local_with(key, cost.0, tier)
-            .map_err(|e| to_pyerr(py, e))?
-        {
-            return Ok(Bound::new(py, Decision { d })?.into_any());
+        let wait = wait_arg(wait_ms)?;
+        if wait.is_none() {
+            if let Some(d) = self
+                .inner
+                .acquire_local_with(key, cost.0, tier)
+                .map_err(|e| to_pyerr(py, e))?
+            {
+                return Ok(Bound::new(py, Decision { d })?.into_any());
+            }
         }
         let slot = Arc::new(Mutex::new(Slot::Empty));
         let theirs = slot.clone();
-        let now = self
-            .inner
-            .acquire_or_notify_with(key, cost.0, tier, move |res| complete(&theirs, res))
-            .map_err(|e| to_pyerr(py, e))?;
+        let done = move |res| complete(&theirs, res);
+        let now = match wait {
+            Some(wait) => self.inner.acquire_wait_or_notify(key, cost.0, tier, wait, done),
+            None => self.inner.acquire_or_notify_with(key, cost.0, tier, done),
+        }
+        .map_err(|e| to_pyerr(py, e))?;
         if let Some(d) = now {
             return Ok(Bound::new(py, Decision { d })?.into_any());
         }
@@ -611,6 +636,11 @@ impl Limiter {
                 Ok(fut)
             }
         }
+    }
+
+    /// How many requests of `key` wait (`acquire(..., wait_ms=...)`) in this process now.
+    fn waiters(&self, key: &str) -> usize {
+        self.inner.waiters(key)
     }
 
     /// Override one key's policy (window_ms defaults to the limiter's).

@@ -102,3 +102,36 @@ async def test_exact_mode_async(redis_server: RedisServer) -> None:
     got = [await lim.acquire_async("k") for _ in range(3)]
     assert [d.allowed for d in got] == [True, True, False]
     assert {d.reason for d in got} == {"exact"}
+
+
+async def test_acquire_async_waits_for_tokens_in_arrival_order_without_blocking_the_loop() -> None:
+    lim = Limiter(limit=2, window_ms=1000, lease_size=1)
+    assert lim.acquire("k", 2).allowed
+    denied = await lim.acquire_async("k", 2, wait_ms=10)
+    assert not denied.allowed and denied.retry_after_ms > 10  # two tokens take a second
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    tick = asyncio.create_task(ticker())
+    order: list[str] = []
+
+    async def wait(name: str, cost: int) -> None:
+        d = await lim.acquire_async("k", cost, wait_ms=30_000)
+        assert d.allowed, d
+        order.append(name)
+
+    first = asyncio.create_task(wait("two tokens, first", 2))
+    while lim.waiters("k") != 1:
+        await asyncio.sleep(0.005)
+    second = asyncio.create_task(wait("one token, second", 1))
+    await asyncio.gather(first, second)
+    tick.cancel()
+    assert order == ["two tokens, first", "one token, second"]
+    assert ticks > 0, "the loop ran while the requests waited"
+    m = lim.metrics()
+    assert (m["admitted"], m["denied"]) == (3, 1)

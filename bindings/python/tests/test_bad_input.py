@@ -97,6 +97,19 @@ def test_bad_urls(url: str) -> None:
         Limiter(url, limit=10)
 
 
+def test_a_bad_wait_is_a_type_or_config_error() -> None:
+    lim = Limiter(limit=10)
+    with pytest.raises(TypeError, match="`wait_ms` must be an int"):
+        lim.acquire("k", wait_ms=1.5)
+    with pytest.raises(TypeError, match="`wait_ms` must be an int"):
+        lim.acquire("k", wait_ms=True)
+    with pytest.raises(ConfigError, match="`wait_ms` must be a non-negative integer"):
+        lim.acquire("k", wait_ms=-1)
+    with pytest.raises(InvalidCostError):
+        lim.acquire("k", 0, wait_ms=100)
+    assert lim.acquire("k", wait_ms=0).allowed
+
+
 def test_a_bad_shadow_value_is_a_config_error() -> None:
     for bad in (2, "yes"):
         with pytest.raises(ConfigError, match="`shadow` must be true or false"):

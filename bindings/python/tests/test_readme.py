@@ -286,6 +286,12 @@ def test_project_readme_shadow_mode() -> None:
     assert lines == ["['lease', 'lease', 'lease', 'lease', 'lease', 'shadow']", "1"]
 
 
+def test_project_readme_bounded_wait() -> None:
+    """The project README's bounded-wait example runs as written and prints what it says."""
+    lines = printed(project_readme_block("Waiting instead of denying", "python"), "project_readme_wait")
+    assert lines == ["[True, True]", "True", "True"]
+
+
 def test_behind_a_proxy_example() -> None:
     ns = run(blocks()[10], "readme_proxies")
     xff = "6.6.6.6, 1.2.3.4"

@@ -38,6 +38,7 @@ mod fallback;
 mod grants;
 pub(crate) mod policies;
 mod table;
+mod wait;
 
 pub(crate) use cold::Waiting;
 use table::Table;
@@ -82,6 +83,8 @@ pub(crate) struct Engine {
     /// Why the backend refuses this limiter's configuration, from its last
     /// answer (`None`: it did not; see [`Engine::misconfigured`]).
     misconfig: ArcSwapOption<String>,
+    /// Requests waiting for tokens (`acquire_wait`), per key.
+    waits: wait::Waits,
 }
 
 /// A holder id no other instance will pick: random bits from the standard
@@ -141,6 +144,7 @@ impl Engine {
             holder: AtomicU64::new(new_holder_id()),
             rtt_ms: AtomicU64::new(0),
             misconfig: ArcSwapOption::empty(),
+            waits: Default::default(),
             r,
         }))
     }

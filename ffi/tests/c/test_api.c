@@ -456,6 +456,43 @@ static lease_options *new_options(void) {
   return o;
 }
 
+/* lease_acquire_wait: admitted once the refill covers the request, denied
+ * at once with the hint when it cannot come in time; each request counted
+ * once; bad arguments are errors, never a wait. */
+static void acquire_wait_waits_for_the_refill(void) {
+  lease_options *o = new_options();
+  lease_limiter *l = NULL;
+  lease_decision d;
+  struct lease_metrics m;
+  EXPECT(lease_options_set_int(o, "limit", 2), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "window_ms", 1000), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "lease_size", 1), LEASE_OK);
+  EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+  lease_options_free(o);
+  if (!l) return;
+  EXPECT(lease_acquire(l, KEY("k"), 2, &d), LEASE_OK);
+  CHECK(d.allowed, "the first two");
+  EXPECT(lease_acquire_wait(l, KEY("k"), 2, NULL, 0, 10, &d), LEASE_OK);
+  CHECK(!d.allowed && d.retry_after_ms > 10, "two tokens take a second: allowed %d retry %llu", d.allowed,
+        (unsigned long long)d.retry_after_ms);
+  EXPECT(lease_acquire_wait(l, KEY("k"), 1, NULL, 0, 30000, &d), LEASE_OK);
+  CHECK(d.allowed, "the refill came: %s", lease_reason_name(d.reason));
+  EXPECT(lease_metrics(l, &m), LEASE_OK);
+  CHECK(m.admitted == 2 && m.denied == 1, "one count per request: admitted %llu denied %llu",
+        (unsigned long long)m.admitted, (unsigned long long)m.denied);
+  EXPECT_ERR(lease_acquire_wait(l, KEY("k"), 0, NULL, 0, 30000, &d), LEASE_ERR_INVALID_COST, "cost");
+  EXPECT(lease_acquire_wait(l, KEY("k"), 1, NULL, 0, 30000, NULL), LEASE_ERR_NULL);
+  EXPECT(lease_acquire_wait(l, KEY("k"), 1, NULL, 3, 30000, &d), LEASE_ERR_NULL);
+  {
+    uint64_t n = 99;
+    EXPECT(lease_waiters(l, KEY("k"), &n), LEASE_OK);
+    CHECK(n == 0, "no waiter left: %llu", (unsigned long long)n);
+    EXPECT(lease_waiters(l, KEY("k"), NULL), LEASE_ERR_NULL);
+  }
+  EXPECT_ERR(lease_acquire_wait(l, KEY("k"), 1, (const uint8_t *)"gold", 4, 30000, &d), LEASE_ERR_CONFIG, "gold");
+  lease_limiter_free(l);
+}
+
 /* Shadow mode (the `shadow` option, 1 by integer or "true" by string):
  * every request the rules deny is admitted with LEASE_REASON_SHADOW and
  * counted in shadow_denied; 2 or "yes" is LEASE_ERR_CONFIG naming it. */
@@ -1207,6 +1244,7 @@ int main(void) {
   RUN(options_build_many_limiters);
   RUN(http_key_hashes_long_keys);
   RUN(shadow_mode_admits_what_the_rules_deny);
+  RUN(acquire_wait_waits_for_the_refill);
   RUN(urls_are_redacted);
   RUN(error_kind_names_are_the_cores);
   RUN(advance_clock_needs_manual_clock);

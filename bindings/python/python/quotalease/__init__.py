@@ -105,10 +105,12 @@ class Limiter(_native.Limiter):
 
     __slots__ = ()
 
-    async def acquire_async(self, key: str, cost: int = 1, *, tier: str | None = None) -> Decision:
-        """Like :meth:`acquire`, but awaits a pending lease instead of blocking
-        the event loop."""
-        r = self._acquire_or_future(key, cost, tier=tier)
+    async def acquire_async(
+        self, key: str, cost: int = 1, *, tier: str | None = None, wait_ms: int | None = None
+    ) -> Decision:
+        """Like :meth:`acquire`, but awaits a pending lease (or, with
+        ``wait_ms``, the tokens) instead of blocking the event loop."""
+        r = self._acquire_or_future(key, cost, tier=tier, wait_ms=wait_ms)
         if isinstance(r, Decision):
             return r
         return await r
