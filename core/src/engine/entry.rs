@@ -342,6 +342,14 @@ mod tests {
     }
 
     #[test]
+    fn the_shadow_and_access_flags_cost_no_byte() {
+        // They sit in the padding between `sub` and the next 8-byte field.
+        assert_eq!(offset_of!(Entry, shadow), offset_of!(Entry, sub) + 1);
+        assert_eq!(offset_of!(Entry, access), offset_of!(Entry, sub) + 2);
+        assert_eq!(offset_of!(Entry, denied), offset_of!(Entry, sub) + 8);
+    }
+
+    #[test]
     fn try_take_spends_only_what_is_there() {
         let e = Entry::new(
             "k",
