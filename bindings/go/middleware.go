@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"time"
 	"unsafe"
 )
 
@@ -60,6 +61,7 @@ type middleware struct {
 	key     KeyFunc
 	cost    func(*http.Request) uint64
 	tier    func(*http.Request) string
+	wait    time.Duration
 	denied  http.Handler
 	onError func(http.ResponseWriter, *http.Request, error)
 	proxies *TrustedProxies
@@ -78,6 +80,14 @@ func WithCost(f func(*http.Request) uint64) MiddlewareOption {
 // handler (KindConfig).
 func WithTier(f func(*http.Request) string) MiddlewareOption {
 	return func(m *middleware) { m.tier = f }
+}
+
+// WithWait has a request wait up to d for its tokens (AcquireWait: in
+// arrival order, from the local lease, a rate grant or the refill) instead
+// of a 429; a denial whose RetryAfterMs falls past d is answered at once.
+// The handler's goroutine waits. d <= 0: no wait (the default).
+func WithWait(d time.Duration) MiddlewareOption {
+	return func(m *middleware) { m.wait = d }
 }
 
 // WithDeniedHandler replaces the default 429 response (application/problem+json,
@@ -159,7 +169,9 @@ func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.H
 			}
 			k, err := HTTPKey(raw)
 			var d Decision
-			if err == nil {
+			if err == nil && m.wait > 0 {
+				d, err = m.lim.AcquireWait(k, cost, tier, m.wait)
+			} else if err == nil {
 				d, err = m.lim.AcquireTierN(k, cost, tier)
 			}
 			if err != nil {

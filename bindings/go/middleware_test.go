@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func serve(t *testing.T, h http.Handler) *httptest.Server {
@@ -224,4 +225,33 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// WithWait: a request waits for the refill instead of a 429; a shadow
+// admission passes with no RateLimit headers.
+func TestMiddlewareWithWaitAndShadow(t *testing.T) {
+	c := DefaultConfig()
+	c.URL = "memory://" + uniq("mwwait")
+	c.Limit, c.WindowMs, c.LeaseSize = 2, 1000, 1
+	l := mustNew(t, c)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	srv := serve(t, Middleware(l, func(*http.Request) string { return "k" }, WithWait(30*time.Second))(ok))
+	for i := 0; i < 3; i++ {
+		if r, _ := get(t, srv.URL, nil); r.StatusCode != 200 {
+			t.Fatalf("request %d: %d (the third waits for the refill)", i, r.StatusCode)
+		}
+	}
+	s := DefaultConfig()
+	s.URL = "memory://" + uniq("mwshadow")
+	s.Limit, s.WindowMs, s.Shadow = 1, 60000, true
+	ls := mustNew(t, s)
+	srv2 := serve(t, Middleware(ls, func(*http.Request) string { return "k" })(ok))
+	get(t, srv2.URL, nil)
+	r, _ := get(t, srv2.URL, nil)
+	if r.StatusCode != 200 || r.Header.Get("RateLimit") != "" {
+		t.Fatalf("shadow: %d %v", r.StatusCode, r.Header)
+	}
+	if m := ls.Metrics(); m.ShadowDenied != 1 {
+		t.Fatalf("metrics %+v", m)
+	}
 }

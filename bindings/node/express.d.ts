@@ -36,6 +36,8 @@ export interface RateLimitOptions<Req extends IncomingMessage = IncomingMessage,
    * An unknown tier is an `ERR_QUOTALEASE_CONFIG` error, passed to `next(err)`.
    */
   tier?: string | ((req: Req) => string | undefined | null)
+  /** Wait up to this many ms for the tokens (the event loop free) instead of a 429. */
+  waitMs?: number
   /** Requests for which this returns true are not limited (and get no headers). */
   skip?: (req: Req) => boolean
   /**

@@ -17,19 +17,20 @@ function defaultOnDenied(req, res, next, decision) {
   res.end(body)
 }
 
-const KNOWN = ['limiter', 'key', 'cost', 'tier', 'skip', 'onDenied', 'trustedProxies']
+const KNOWN = ['limiter', 'key', 'cost', 'tier', 'waitMs', 'skip', 'onDenied', 'trustedProxies']
 
 /**
- * `rateLimit({ limiter, key?, cost?, tier?, skip?, onDenied?, trustedProxies? })`
+ * `rateLimit({ limiter, key?, cost?, tier?, waitMs?, skip?, onDenied?, trustedProxies? })`
  * returns `(req, res, next)` middleware. `tier`: a plan tier's name, or
- * `(req) => name | undefined`. `trustedProxies` (a hop count or CIDRs): the
+ * `(req) => name | undefined`. `waitMs`: a request waits up to that long for
+ * its tokens (the event loop free) instead of a 429. `trustedProxies` (a hop count or CIDRs): the
  * default key is the client's address from X-Forwarded-For / Forwarded
  * through those hops instead of `req.ip`. The decision is on `req.rateLimit`.
  */
 function rateLimit(options) {
   checkOptions('rateLimit', options, KNOWN)
   const key = keyOption('rateLimit', options, defaultKey)
-  const { limiter, cost = 1, tier, skip, onDenied = defaultOnDenied } = options
+  const { limiter, cost = 1, tier, waitMs, skip, onDenied = defaultOnDenied } = options
 
   return function quotaleaseRateLimit(req, res, next) {
     try {
@@ -37,7 +38,7 @@ function rateLimit(options) {
     } catch (err) {
       return next(err)
     }
-    decide(limiter, key, cost, req, tier).then(
+    decide(limiter, key, cost, req, tier, waitMs).then(
       (decision) => {
         req.rateLimit = decision
         let allowed

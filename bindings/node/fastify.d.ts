@@ -46,6 +46,8 @@ declare namespace rateLimit {
      * An unknown tier is an `ERR_QUOTALEASE_CONFIG` error for Fastify's error handler.
      */
     tier?: string | ((request: FastifyRequest) => string | undefined | null)
+    /** Wait up to this many ms for the tokens (the event loop free) instead of a 429. */
+    waitMs?: number
     /** Requests for which this returns true are not limited (and get no headers). */
     skip?: (request: FastifyRequest) => boolean
     /**

@@ -6,7 +6,7 @@
 
 const { checkOptions, decide, fail, keyOption, setHeaders } = require('./http-common.js')
 
-const ROUTE_OPTIONS = ['limiter', 'key', 'cost', 'tier', 'skip', 'onDenied', 'trustedProxies']
+const ROUTE_OPTIONS = ['limiter', 'key', 'cost', 'tier', 'waitMs', 'skip', 'onDenied', 'trustedProxies']
 const PLUGIN_OPTIONS = [...ROUTE_OPTIONS, 'global']
 
 function defaultKey(request) {
@@ -25,10 +25,10 @@ function defaultOnDenied(request, reply, decision) {
   })
 }
 
-function onRequestHook({ limiter, key, cost, tier, skip, onDenied }) {
+function onRequestHook({ limiter, key, cost, tier, waitMs, skip, onDenied }) {
   return async function quotaleaseOnRequest(request, reply) {
     if (skip && skip(request)) return
-    const decision = await decide(limiter, key, cost, request, tier)
+    const decision = await decide(limiter, key, cost, request, tier, waitMs)
     request.rateLimit = decision
     setHeaders(decision, (name, value) => reply.header(name, value))
     if (decision.allowed) return
@@ -62,7 +62,15 @@ function rateLimit(fastify, options, done) {
   }
   const { global = true, trustedProxies: _proxies, ...rest } = options
   if (typeof global !== 'boolean') return done(fail(TypeError, 'quotalease/fastify: `global` must be a boolean'))
-  const base = { key: defaultKey, cost: 1, tier: undefined, skip: undefined, onDenied: defaultOnDenied, ...defined(rest) }
+  const base = {
+    key: defaultKey,
+    cost: 1,
+    tier: undefined,
+    waitMs: undefined,
+    skip: undefined,
+    onDenied: defaultOnDenied,
+    ...defined(rest),
+  }
   if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null)
 
   fastify.addHook('onRoute', (route) => {

@@ -33,7 +33,7 @@ function fail(Ctor, message) {
 
 /**
  * Checks an options object: only `known` names, and the types of `limiter`,
- * `key`, `cost`, `tier`, `skip`, `onDenied` where given. `who` starts each message.
+ * `key`, `cost`, `tier`, `waitMs`, `skip`, `onDenied` where given. `who` starts each message.
  */
 function checkOptions(who, options, known, { limiterRequired = true } = {}) {
   if (options === null || typeof options !== 'object') {
@@ -44,7 +44,7 @@ function checkOptions(who, options, known, { limiterRequired = true } = {}) {
       throw fail(Error, `${who}: unknown option \`${name}\` (known: ${known.join(', ')})`)
     }
   }
-  const { limiter, key, cost, tier, skip, onDenied } = options
+  const { limiter, key, cost, tier, waitMs, skip, onDenied } = options
   if ((limiterRequired || limiter !== undefined) && !(limiter instanceof Limiter)) {
     throw fail(TypeError, `${who}: \`limiter\` must be a quotalease Limiter (new Limiter({ ... }))`)
   }
@@ -56,6 +56,9 @@ function checkOptions(who, options, known, { limiterRequired = true } = {}) {
   }
   if (tier !== undefined && typeof tier !== 'string' && typeof tier !== 'function') {
     throw fail(TypeError, `${who}: \`tier\` must be a string or a function (req) => string | undefined`)
+  }
+  if (waitMs !== undefined && !(Number.isSafeInteger(waitMs) && waitMs >= 0)) {
+    throw fail(TypeError, `${who}: \`waitMs\` must be a whole number of milliseconds >= 0`)
   }
   if (skip !== undefined && typeof skip !== 'function') {
     throw fail(TypeError, `${who}: \`skip\` must be a function (req) => boolean`)
@@ -80,13 +83,14 @@ function keyOption(who, options, defaultKey) {
 }
 
 /**
- * The request's decision: `limiter.acquire(httpKey(key(req)), cost, { tier })`
- * (no tier named when `tier` is absent or returns `undefined` / `null`). `key`
+ * The request's decision: `limiter.acquire(httpKey(key(req)), cost, { tier, waitMs })`
+ * (no tier named when `tier` is absent or returns `undefined` / `null`; with
+ * `waitMs` the request waits up to that long for its tokens instead of a 429). `key`
  * may return a Promise. A key over 512 bytes is limited under its sha256
  * key, as in every middleware of every language. Rejects on a limiter error
  * (an unknown tier among them) and when `key`, `cost` or `tier` throws.
  */
-function decide(limiter, key, cost, req, tier) {
+function decide(limiter, key, cost, req, tier, waitMs) {
   let k
   let c
   let options
@@ -95,6 +99,7 @@ function decide(limiter, key, cost, req, tier) {
     c = typeof cost === 'function' ? cost(req) : cost
     const t = typeof tier === 'function' ? tier(req) : tier
     if (t !== undefined && t !== null) options = { tier: t }
+    if (waitMs !== undefined) options = { ...options, waitMs }
   } catch (err) {
     return Promise.reject(err)
   }

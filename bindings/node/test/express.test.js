@@ -160,3 +160,26 @@ test('express: tier as a string or a function of the request; two rules give two
   assert.equal(body.code, 'ERR_QUOTALEASE_CONFIG')
   assert.match(body.message, /unknown tier "gold" \(known tiers: free, pro\)/)
 })
+
+test('express: waitMs waits for the refill instead of a 429; shadow admissions carry no headers', async (t) => {
+  const limiter = new Limiter({ limit: 2, windowMs: 1000, leaseSize: 1 })
+  const shadow = new Limiter({ limit: 1, windowMs: 60000, shadow: true })
+  const app = express()
+  app.get('/wait', rateLimit({ limiter, key: () => 'k', waitMs: 30000 }), (req, res) => res.send('ok'))
+  app.get('/shadow', rateLimit({ limiter: shadow, key: () => 'k' }), (req, res) => res.send(req.rateLimit.reason))
+  const srv = await listen(app)
+  t.after(async () => {
+    await srv.close()
+    await limiter.close()
+    await shadow.close()
+  })
+  const codes = []
+  for (let i = 0; i < 3; i++) codes.push((await fetch(`${srv.base}/wait`)).status)
+  assert.deepEqual(codes, [200, 200, 200], 'the third waited for the refill')
+  assert.equal(await (await fetch(`${srv.base}/shadow`)).text(), 'lease')
+  const r = await fetch(`${srv.base}/shadow`)
+  assert.equal(r.status, 200)
+  assert.equal(await r.text(), 'shadow')
+  assert.equal(r.headers.get('ratelimit'), null)
+  assert.throws(() => rateLimit({ limiter, waitMs: -1 }), { name: 'TypeError', message: /`waitMs` must be a whole number/ })
+})

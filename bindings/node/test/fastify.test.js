@@ -233,3 +233,21 @@ test('fastify and express: a tier that is neither a string nor a function is a T
     await limiter.close()
   }
 })
+
+test('fastify: waitMs per plugin or route waits for the refill instead of a 429', async (t) => {
+  const limiter = new Limiter({ limit: 2, windowMs: 1000, leaseSize: 1 })
+  const fastify = Fastify()
+  t.after(async () => {
+    await fastify.close()
+    await limiter.close()
+  })
+  await fastify.register(rateLimit, { limiter, key: () => 'k', waitMs: 30000 })
+  fastify.get('/', async () => 'ok')
+  fastify.get('/nowait', { config: { rateLimit: { waitMs: 0, key: () => 'other' } } }, async () => 'ok')
+  const codes = []
+  for (let i = 0; i < 3; i++) codes.push((await fastify.inject({ url: '/' })).statusCode)
+  assert.deepEqual(codes, [200, 200, 200])
+  const nowait = []
+  for (let i = 0; i < 3; i++) nowait.push((await fastify.inject({ url: '/nowait' })).statusCode)
+  assert.deepEqual(nowait, [200, 200, 429])
+})

@@ -279,3 +279,58 @@ def test_flask_tier_as_a_string_or_a_function() -> None:
     assert plain.status_code == 200 and plain.headers["RateLimit-Policy"] == '"default";q=100;w=60'
     with pytest.raises(TypeError, match="tier must be a str or a function"):
         ql_wsgi.RateLimitMiddleware(app.wsgi_app, limiter=limiter, tier=5)  # type: ignore[arg-type]
+
+
+# --- issue 23: shadow mode, deny entries and waits through the middleware ----
+
+
+def plain_app() -> Starlette:
+    async def home(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    return Starlette(routes=[Route("/", home)])
+
+
+def test_asgi_and_wsgi_wait_for_tokens_instead_of_a_429() -> None:
+    limiter = Limiter(limit=2, window_ms=1000, lease_size=1)
+    app = plain_app()
+    app.add_middleware(ql_asgi.RateLimitMiddleware, limiter=limiter, key=lambda r: "k", wait_ms=30_000)
+    with TestClient(app) as client:
+        codes = [client.get("/").status_code for _ in range(3)]
+    assert codes == [200, 200, 200], "the third waited half a second for the refill"
+    flask_limiter = Limiter(limit=2, window_ms=1000, lease_size=1)
+    fapp = flask.Flask(__name__)
+    fapp.add_url_rule("/", "home", lambda: "hello")
+    fapp.wsgi_app = ql_wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+        fapp.wsgi_app, flask_limiter, key=lambda environ: "k", wait_ms=30_000
+    )
+    fclient = fapp.test_client()
+    assert [fclient.get("/").status_code for _ in range(3)] == [200, 200, 200]
+    # a wait too short for the refill: the 429 comes at once, with its hint
+    short = Limiter(limit=1, window_ms=60_000)
+    app2 = plain_app()
+    app2.add_middleware(ql_asgi.RateLimitMiddleware, limiter=short, key=lambda r: "k", wait_ms=10)
+    with TestClient(app2) as client:
+        assert client.get("/").status_code == 200
+        denied = client.get("/")
+        assert denied.status_code == 429 and int(denied.headers["retry-after"]) >= 59
+    for bad, error in ((-1, ConfigError), ("1s", TypeError), (True, TypeError)):
+        with pytest.raises(error, match="wait_ms"):
+            ql_asgi.RateLimitMiddleware(plain_app(), short, wait_ms=bad)
+
+
+def test_middleware_pass_shadow_admissions_without_headers_and_deny_blocked_keys() -> None:
+    url = f"memory://{unique('mw')}"
+    limiter = Limiter(url, limit=1, window_ms=60_000, shadow=True, policy_refresh_ms=1000)
+    limiter.policy_assign("bot", "blocked")
+    limiter.refresh_policies()
+    app = plain_app()
+    app.add_middleware(ql_asgi.RateLimitMiddleware, limiter=limiter, key=lambda r: r.headers.get("x-user"))
+    with TestClient(app) as client:
+        first = client.get("/", headers={"x-user": "ann"})
+        assert first.status_code == 200 and "ratelimit" in first.headers
+        shadow = client.get("/", headers={"x-user": "ann"})
+        assert shadow.status_code == 200 and "ratelimit" not in shadow.headers
+        blocked = client.get("/", headers={"x-user": "bot"})
+        assert blocked.status_code == 429 and "retry-after" in blocked.headers
+    assert limiter.metrics()["shadow_denied"] == 1

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from ._native import Decision, InvalidCostError, http_key
+from ._native import ConfigError, Decision, InvalidCostError, http_key
 from ._native import Limiter as _NativeLimiter
 
 R = TypeVar("R")
@@ -76,11 +76,14 @@ class Rule(Generic[R]):
     ``"group:key"``, so per-view limits do not share buckets; ``tier`` (a string
     or ``tier(request)``, None for the default) is handed to ``acquire`` as
     ``tier=`` for limiters configured with plan tiers and is left out
-    otherwise. The limiter key is ``http_key(...)`` of the result: a key over
-    512 bytes is limited under its SHA-256 instead of failing the request.
+    otherwise. ``wait_ms`` (an int, None: no wait) has a request wait up to
+    that long for its tokens instead of being denied (``acquire(...,
+    wait_ms=)``; an async integration awaits it without blocking the loop).
+    The limiter key is ``http_key(...)`` of the result: a key over 512 bytes is
+    limited under its SHA-256 instead of failing the request.
     """
 
-    __slots__ = ("limiter", "key", "cost", "skip", "group", "tier")
+    __slots__ = ("limiter", "key", "cost", "skip", "group", "tier", "wait_ms")
 
     def __init__(
         self,
@@ -91,6 +94,7 @@ class Rule(Generic[R]):
         skip: Callable[[R], bool] | None = None,
         group: str | Callable[[R], str] | None = None,
         tier: str | Callable[[R], str | None] | None = None,
+        wait_ms: int | None = None,
         who: str = "quotalease",
     ) -> None:
         check_limiter(limiter, who)
@@ -106,8 +110,13 @@ class Rule(Generic[R]):
         self.key = key
         self.cost = cost
         self.skip = skip
+        if wait_ms is not None and (isinstance(wait_ms, bool) or not isinstance(wait_ms, int)):
+            raise TypeError(f"{who}: wait_ms must be an int of milliseconds or None, not {type(wait_ms).__name__}")
+        if wait_ms is not None and wait_ms < 0:
+            raise ConfigError(f"{who}: wait_ms must not be negative, got {wait_ms}")
         self.group = group
         self.tier = tier
+        self.wait_ms = wait_ms
 
     def resolve(self, request: R) -> tuple[str, int, dict[str, Any]] | None:
         """``(limiter key, cost, extra acquire options)``, or None: not limited."""
@@ -127,6 +136,8 @@ class Rule(Generic[R]):
             tier = self.tier if isinstance(self.tier, str) else self.tier(request)
             if tier is not None:
                 options["tier"] = tier
+        if self.wait_ms is not None:
+            options["wait_ms"] = self.wait_ms
         return http_key(raw), cost, options
 
     def acquire(self, request: R) -> Decision | None:

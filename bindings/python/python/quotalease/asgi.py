@@ -24,7 +24,8 @@ through trusted hops; a bad value raises ``quotalease.ConfigError`` (a
 negative count, a bad CIDR) or ``TypeError`` here.
 ``cost`` is an int or a callable taking the same request; ``skip(request)``
 true lets a request through unlimited; ``tier`` (a str or ``tier(request)``)
-is handed to ``acquire`` for limiters with plan tiers. WebSocket and
+is handed to ``acquire`` for limiters with plan tiers; ``wait_ms`` has a request
+wait (awaited, the loop free) up to that long for its tokens instead of a 429. WebSocket and
 lifespan messages pass through untouched. A response that already carries
 ``RateLimit``, ``RateLimit-Policy`` or ``Retry-After`` (set by an inner, per-route
 limit such as a ``quotalease.fastapi.limit`` dependency) keeps those, as
@@ -94,10 +95,13 @@ class RateLimitMiddleware:
         skip: Callable[[Any], bool] | None = None,
         tier: str | Callable[[Any], str | None] | None = None,
         trusted_proxies: TrustedProxiesSpec = None,
+        wait_ms: int | None = None,
     ) -> None:
         self.app = app
         key = default_key(key, trusted_proxies, "RateLimitMiddleware")
-        self.rule: Rule[Any] = Rule(limiter, key, cost, skip=skip, tier=tier, who="RateLimitMiddleware")
+        self.rule: Rule[Any] = Rule(
+            limiter, key, cost, skip=skip, tier=tier, wait_ms=wait_ms, who="RateLimitMiddleware"
+        )
         self.limiter = limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

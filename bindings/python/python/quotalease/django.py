@@ -36,7 +36,8 @@ Settings (``settings.QUOTALEASE``, a dict; every entry optional):
   ignore it.
 - ``COST``: an int or ``cost(request) -> int``; ``SKIP``: ``skip(request) -> bool``
   (true: not limited); ``TIER``: a plan tier or ``tier(request)``, handed to
-  ``acquire`` for limiters with tiers.
+  ``acquire`` for limiters with tiers; ``WAIT_MS``: wait up to that long for
+  the tokens instead of denying (async views await it).
 - ``DENIED``: ``denied(request, decision) -> HttpResponse`` instead of the 429
   answer every quotalease middleware sends (``application/problem+json``,
   RFC 9457, with ``retry_after_ms``); the RateLimit and ``Retry-After`` headers
@@ -207,7 +208,12 @@ def _limiter(conf: dict[str, Any], rate: str, entry: str) -> Limiter:
         raise ImproperlyConfigured(f"QUOTALEASE ({entry} {rate!r}, URL and OPTIONS): {e}") from e
 
 
-def _rule(conf: dict[str, Any], limiter: Limiter, key: Any, cost: Any, group: Any, skip: Any, tier: Any) -> Rule[Any]:
+def _rule(
+    conf: dict[str, Any], limiter: Limiter, key: Any, cost: Any, group: Any, skip: Any, tier: Any, wait_ms: Any = None
+) -> Rule[Any]:
+    wait = wait_ms if wait_ms is not None else conf.get("WAIT_MS")
+    if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int) or wait < 0):
+        raise ImproperlyConfigured(f"QUOTALEASE['WAIT_MS'] / wait_ms must be an int of milliseconds >= 0, not {wait!r}")
     return Rule(
         limiter,
         _key(key if key is not None else conf.get("KEY"), proxies=_proxies(conf)),
@@ -215,6 +221,7 @@ def _rule(conf: dict[str, Any], limiter: Limiter, key: Any, cost: Any, group: An
         skip=_function(skip, "SKIP") if skip is not None else None,
         group=group,
         tier=tier if tier is None or isinstance(tier, str) else _function(tier, "TIER"),
+        wait_ms=wait,
         who="quotalease.django",
     )
 
@@ -331,6 +338,7 @@ def ratelimit(
     group: str | Callable[[HttpRequest], str] | None = None,
     skip: Callable[[HttpRequest], bool] | None = None,
     tier: str | Callable[[HttpRequest], str | None] | None = None,
+    wait_ms: int | None = None,
     block: bool = True,
     limiter: Limiter | None = None,
     denied: Denied | None = None,
@@ -340,7 +348,7 @@ def ratelimit(
     ``rate`` builds a limiter on ``QUOTALEASE['URL']`` with its ``OPTIONS``
     (give ``limiter=`` instead to use your own). ``key`` is ``"ip"``,
     ``"header:NAME"`` or ``key(request)`` (default: ``QUOTALEASE['KEY']``, else
-    ``"ip"``); ``cost``, ``skip``, ``tier`` and ``denied`` as in the settings;
+    ``"ip"``); ``cost``, ``skip``, ``tier``, ``wait_ms`` and ``denied`` as in the settings;
     ``group`` defaults to the view's dotted name; ``block=False`` lets a denied
     request reach the view with ``request.ratelimit`` set. The view keeps its
     sync or async nature."""
@@ -364,7 +372,7 @@ def ratelimit(
             r = rules.get(id(lim))
             if r is None or r.limiter is not lim:
                 rules.clear()
-                r = rules[id(lim)] = _rule(_config(), lim, key, cost, view_group, skip, tier)
+                r = rules[id(lim)] = _rule(_config(), lim, key, cost, view_group, skip, tier, wait_ms)
             return r
 
         if iscoroutinefunction(view):

@@ -26,7 +26,8 @@ share. Each route gets its own buckets: the key is ``"group:key"``, where the
 group defaults to the endpoint's dotted name (``group=`` shares one budget
 between routes). ``key(request)`` (default: the client's address) may return
 None to leave a request unlimited; ``cost`` is an int or ``cost(request)``;
-``tier`` is handed to ``acquire`` for limiters with plan tiers;
+``tier`` is handed to ``acquire`` for limiters with plan tiers; ``wait_ms``
+awaits the tokens up to that long instead of a 429;
 ``trusted_proxies`` (a hop count or CIDRs) makes the default key the client's
 address behind a load balancer, as in the middleware.
 """
@@ -104,6 +105,7 @@ def limit(
     group: str | Callable[[Request], str] | None = None,
     tier: str | Callable[[Request], str | None] | None = None,
     trusted_proxies: TrustedProxiesSpec = None,
+    wait_ms: int | None = None,
     url: str = "memory://",
     **limiter_options: Any,
 ) -> RouteLimit:
@@ -122,4 +124,5 @@ def limit(
         kind = type(rate).__name__
         raise TypeError(f'limit(): rate must be a str such as "10/min" or a quotalease.Limiter, not {kind}')
     group_of = group if group is not None else endpoint_group
-    return RouteLimit(limiter, Rule(limiter, key, cost, skip=skip, group=group_of, tier=tier, who="limit()"))
+    rule = Rule(limiter, key, cost, skip=skip, group=group_of, tier=tier, wait_ms=wait_ms, who="limit()")
+    return RouteLimit(limiter, rule)

@@ -25,7 +25,8 @@ side) is limited once per call.
 ``metadata``, ``peer``, ``context``); the default is the peer's address.
 Return None (or let ``skip(call)`` return true) to leave a call unlimited,
 e.g. the health service. ``cost`` is an int or ``cost(call)``; ``tier`` (a str
-or ``tier(call)``) is handed to ``acquire`` for limiters with plan tiers. A
+or ``tier(call)``) is handed to ``acquire`` for limiters with plan tiers; ``wait_ms``
+waits up to that long for the tokens instead of RESOURCE_EXHAUSTED. A
 limiter error (a closed limiter, a cost above the limit) ends the call with
 ``INTERNAL`` and the error's message.
 
@@ -161,9 +162,10 @@ class _Base:
         *,
         skip: Callable[[Call], bool] | None = None,
         tier: str | Callable[[Call], str | None] | None = None,
+        wait_ms: int | None = None,
     ) -> None:
         self.limiter = limiter
-        self.rule: Rule[Call] = Rule(limiter, key, cost, skip=skip, tier=tier, who=type(self).__name__)
+        self.rule: Rule[Call] = Rule(limiter, key, cost, skip=skip, tier=tier, wait_ms=wait_ms, who=type(self).__name__)
 
 
 class RateLimitInterceptor(_Base, grpc.ServerInterceptor):

@@ -22,7 +22,8 @@ key the client's address from ``X-Forwarded-For`` (else ``Forwarded``), read
 only through trusted hops; a bad value raises ``quotalease.ConfigError`` (a
 negative count, a bad CIDR) or ``TypeError`` here. ``cost`` is an int or a callable taking the same request;
 ``skip(request)`` true lets a request through unlimited; ``tier`` (a str or
-``tier(request)``) is handed to ``acquire`` for limiters with plan tiers. A response that already
+``tier(request)``) is handed to ``acquire`` for limiters with plan tiers; ``wait_ms`` has a request
+wait (its worker thread) up to that long for its tokens instead of a 429. A response that already
 carries ``RateLimit``, ``RateLimit-Policy`` or ``Retry-After`` (an inner,
 per-view limit's) keeps those. A key
 longer than 512 bytes is limited under ``quotalease.http_key(key)``
@@ -75,13 +76,16 @@ class RateLimitMiddleware:
         skip: Callable[[Any], bool] | None = None,
         tier: str | Callable[[Any], str | None] | None = None,
         trusted_proxies: TrustedProxiesSpec = None,
+        wait_ms: int | None = None,
     ) -> None:
         self.app = app
         proxies = TrustedProxies(trusted_proxies, "RateLimitMiddleware")
         default_key_check(proxies, key, client_address, "RateLimitMiddleware")
         if proxies.enabled:
             key = environ_key(proxies)
-        self.rule: Rule[Any] = Rule(limiter, key, cost, skip=skip, tier=tier, who="RateLimitMiddleware")
+        self.rule: Rule[Any] = Rule(
+            limiter, key, cost, skip=skip, tier=tier, wait_ms=wait_ms, who="RateLimitMiddleware"
+        )
         self.limiter = limiter
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
