@@ -25,6 +25,7 @@ import (
 	"log"
 	"net"
 	"strings"
+	"time"
 
 	quotalease "github.com/quotalease/quotalease/bindings/go"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -81,6 +82,7 @@ type interceptor struct {
 	cost    func(ctx context.Context, fullMethod string) uint64
 	skip    func(ctx context.Context, fullMethod string) bool
 	tier    func(ctx context.Context, fullMethod string) string
+	wait    time.Duration
 	acquire AcquireFunc
 	denied  func(ctx context.Context, fullMethod string, d quotalease.Decision) error
 	onError func(ctx context.Context, fullMethod string, err error) error
@@ -104,6 +106,14 @@ func WithSkip(f func(ctx context.Context, fullMethod string) bool) Option {
 // handler (KindConfig). WithAcquire replaces the call that uses it.
 func WithTier(f func(ctx context.Context, fullMethod string) string) Option {
 	return func(i *interceptor) { i.tier = f }
+}
+
+// WithWait has a call wait up to d for its tokens (Limiter.AcquireWait:
+// in arrival order, from the local lease, a rate grant or the refill)
+// instead of RESOURCE_EXHAUSTED. d <= 0: no wait (the default).
+// WithAcquire replaces the call that uses it.
+func WithWait(d time.Duration) Option {
+	return func(i *interceptor) { i.wait = d }
 }
 
 // WithAcquire replaces the call that takes the tokens (see AcquireFunc).
@@ -186,6 +196,12 @@ func (i *interceptor) check(ctx context.Context, method string) (metadata.MD, er
 	case err != nil:
 	case i.acquire != nil:
 		d, err = i.acquire(ctx, k, cost)
+	case i.wait > 0:
+		tier := ""
+		if i.tier != nil {
+			tier = i.tier(ctx, method)
+		}
+		d, err = i.lim.AcquireWait(k, cost, tier, i.wait)
 	case i.tier != nil:
 		d, err = i.lim.AcquireTierN(k, cost, i.tier(ctx, method))
 	default:

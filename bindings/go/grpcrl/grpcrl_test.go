@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	quotalease "github.com/quotalease/quotalease/bindings/go"
 	"github.com/quotalease/quotalease/bindings/go/grpcrl"
@@ -399,4 +400,26 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// WithWait: the third call on a 2/s key waits for the refill instead of
+// RESOURCE_EXHAUSTED.
+func TestWithWaitWaitsForTheRefill(t *testing.T) {
+	cfg := quotalease.DefaultConfig()
+	cfg.Limit, cfg.WindowMs, cfg.LeaseSize = 2, 1000, 1
+	lim, err := quotalease.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	conn := serve(t, grpc.ChainUnaryInterceptor(
+		grpcrl.UnaryServerInterceptor(lim, grpcrl.ByMetadata("x-api-key"), grpcrl.WithWait(30*time.Second))))
+	for i := 0; i < 3; i++ {
+		if _, err := unary(conn, withKey("k"), new(metadata.MD)); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if m := lim.Metrics(); m.Admitted != 3 || m.Denied != 0 {
+		t.Fatalf("metrics %+v", m)
+	}
 }

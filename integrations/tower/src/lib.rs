@@ -243,6 +243,8 @@ struct Shared<R> {
     cost: Arc<CostFn>,
     skip: Option<Arc<SkipFn>>,
     tier: Option<Arc<TierFn>>,
+    /// Wait up to this long for the tokens instead of denying.
+    wait: Option<std::time::Duration>,
     respond: R,
 }
 
@@ -278,6 +280,7 @@ impl RateLimitLayer<Http> {
                 cost: Arc::new(|_| 1),
                 skip: None,
                 tier: None,
+                wait: None,
                 respond: Http,
             }),
         }
@@ -298,6 +301,7 @@ impl<R> RateLimitLayer<R> {
                 cost: cost.unwrap_or_else(|| s.cost.clone()),
                 skip: skip.or_else(|| s.skip.clone()),
                 tier: s.tier.clone(),
+                wait: s.wait,
                 respond,
             }),
         }
@@ -347,6 +351,28 @@ impl<R> RateLimitLayer<R> {
                 cost: s.cost.clone(),
                 skip: s.skip.clone(),
                 tier: Some(Arc::new(tier)),
+                wait: s.wait,
+                respond: s.respond.clone(),
+            }),
+        }
+    }
+
+    /// Have a request wait up to `wait` for its tokens
+    /// (`Limiter::acquire_wait_async`: in arrival order, from the local
+    /// lease, a rate grant or the refill) instead of being denied.
+    pub fn wait(self, wait: std::time::Duration) -> Self
+    where
+        R: Clone,
+    {
+        let s = &self.shared;
+        RateLimitLayer {
+            shared: Arc::new(Shared {
+                limiter: s.limiter.clone(),
+                key: s.key.clone(),
+                cost: s.cost.clone(),
+                skip: s.skip.clone(),
+                tier: s.tier.clone(),
+                wait: Some(wait),
                 respond: s.respond.clone(),
             }),
         }
@@ -449,11 +475,17 @@ where
             let key = (shared.key)(&parts);
             let cost = (shared.cost)(&parts);
             let tier = shared.tier.as_ref().and_then(|t| t(&parts));
-            let decision = match shared
-                .limiter
-                .acquire_async_with(&http_key(&key), cost, tier.as_deref())
-                .await
-            {
+            let key = http_key(&key);
+            let decided = match shared.wait {
+                Some(wait) => {
+                    shared
+                        .limiter
+                        .acquire_wait_async(&key, cost, tier.as_deref(), wait)
+                        .await
+                }
+                None => shared.limiter.acquire_async_with(&key, cost, tier.as_deref()).await,
+            };
+            let decision = match decided {
                 Ok(d) => d,
                 Err(err) => return Ok(shared.respond.failed(&parts, &err)),
             };

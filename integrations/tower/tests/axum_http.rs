@@ -247,3 +247,39 @@ async fn the_tier_comes_from_the_request_and_two_rules_show_in_the_headers() {
     let r = request(addr, "/", &[("x-api-key", "g"), ("x-plan", "gold")]).await;
     assert_eq!(r.status, 500, "{}", r.body);
 }
+
+#[tokio::test]
+async fn wait_serves_a_request_after_the_refill_and_shadow_passes_without_headers() {
+    let refill = Arc::new(
+        Limiter::builder()
+            .limit(2)
+            .window_ms(1_000)
+            .lease_size(1)
+            .build()
+            .unwrap(),
+    );
+    let layer = RateLimitLayer::new(refill, api_key).wait(std::time::Duration::from_secs(30));
+    let (addr, hits) = serve(layer).await;
+    for _ in 0..3 {
+        assert_eq!(
+            request(addr, "/", &[]).await.status,
+            200,
+            "the third waits for the refill"
+        );
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+    let shadow = Arc::new(
+        Limiter::builder()
+            .limit(1)
+            .window_ms(60_000)
+            .shadow(true)
+            .build()
+            .unwrap(),
+    );
+    let (addr, _) = serve(RateLimitLayer::new(shadow.clone(), api_key)).await;
+    assert!(request(addr, "/", &[]).await.headers.contains_key("ratelimit"));
+    let r = request(addr, "/", &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(!r.headers.contains_key("ratelimit"), "{:?}", r.headers);
+    assert_eq!(shadow.metrics().shadow_denied, 1);
+}
