@@ -28,7 +28,7 @@ use quotalease::{Error, Limiter, Reason};
 
 /// Decisions the spinning callers saw, by reason (`Reason as usize`).
 struct Seen {
-    by_reason: [AtomicU64; 6],
+    by_reason: [AtomicU64; Reason::ALL.len()],
     errors: AtomicU64,
 }
 
