@@ -4,20 +4,172 @@
 //! `GET`, `DEL`, `HGET`, `HMGET`, `HSET`, `HDEL`, `ZADD`, `ZREM`, `ZSCORE`, `ZRANGE`,
 //! `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE` and `PEXPIRE`, with Redis' reply
 //! shapes (a missing value is `false`, `TYPE` a status table).
+//!
+//! A key's values are small (a hash of about twenty short fields, a sorted
+//! set of a few expiries per holder), and a process may track a million
+//! keys: values are sorted vectors of [`Small`] strings, kept inline up to
+//! 22 bytes, found by binary search (docs/benchmarks.md, "Memory per
+//! tracked key").
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use mlua::{Function, Lua, Value, Variadic};
 
+/// A string of at most [`Small::INLINE`] bytes kept inline, else boxed:
+/// the ledger's field names and numbers never allocate.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Small {
+    Inline { len: u8, buf: [u8; Small::INLINE] },
+    Heap(Box<str>),
+}
+
+impl Small {
+    const INLINE: usize = 22;
+
+    fn new(s: &str) -> Small {
+        if s.len() <= Small::INLINE {
+            let mut buf = [0u8; Small::INLINE];
+            buf[..s.len()].copy_from_slice(s.as_bytes());
+            Small::Inline {
+                len: s.len() as u8,
+                buf,
+            }
+        } else {
+            Small::Heap(s.into())
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Built from a `&str` in `new`: always UTF-8.
+            Small::Inline { len, buf } => std::str::from_utf8(&buf[..*len as usize]).unwrap_or_default(),
+            Small::Heap(s) => s,
+        }
+    }
+}
+
+impl std::fmt::Debug for Small {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+/// Room for one more element, growing by an eighth: a key's values stay
+/// within an eighth of their size (a doubling `Vec` leaves up to half
+/// unused, and a million keys each hold a few).
+fn grow<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact(v.len() / 8 + 1);
+    }
+}
+
+/// A hash: (field, value) pairs sorted by field.
+#[derive(Clone, Debug, Default)]
+struct Fields(Vec<(Small, Small)>);
+
+impl Fields {
+    fn find(&self, field: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(f, _)| f.as_str().cmp(field))
+    }
+
+    fn get(&self, field: &str) -> Option<&str> {
+        self.find(field).ok().map(|i| self.0[i].1.as_str())
+    }
+
+    /// Set `field`; true when it is new.
+    fn insert(&mut self, field: &str, value: &str) -> bool {
+        match self.find(field) {
+            Ok(i) => {
+                self.0[i].1 = Small::new(value);
+                false
+            }
+            Err(i) => {
+                grow(&mut self.0);
+                self.0.insert(i, (Small::new(field), Small::new(value)));
+                true
+            }
+        }
+    }
+
+    fn remove(&mut self, field: &str) -> bool {
+        match self.find(field) {
+            Ok(i) => {
+                self.0.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// A sorted set: (score, member) pairs sorted as Redis orders them, and the
+/// members sorted by name with their scores.
+#[derive(Clone, Debug, Default)]
+struct ZSet {
+    order: Vec<(i64, Small)>,
+    by_member: Vec<(Small, i64)>,
+}
+
+impl ZSet {
+    fn score(&self, member: &str) -> Option<i64> {
+        let i = self.by_member.binary_search_by(|(m, _)| m.as_str().cmp(member)).ok()?;
+        Some(self.by_member[i].1)
+    }
+
+    /// Add or move `member`; true when it is new.
+    fn add(&mut self, score: i64, member: &str) -> bool {
+        let new = match self.by_member.binary_search_by(|(m, _)| m.as_str().cmp(member)) {
+            Ok(i) => {
+                let old = std::mem::replace(&mut self.by_member[i].1, score);
+                self.remove_order(old, member);
+                false
+            }
+            Err(i) => {
+                grow(&mut self.by_member);
+                self.by_member.insert(i, (Small::new(member), score));
+                true
+            }
+        };
+        let at = self
+            .order
+            .binary_search_by(|(s, m)| (*s, m.as_str()).cmp(&(score, member)))
+            .unwrap_or_else(|at| at);
+        grow(&mut self.order);
+        self.order.insert(at, (score, Small::new(member)));
+        new
+    }
+
+    fn remove(&mut self, member: &str) -> bool {
+        match self.by_member.binary_search_by(|(m, _)| m.as_str().cmp(member)) {
+            Ok(i) => {
+                let (_, score) = self.by_member.remove(i);
+                self.remove_order(score, member);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn remove_order(&mut self, score: i64, member: &str) {
+        if let Ok(at) = self
+            .order
+            .binary_search_by(|(s, m)| (*s, m.as_str()).cmp(&(score, member)))
+        {
+            self.order.remove(at);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}
+
 /// One stored value.
 #[derive(Clone, Debug)]
 enum Val {
-    Hash(HashMap<String, String>),
-    ZSet {
-        by_member: HashMap<String, i64>,
-        order: BTreeSet<(i64, String)>,
-    },
+    Hash(Fields),
+    ZSet(ZSet),
 }
 
 /// What the embedded scripts see as Redis: values with their expiry.
@@ -57,7 +209,11 @@ impl Store {
     pub fn hash(&mut self, key: &str, now: u64) -> Option<HashMap<String, String>> {
         self.now = now;
         match self.live(key) {
-            Some(Val::Hash(h)) => Some(h.clone()),
+            Some(Val::Hash(h)) => Some(
+                h.0.iter()
+                    .map(|(f, v)| (f.as_str().to_string(), v.as_str().to_string()))
+                    .collect(),
+            ),
             _ => None,
         }
     }
@@ -71,7 +227,7 @@ impl Store {
                 match self.live(&key) {
                     None => "none",
                     Some(Val::Hash(_)) => "hash",
-                    Some(Val::ZSet { .. }) => "zset",
+                    Some(Val::ZSet(_)) => "zset",
                 }
                 .into(),
             )),
@@ -99,7 +255,7 @@ impl Store {
                     Some(_) => return Err(wrong_type()),
                 };
                 let get = |f: &String| match h.as_ref().and_then(|h| h.get(f)) {
-                    Some(v) => Reply::Bulk(v.clone()),
+                    Some(v) => Reply::Bulk(v.to_string()),
                     None => Reply::Nil,
                 };
                 if name == "HGET" {
@@ -115,17 +271,17 @@ impl Store {
                 let h = self.hash_mut(&key)?;
                 let mut added = 0;
                 for pair in args[2..].chunks(2) {
-                    added += h.insert(pair[0].clone(), pair[1].clone()).is_none() as i64;
+                    added += h.insert(&pair[0], &pair[1]) as i64;
                 }
                 Ok(Reply::Int(added))
             }
             "HDEL" => {
                 let n = match self.live(&key) {
                     None => 0,
-                    Some(Val::Hash(h)) => args[2..].iter().filter(|f| h.remove(*f).is_some()).count(),
+                    Some(Val::Hash(h)) => args[2..].iter().filter(|f| h.remove(f)).count(),
                     Some(_) => return Err(wrong_type()),
                 };
-                if matches!(self.live(&key), Some(Val::Hash(h)) if h.is_empty()) {
+                if matches!(self.live(&key), Some(Val::Hash(h)) if h.0.is_empty()) {
                     self.map.remove(&key);
                 }
                 Ok(Reply::Int(n as i64))
@@ -133,27 +289,15 @@ impl Store {
             "ZADD" => {
                 let score = score(&arg(2)?)?;
                 let member = arg(3)?;
-                let (by_member, order) = self.zset_mut(&key)?;
-                let new = match by_member.insert(member.clone(), score) {
-                    Some(old) => {
-                        order.remove(&(old, member.clone()));
-                        0
-                    }
-                    None => 1,
-                };
-                order.insert((score, member));
-                Ok(Reply::Int(new))
+                Ok(Reply::Int(self.zset_mut(&key)?.add(score, &member) as i64))
             }
             "ZREM" => {
                 let mut n = 0;
-                if let Some(Val::ZSet { by_member, order }) = self.live(&key) {
+                if let Some(Val::ZSet(z)) = self.live(&key) {
                     for m in &args[2..] {
-                        if let Some(score) = by_member.remove(m) {
-                            order.remove(&(score, m.clone()));
-                            n += 1;
-                        }
+                        n += z.remove(m) as i64;
                     }
-                    if order.is_empty() {
+                    if z.is_empty() {
                         self.map.remove(&key);
                     }
                 } else if self.live(&key).is_some() {
@@ -163,7 +307,7 @@ impl Store {
             }
             "ZSCORE" => match self.live(&key) {
                 None => Ok(Reply::Nil),
-                Some(Val::ZSet { by_member, .. }) => Ok(match by_member.get(&arg(2)?) {
+                Some(Val::ZSet(z)) => Ok(match z.score(&arg(2)?) {
                     Some(score) => Reply::Bulk(score.to_string()),
                     None => Reply::Nil,
                 }),
@@ -173,7 +317,8 @@ impl Store {
                 let scores = args.iter().any(|a| a.eq_ignore_ascii_case("WITHSCORES"));
                 let picked: Vec<(i64, String)> = match self.live(&key) {
                     None => Vec::new(),
-                    Some(Val::ZSet { order, .. }) => {
+                    Some(Val::ZSet(z)) => {
+                        let order = &z.order;
                         if name == "ZRANGE" {
                             let n = order.len() as i64;
                             let at = |s: String| -> Result<i64, String> {
@@ -185,22 +330,26 @@ impl Store {
                                 .iter()
                                 .skip(a as usize)
                                 .take((b - a + 1).max(0) as usize)
-                                .cloned()
+                                .map(|(s, m)| (*s, m.as_str().to_string()))
                                 .collect()
                         } else {
                             let (lo, hi) = (score(&arg(2)?)?, score(&arg(3)?)?);
-                            order.iter().filter(|(s, _)| *s >= lo && *s <= hi).cloned().collect()
+                            order
+                                .iter()
+                                .skip_while(|(s, _)| *s < lo)
+                                .take_while(|(s, _)| *s <= hi)
+                                .map(|(s, m)| (*s, m.as_str().to_string()))
+                                .collect()
                         }
                     }
                     Some(_) => return Err(wrong_type()),
                 };
                 if name == "ZREMRANGEBYSCORE" {
-                    if let Some(Val::ZSet { by_member, order }) = self.live(&key) {
-                        for (s, m) in &picked {
-                            order.remove(&(*s, m.clone()));
-                            by_member.remove(m);
+                    if let Some(Val::ZSet(z)) = self.live(&key) {
+                        for (_, m) in &picked {
+                            z.remove(m);
                         }
-                        if order.is_empty() {
+                        if z.is_empty() {
                             self.map.remove(&key);
                         }
                     }
@@ -219,9 +368,10 @@ impl Store {
         }
     }
 
-    fn hash_mut(&mut self, key: &str) -> Result<&mut HashMap<String, String>, String> {
+    fn hash_mut(&mut self, key: &str) -> Result<&mut Fields, String> {
         if self.live(key).is_none() {
-            self.map.insert(key.to_string(), (Val::Hash(HashMap::new()), NO_EXPIRY));
+            self.map
+                .insert(key.to_string(), (Val::Hash(Fields::default()), NO_EXPIRY));
         }
         match self.live(key) {
             Some(Val::Hash(h)) => Ok(h),
@@ -229,17 +379,13 @@ impl Store {
         }
     }
 
-    #[allow(clippy::type_complexity)]
-    fn zset_mut(&mut self, key: &str) -> Result<(&mut HashMap<String, i64>, &mut BTreeSet<(i64, String)>), String> {
+    fn zset_mut(&mut self, key: &str) -> Result<&mut ZSet, String> {
         if self.live(key).is_none() {
-            let z = Val::ZSet {
-                by_member: HashMap::new(),
-                order: BTreeSet::new(),
-            };
-            self.map.insert(key.to_string(), (z, NO_EXPIRY));
+            self.map
+                .insert(key.to_string(), (Val::ZSet(ZSet::default()), NO_EXPIRY));
         }
         match self.live(key) {
-            Some(Val::ZSet { by_member, order }) => Ok((by_member, order)),
+            Some(Val::ZSet(z)) => Ok(z),
             _ => Err(wrong_type()),
         }
     }
@@ -366,5 +512,67 @@ impl Host {
                 .map(|n| vec![n])
                 .ok_or_else(|| format!("unexpected reply: {other:?}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(st: &mut Store, args: &[&str]) -> Reply {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        st.command(&args).unwrap()
+    }
+
+    fn bulks(r: Reply) -> Vec<String> {
+        match r {
+            Reply::Array(items) => items
+                .into_iter()
+                .map(|i| match i {
+                    Reply::Bulk(s) => s,
+                    _ => panic!("not a bulk string"),
+                })
+                .collect(),
+            _ => panic!("not an array"),
+        }
+    }
+
+    #[test]
+    fn small_strings_stay_inline_up_to_22_bytes() {
+        assert_eq!(std::mem::size_of::<Small>(), 24);
+        for s in ["", "c", "1234567890123456789012", "12345678901234567890123", "ünïcødé"] {
+            assert_eq!(Small::new(s).as_str(), s);
+        }
+        assert!(matches!(Small::new(&"x".repeat(22)), Small::Inline { .. }));
+        assert!(matches!(Small::new(&"x".repeat(23)), Small::Heap(_)));
+    }
+
+    #[test]
+    fn hashes_and_sorted_sets_answer_as_redis_does() {
+        let mut st = Store::default();
+        assert!(matches!(
+            run(&mut st, &["HSET", "k", "b", "2", "a", "1"]),
+            Reply::Int(2)
+        ));
+        assert!(matches!(run(&mut st, &["HSET", "k", "a", "9"]), Reply::Int(0)));
+        let got = bulks(run(&mut st, &["HMGET", "k", "a", "b"]));
+        assert_eq!(got, ["9", "2"]);
+        assert!(matches!(run(&mut st, &["HGET", "k", "zz"]), Reply::Nil));
+        assert!(matches!(run(&mut st, &["HDEL", "k", "a", "b"]), Reply::Int(2)));
+        assert!(matches!(run(&mut st, &["TYPE", "k"]), Reply::Status(s) if s == "none"));
+        for (score, m) in [("30", "c1"), ("10", "f1"), ("20", "c2"), ("10", "e1")] {
+            run(&mut st, &["ZADD", "z", score, m]);
+        }
+        assert!(matches!(run(&mut st, &["ZADD", "z", "5", "c2"]), Reply::Int(0)));
+        let all = bulks(run(&mut st, &["ZRANGEBYSCORE", "z", "-inf", "+inf", "WITHSCORES"]));
+        assert_eq!(all, ["c2", "5", "e1", "10", "f1", "10", "c1", "30"]);
+        assert_eq!(bulks(run(&mut st, &["ZRANGE", "z", "-1", "-1"])), ["c1"]);
+        assert!(matches!(run(&mut st, &["ZSCORE", "z", "f1"]), Reply::Bulk(s) if s == "10"));
+        assert!(matches!(
+            run(&mut st, &["ZREMRANGEBYSCORE", "z", "-inf", "10"]),
+            Reply::Int(3)
+        ));
+        assert!(matches!(run(&mut st, &["ZREM", "z", "c1", "nope"]), Reply::Int(1)));
+        assert!(matches!(run(&mut st, &["TYPE", "z"]), Reply::Status(s) if s == "none"));
     }
 }
