@@ -158,15 +158,28 @@ impl Limiter {
         if let Some(d) = self.engine.acquire_wait_now(key, cost, tier)? {
             return Ok(d);
         }
+        self.spawn_wait(key, cost, tier, wait, |r| r)?
+            .await
+            .map_err(|_| Error::Closed)?
+    }
+
+    /// The waiting path of `acquire_wait` on the broker's runtime, its
+    /// outcome handed to `then`.
+    fn spawn_wait<T: Send + 'static>(
+        &self,
+        key: &str,
+        cost: u64,
+        tier: Option<&str>,
+        wait: Duration,
+        then: impl FnOnce(Result<Decision>) -> T + Send + 'static,
+    ) -> Result<tokio::task::JoinHandle<T>> {
         let broker = self.engine.broker()?;
         let engine = self.engine.clone();
         let key = key.to_owned();
         let tier = tier.map(str::to_owned);
-        broker
+        Ok(broker
             .runtime()
-            .spawn(async move { engine.acquire_wait(&key, cost, tier.as_deref(), wait).await })
-            .await
-            .map_err(|_| Error::Closed)?
+            .spawn(async move { then(engine.acquire_wait(&key, cost, tier.as_deref(), wait).await) }))
     }
 
     /// Callback form of [`acquire_wait`](Self::acquire_wait) for bindings
@@ -184,13 +197,7 @@ impl Limiter {
         if let Some(d) = self.engine.acquire_wait_now(key, cost, tier)? {
             return Ok(Some(d));
         }
-        let broker = self.engine.broker()?;
-        let engine = self.engine.clone();
-        let key = key.to_owned();
-        let tier = tier.map(str::to_owned);
-        broker
-            .runtime()
-            .spawn(async move { done(engine.acquire_wait(&key, cost, tier.as_deref(), wait).await) });
+        self.spawn_wait(key, cost, tier, wait, done)?;
         Ok(None)
     }
 

@@ -742,23 +742,28 @@ fn a_shadow_rule_is_enforced_through_the_store_without_a_restart() {
     assert_eq!(m.shadow_denied, 2 + 1 + 4, "{m:?}");
 }
 
+/// Three limiters of 1000 per minute on `server`, following its store every 50 ms.
+fn redis_fleet(server: &RedisServer, prefix: &str) -> Vec<Limiter> {
+    (0..3)
+        .map(|_| {
+            Limiter::builder()
+                .url(server.url())
+                .key_prefix(prefix)
+                .limit(1_000)
+                .policy_refresh_ms(50)
+                .build()
+                .unwrap()
+        })
+        .collect()
+}
+
 /// Shadow mode on a real redis-server: a key moved from shadow to enforced
 /// in the store is denied by every instance of a fleet.
 #[test]
 fn the_redis_store_moves_a_key_from_shadow_to_enforced_across_a_fleet() {
     let server = common::redis_or_skip!(RedisServer::start());
     let prefix = unique("shadow");
-    let fleet: Vec<Limiter> = (0..3)
-        .map(|_| {
-            Limiter::builder()
-                .url(server.url())
-                .key_prefix(&prefix)
-                .limit(1_000)
-                .policy_refresh_ms(50)
-                .build()
-                .unwrap()
-        })
-        .collect();
+    let fleet = redis_fleet(&server, &prefix);
     fleet[0].policy_assign("cust", "shadow 2/hour").unwrap();
     for (i, l) in fleet.iter().enumerate() {
         await_cond(&format!("instance {i} holds cust to shadow 2/hour"), || {
@@ -846,17 +851,7 @@ fn allow_and_deny_entries_in_the_store_override_the_rules() {
 fn a_deny_entry_reaches_every_instance_of_a_redis_fleet() {
     let server = common::redis_or_skip!(RedisServer::start());
     let prefix = unique("deny");
-    let fleet: Vec<Limiter> = (0..3)
-        .map(|_| {
-            Limiter::builder()
-                .url(server.url())
-                .key_prefix(&prefix)
-                .limit(1_000)
-                .policy_refresh_ms(50)
-                .build()
-                .unwrap()
-        })
-        .collect();
+    let fleet = redis_fleet(&server, &prefix);
     for l in &fleet {
         assert!(l.acquire("abuser", 1).unwrap().allowed);
     }

@@ -343,18 +343,8 @@ impl<R> RateLimitLayer<R> {
     where
         R: Clone,
     {
-        let s = &self.shared;
-        RateLimitLayer {
-            shared: Arc::new(Shared {
-                limiter: s.limiter.clone(),
-                key: s.key.clone(),
-                cost: s.cost.clone(),
-                skip: s.skip.clone(),
-                tier: Some(Arc::new(tier)),
-                wait: s.wait,
-                respond: s.respond.clone(),
-            }),
-        }
+        let tier: Arc<TierFn> = Arc::new(tier);
+        self.with(|s| s.tier = Some(tier))
     }
 
     /// Have a request wait up to `wait` for its tokens
@@ -364,18 +354,26 @@ impl<R> RateLimitLayer<R> {
     where
         R: Clone,
     {
+        self.with(|s| s.wait = Some(wait))
+    }
+
+    /// The same layer with `change` made to a copy of its settings.
+    fn with(self, change: impl FnOnce(&mut Shared<R>)) -> Self
+    where
+        R: Clone,
+    {
         let s = &self.shared;
-        RateLimitLayer {
-            shared: Arc::new(Shared {
-                limiter: s.limiter.clone(),
-                key: s.key.clone(),
-                cost: s.cost.clone(),
-                skip: s.skip.clone(),
-                tier: s.tier.clone(),
-                wait: Some(wait),
-                respond: s.respond.clone(),
-            }),
-        }
+        let mut next = Shared {
+            limiter: s.limiter.clone(),
+            key: s.key.clone(),
+            cost: s.cost.clone(),
+            skip: s.skip.clone(),
+            tier: s.tier.clone(),
+            wait: s.wait,
+            respond: s.respond.clone(),
+        };
+        change(&mut next);
+        RateLimitLayer { shared: Arc::new(next) }
     }
 
     /// Every request in plan tier `tier`.
