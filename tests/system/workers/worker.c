@@ -22,6 +22,9 @@ static void on_event(void *user, enum lease_event_kind kind, const char *message
   pthread_mutex_unlock(&ev_lock);
 }
 
+/* Reason codes counted (lease_reason_name names 0..8 today; room for more). */
+#define N_REASONS 16
+
 static uint64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -84,7 +87,7 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < keys->count; k++)
     for (uint64_t w = 0; w < weights->items[k].uint && n < 256; w++) schedule[n++] = keys->items[k].str;
   uint64_t admitted[16] = {0};
-  uint64_t reasons[6] = {0};
+  uint64_t reasons[N_REASONS] = {0};
   uint64_t pause_us = num(job, "pause_us"), start = num(job, "start_at_ms"), end = start + num(job, "duration_ms");
   uint64_t slot_ms = num(job, "slot_ms"), settle_end = end + num(job, "settle_ms");
   /* Optional: a progress line every progress_ms (for the soak's driver). */
@@ -92,8 +95,8 @@ int main(int argc, char **argv) {
   uint64_t progress_ms = pj ? num(job, "progress_ms") : 0, next_progress = start;
   size_t n_keys = keys->count < 16 ? keys->count : 16;
   size_t n_slots = (size_t)((settle_end - start) / slot_ms + 1);
-  /* timeline[((slot * n_keys + key) * 6 + reason) * 2 + denied] */
-  uint64_t *timeline = calloc(n_slots * n_keys * 6 * 2, sizeof *timeline);
+  /* timeline[((slot * n_keys + key) * N_REASONS + reason) * 2 + denied] */
+  uint64_t *timeline = calloc(n_slots * n_keys * N_REASONS * 2, sizeof *timeline);
   if (!timeline) {
     fprintf(stderr, "worker_c: out of memory\n");
     return 1;
@@ -113,7 +116,7 @@ int main(int argc, char **argv) {
       if ((st = lease_metrics(lim, &m)) != LEASE_OK) die_status("lease_metrics", st);
       printf("{\"progress_at_ms\": %llu, \"fallback_active\": %llu, \"fallback_transitions\": %llu, \"reasons\": {",
              (unsigned long long)t, (unsigned long long)m.fallback_active, (unsigned long long)m.fallback_transitions);
-      for (uint32_t r = 0, first_r = 1; r < 6; r++)
+      for (uint32_t r = 0, first_r = 1; r < N_REASONS; r++)
         if (reasons[r]) {
           printf("%s\"%s\": %llu", first_r ? "" : ", ", lease_reason_name(r), (unsigned long long)reasons[r]);
           first_r = 0;
@@ -126,11 +129,11 @@ int main(int argc, char **argv) {
     struct lease_decision d;
     if ((st = lease_acquire(lim, (const uint8_t *)key, strlen(key), 1, &d)) != LEASE_OK) die_status("lease_acquire", st);
     if (now_ms() - t > max_ms) max_ms = now_ms() - t;
-    if (d.reason < 6) reasons[d.reason]++;
+    if (d.reason < N_REASONS) reasons[d.reason]++;
     for (size_t k = 0; k < n_keys; k++)
       if (strcmp(keys->items[k].str, key) == 0) {
         if (d.allowed) admitted[k]++;
-        if (d.reason < 6) timeline[((((t - start) / slot_ms) * n_keys + k) * 6 + d.reason) * 2 + !d.allowed]++;
+        if (d.reason < N_REASONS) timeline[((((t - start) / slot_ms) * n_keys + k) * N_REASONS + d.reason) * 2 + !d.allowed]++;
       }
     if (pause_us) usleep((useconds_t)pause_us);
   }
@@ -142,7 +145,7 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < keys->count; k++) printf("%s\"%s\": %llu", k ? ", " : "", keys->items[k].str, (unsigned long long)admitted[k]);
   printf("}, \"reasons\": {");
   int first = 1;
-  for (uint32_t r = 0; r < 6; r++)
+  for (uint32_t r = 0; r < N_REASONS; r++)
     if (reasons[r]) {
       printf("%s\"%s\": %llu", first ? "" : ", ", lease_reason_name(r), (unsigned long long)reasons[r]);
       first = 0;
@@ -166,8 +169,8 @@ int main(int argc, char **argv) {
   first = 1;
   for (size_t slot = 0; slot < n_slots; slot++)
     for (size_t k = 0; k < n_keys; k++)
-      for (uint32_t r = 0; r < 6; r++) {
-        const uint64_t *c = &timeline[((slot * n_keys + k) * 6 + r) * 2];
+      for (uint32_t r = 0; r < N_REASONS; r++) {
+        const uint64_t *c = &timeline[((slot * n_keys + k) * N_REASONS + r) * 2];
         if (!c[0] && !c[1]) continue;
         printf("%s[%zu, \"%s\", \"%s\", %llu, %llu]", first ? "" : ", ", slot, keys->items[k].str, lease_reason_name(r),
                (unsigned long long)c[0], (unsigned long long)c[1]);
