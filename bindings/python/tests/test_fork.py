@@ -101,3 +101,26 @@ def test_fork_of_an_idle_limiter_and_close_in_child(redis_server: RedisServer) -
 
     assert run_in_child(child) == {"allowed": True}
     assert lim.acquire("k")  # the parent is unaffected by the child's close
+
+
+def test_a_parents_waiter_does_not_hold_the_childs_queue() -> None:
+    import threading
+
+    # The refill comes within the wait: the waiter waits (up to 3 s) for it.
+    lim = Limiter(limit=1, window_ms=3_000, lease_size=1)
+    assert lim.acquire("k")
+    waiter = threading.Thread(target=lambda: lim.acquire("k", wait_ms=30_000))
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while lim.waiters("k") != 1:
+        assert time.monotonic() < deadline, "the parent's waiter never queued"
+        time.sleep(0.005)
+
+    def child() -> dict[str, Any]:
+        lim.acquire("other")  # any call notices the fork
+        return {"waiters": lim.waiters("k")}
+
+    got = run_in_child(child)
+    waiter.join()
+    # The parent's waiter is not in the child: its queue is gone there.
+    assert got["waiters"] == 0

@@ -187,6 +187,8 @@ impl Engine {
             let dropped = self.table.forget_leases();
             Counters::add(&self.counters.tokens_expired, dropped);
             self.pending.store(0, Release);
+            // A parent's waiter may hold a key's queue: its task is not here.
+            self.waits.forget();
             tracing::info!(
                 dropped,
                 "quotalease: fork detected; the child dropped the parent's leased tokens"

@@ -32,6 +32,13 @@ pub(crate) struct Waits {
     queues: Mutex<HashMap<Box<str>, Queue>>,
 }
 
+impl Waits {
+    /// Drop every queue (after a fork: the parent's waiters are not here).
+    pub(crate) fn forget(&self) {
+        lock(&self.queues).clear();
+    }
+}
+
 impl Engine {
     /// Whether requests of `key` wait in this process now.
     fn has_waiters(&self, key: &str) -> bool {
@@ -50,6 +57,8 @@ impl Engine {
     /// `None` when it needs the waiting path: the key has waiters (a newcomer
     /// queues behind them) or no local tokens.
     pub fn acquire_wait_now(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Option<Decision>> {
+        // After a fork, before the queues are read (`check_fork` drops them).
+        self.check_open()?;
         if self.has_waiters(key) {
             return Ok(None);
         }
