@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use quotalease::{Config, Limiter, Mode};
+use quotalease::{Builder, Limiter, Mode};
 
 use crate::dist::{self, Dist, KeySeq};
 use crate::gcra::Gcra;
@@ -193,20 +193,23 @@ fn prefix(dist: Dist, s: Strategy) -> String {
     format!("qlbench{}x{}x{}", std::process::id(), dist.as_str(), s.as_str())
 }
 
-fn config(o: &Options, mode: Mode, key_prefix: String) -> Config {
-    Config {
-        url: o.redis.clone(),
-        limit: o.limit,
-        window_ms: o.window_ms,
-        lease_size: o.lease_size,
-        refill_threshold: o.refill_threshold,
-        mode,
-        key_prefix,
+fn config(o: &Options, mode: Mode, key_prefix: String) -> Builder {
+    let mut b = Limiter::builder()
+        .url(o.redis.clone())
+        .limit(o.limit)
+        .window_ms(o.window_ms)
+        .mode(mode)
+        .key_prefix(key_prefix)
         // The bench counts Redis commands per admitted request of the lease
         // protocol alone: no policy store polls (one script call a second).
-        policy_refresh_ms: 0,
-        ..Config::default()
+        .policy_refresh_ms(0);
+    if let Some(n) = o.lease_size {
+        b = b.lease_size(n);
     }
+    if let Some(n) = o.refill_threshold {
+        b = b.refill_threshold(n);
+    }
+    b
 }
 
 type Tally = (u64, u64, Histogram);
@@ -260,7 +263,7 @@ fn run_strategy(
     let keys: Arc<Vec<String>> = Arc::new(match s {
         Strategy::Lease | Strategy::Exact => {
             let mode = if s == Strategy::Lease { Mode::Lease } else { Mode::Exact };
-            limiter = Some(Arc::new(Limiter::new(config(o, mode, pre)).map_err(crate::explain)?));
+            limiter = Some(Arc::new(config(o, mode, pre).build().map_err(crate::explain)?));
             (0..n).map(|i| format!("bench:{i}")).collect()
         }
         Strategy::Gcra => {
@@ -349,7 +352,9 @@ pub fn measure(o: &Options) -> Result<Bench, String> {
         return Err("--dist zipf needs --keys of at least 2 (one key is --dist hot)".into());
     }
     // Every configuration error before the first connection.
-    Limiter::new(config(o, Mode::Lease, prefix(Dist::Hot, Strategy::Lease))).map_err(crate::explain)?;
+    config(o, Mode::Lease, prefix(Dist::Hot, Strategy::Lease))
+        .build()
+        .map_err(crate::explain)?;
     Gcra::new(o.limit, o.window_ms)?;
     redis_util::connect(&o.redis)?;
     let lease_size = o.lease_size.unwrap_or_else(|| quotalease::default_lease_size(o.limit));

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use quotalease::{Config, Limiter};
+use quotalease::Limiter;
 
 use crate::redis_util;
 use crate::stored;
@@ -35,17 +35,16 @@ fn secs(ms: u64) -> String {
 pub fn run(o: &Options) -> Result<String, String> {
     quotalease::validate_key(&o.key).map_err(crate::explain)?;
     let (limit, window_ms) = o.policy.unwrap_or((1, 60_000));
-    let limiter = Limiter::new(Config {
-        url: o.redis.clone(),
-        limit,
-        window_ms,
-        key_prefix: o.key_prefix.clone(),
-        backend_timeout_ms: 2_000,
+    let limiter = Limiter::builder()
+        .url(o.redis.clone())
+        .limit(limit)
+        .window_ms(window_ms)
+        .key_prefix(o.key_prefix.clone())
+        .backend_timeout_ms(2_000)
         // It reads the store's say on the key, as a limiter following it would.
-        policy_refresh_ms: 1_000,
-        ..Config::default()
-    })
-    .map_err(crate::explain)?;
+        .policy_refresh_ms(1_000)
+        .build()
+        .map_err(crate::explain)?;
     let mut conn = redis_util::connect(&o.redis)?;
     // The shared policy store's say on the key (docs/policies.md).
     let stored_policy = limiter.policy_get(&o.key).ok().flatten();

@@ -627,12 +627,8 @@ mod tests {
 
     #[test]
     fn config_errors_name_flags() {
-        let e = quotalease::Config {
-            limit: 10,
-            lease_size: Some(11),
-            ..Default::default()
-        };
-        let msg = explain(quotalease::Limiter::new(e).unwrap_err());
+        let e = quotalease::Limiter::builder().limit(10).lease_size(11).build();
+        let msg = explain(e.unwrap_err());
         assert!(
             msg.starts_with("--lease-size must be between 1 and limit (10)"),
             "{msg}"

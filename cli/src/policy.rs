@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use quotalease::{Config, Limiter, PolicySource, Rules};
+use quotalease::{Limiter, PolicySource, Rules};
 
 /// What the store is asked (`tier`: about a tier named `name`, else about the key `name`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,17 +25,16 @@ const FOLLOWED: &str = "limiters configured with policy_refresh_ms > 0 apply it 
 
 /// A limiter on the store: its url and prefix are all that matter here.
 fn store(redis: &str, key_prefix: &str) -> Result<Limiter, String> {
-    Limiter::new(Config {
-        url: redis.to_string(),
-        limit: 1,
-        window_ms: 1_000,
-        key_prefix: key_prefix.to_string(),
-        backend_timeout_ms: 2_000,
+    Limiter::builder()
+        .url(redis)
+        .limit(1)
+        .window_ms(1_000)
+        .key_prefix(key_prefix)
+        .backend_timeout_ms(2_000)
         // Any period: the CLI's limiter writes and reads the store.
-        policy_refresh_ms: 1_000,
-        ..Config::default()
-    })
-    .map_err(crate::explain)
+        .policy_refresh_ms(1_000)
+        .build()
+        .map_err(crate::explain)
 }
 
 /// The rules the store gives `key` and where they come from, as a limiter

@@ -424,24 +424,23 @@ impl Fleet {
 /// The common configuration, validated (its errors name the CLI's flags).
 pub fn base_config(opts: &Options) -> Result<Config, String> {
     let shape = &opts.shape;
-    let cfg = Config {
-        limit: shape.limit,
-        window_ms: shape.window_ms,
-        lease_size: opts.lease_size,
-        refill_threshold: opts.refill_threshold,
-        lease_ttl_ms: opts.lease_ttl_ms,
-        expected_replicas: shape.instances.max(1),
-        ..Config::default()
-    };
-    Limiter::new(cfg.clone()).map_err(crate::explain)?;
-    if let Some(url) = &opts.redis {
-        Limiter::new(Config {
-            url: url.clone(),
-            ..cfg.clone()
-        })
-        .map_err(crate::explain)?;
+    let mut b = Limiter::builder()
+        .limit(shape.limit)
+        .window_ms(shape.window_ms)
+        .lease_ttl_ms(opts.lease_ttl_ms)
+        .expected_replicas(shape.instances.max(1));
+    if let Some(n) = opts.lease_size {
+        b = b.lease_size(n);
     }
-    Ok(cfg)
+    if let Some(n) = opts.refill_threshold {
+        b = b.refill_threshold(n);
+    }
+    let probe = b.clone().build().map_err(crate::explain)?;
+    if let Some(url) = &opts.redis {
+        b.url(url.clone()).build().map_err(crate::explain)?;
+    }
+    // The validated result, which the strategies then vary field by field.
+    Ok(probe.config().clone())
 }
 
 /// Chart bin width for a run: about 60 bins, at least one second.

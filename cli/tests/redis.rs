@@ -4,19 +4,18 @@
 mod common;
 
 use common::{quotalease, quotalease_with_env, RedisServer};
-use quotalease::{Config, Limiter, Mode};
+use quotalease::{Limiter, Mode};
 
 /// A limiter in exact mode: every admitted request takes one token from Redis now.
 fn exact(url: &str, prefix: &str, limit: u64, window_ms: u64) -> Limiter {
-    Limiter::new(Config {
-        url: url.to_string(),
-        limit,
-        window_ms,
-        key_prefix: prefix.to_string(),
-        mode: Mode::Exact,
-        ..Config::default()
-    })
-    .unwrap()
+    Limiter::builder()
+        .url(url)
+        .limit(limit)
+        .window_ms(window_ms)
+        .key_prefix(prefix)
+        .mode(Mode::Exact)
+        .build()
+        .unwrap()
 }
 
 fn line<'a>(out: &'a str, head: &str) -> &'a str {
@@ -335,14 +334,13 @@ fn inspect_lists_the_live_holders_of_an_adaptive_key() {
     // Three instances on one key with adaptive leasing (the default).
     let fleet: Vec<Limiter> = (0..3)
         .map(|_| {
-            Limiter::new(Config {
-                url: url.clone(),
-                limit: 100,
-                window_ms: 1_000,
-                key_prefix: "ad".into(),
-                ..Config::default()
-            })
-            .unwrap()
+            Limiter::builder()
+                .url(url.clone())
+                .limit(100)
+                .window_ms(1_000)
+                .key_prefix("ad")
+                .build()
+                .unwrap()
         })
         .collect();
     for l in &fleet {
@@ -459,14 +457,13 @@ fn policy_sets_gets_lists_and_deletes_in_the_shared_store() {
         "{out}"
     );
     // a limiter on the same store follows it
-    let l = Limiter::new(Config {
-        url: url.clone(),
-        limit: 1,
-        key_prefix: "p1".into(),
-        policy_refresh_ms: 1_000,
-        ..Config::default()
-    })
-    .unwrap();
+    let l = Limiter::builder()
+        .url(url.clone())
+        .limit(1)
+        .key_prefix("p1")
+        .policy_refresh_ms(1_000)
+        .build()
+        .unwrap();
     let d = l.acquire("user:42", 1).unwrap();
     assert_eq!((d.allowed, d.limit, d.rules().len()), (true, 6000, 2));
     // inspect tells where the key's policy comes from

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use quotalease::{Config, Limiter};
+use quotalease::Limiter;
 use serde_json::{json, Value};
 
 fn now_ms() -> u64 {
@@ -22,19 +22,19 @@ fn main() {
     }
     let job: Value = serde_json::from_str(&std::env::args().nth(1).expect("job JSON")).expect("valid JSON");
     let n = |k: &str| job[k].as_u64().unwrap_or_else(|| panic!("{k}"));
-    let cfg = Config {
-        url: job["url"].as_str().unwrap().into(),
-        key_prefix: job["key_prefix"].as_str().unwrap().into(),
-        limit: n("limit"),
-        window_ms: n("window_ms"),
-        // absent: adaptive leasing (the default)
-        lease_size: job["lease_size"].as_u64(),
-        on_backend_failure: job["on_backend_failure"].as_str().unwrap().parse().unwrap(),
-        expected_replicas: n("expected_replicas"),
-        backend_timeout_ms: n("backend_timeout_ms"),
-        ..Config::default()
-    };
-    let limiter = Limiter::new(cfg).unwrap();
+    let mut b = Limiter::builder()
+        .url(job["url"].as_str().unwrap())
+        .key_prefix(job["key_prefix"].as_str().unwrap())
+        .limit(n("limit"))
+        .window_ms(n("window_ms"))
+        .on_backend_failure(job["on_backend_failure"].as_str().unwrap().parse().unwrap())
+        .expected_replicas(n("expected_replicas"))
+        .backend_timeout_ms(n("backend_timeout_ms"));
+    // absent: adaptive leasing (the default)
+    if let Some(n) = job["lease_size"].as_u64() {
+        b = b.lease_size(n);
+    }
+    let limiter = b.build().unwrap();
     let events = Arc::new(Mutex::new(Vec::<String>::new()));
     let ev = events.clone();
     limiter.on_event(move |e| {

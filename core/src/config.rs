@@ -135,10 +135,14 @@ impl FromStr for Budget {
     }
 }
 
-/// Every option a limiter takes. `Config::default()` plus a `limit` is a
-/// working configuration on the embedded `memory://` authority. Its `Debug`
+/// Every option of a limiter, validated: what [`crate::Options`] (by name)
+/// and [`crate::Builder`] (typed setters over it) produce, and what
+/// [`crate::Limiter::config`] reads back. It is a result, not a way in:
+/// it cannot be built outside this crate (no `Default`, `non_exhaustive`),
+/// so every configuration passes the one rulebook of `Options`. Its `Debug`
 /// prints `url` without credentials ([`crate::redact_url`]).
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Config {
     /// `memory://` (default, private to this limiter), `memory://NAME` (shared
     /// by every limiter of this process with that NAME), `redis://`,
@@ -201,8 +205,9 @@ pub struct Config {
     pub shadow: bool,
 }
 
-impl Default for Config {
-    fn default() -> Self {
+impl Config {
+    /// Every option at its default: where [`crate::Options`] starts.
+    pub(crate) fn defaults() -> Self {
         Config {
             url: "memory://".to_string(),
             limit: 0,
@@ -403,7 +408,7 @@ mod tests {
     fn cfg(limit: u64) -> Config {
         Config {
             limit,
-            ..Config::default()
+            ..Config::defaults()
         }
     }
 

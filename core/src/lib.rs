@@ -79,6 +79,11 @@ pub mod internals {
     pub use crate::bucket::BucketState;
     pub use crate::ledger::TUNING;
     pub use crate::policy::{MAX_RULES, RULE_SEPARATOR};
+    /// Every option's default, to show them (the C ABI's `lease_config_init`).
+    /// A configuration is made through `Options` or `Builder`, not from this.
+    pub fn default_config() -> crate::Config {
+        crate::Config::defaults()
+    }
     /// The codec of what the Redis authority stores for a key: the one Rust
     /// reader of the stored format.
     pub mod stored {

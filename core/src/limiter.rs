@@ -32,10 +32,14 @@ pub struct Limiter {
 }
 
 impl Limiter {
-    /// Validate `cfg` and build a limiter. Nothing starts until first use:
-    /// no thread, no connection. Every limiter of a process shares one
-    /// broker thread and, per Redis backend, one connection for leases and
-    /// one for the policy store.
+    /// Build a limiter from a validated configuration: one that
+    /// [`Options::into_config`](crate::Options::into_config) made, or another
+    /// limiter's [`config`](Self::config) (a [`Config`] cannot be built any
+    /// other way). Usually [`Limiter::builder`] or [`Limiter::from_options`]
+    /// is simpler. Nothing starts until first use: no thread, no
+    /// connection. Every limiter of a process shares one broker thread and,
+    /// per Redis backend, one connection for leases and one for the policy
+    /// store.
     pub fn new(cfg: Config) -> Result<Limiter> {
         Ok(Limiter {
             engine: Engine::new(cfg)?,

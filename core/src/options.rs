@@ -56,7 +56,7 @@ impl OptionValue<'_> {
 }
 
 /// A configuration being assembled option by option.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Options {
     cfg: Config,
     rate: Option<String>,
@@ -66,6 +66,20 @@ pub struct Options {
     clock_start_ms: Option<u64>,
     /// The spelling each option was first given in (canonical name, as given).
     spelled: Vec<(&'static str, Box<str>)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            cfg: Config::defaults(),
+            rate: None,
+            limit_set: false,
+            window_set: false,
+            manual_clock: false,
+            clock_start_ms: None,
+            spelled: Vec::new(),
+        }
+    }
 }
 
 /// The option's canonical (snake_case) name, if it is one.

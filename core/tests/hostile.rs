@@ -19,8 +19,8 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use quotalease::{
-    http_key, parse_rate, redact_url, validate_key, ClockKind, Config, Decision, Error, ErrorKind, Limiter, Mode,
-    OptionValue, Options, Reason, MAX_KEY_LEN, OPTION_NAMES,
+    http_key, parse_rate, redact_url, validate_key, ClockKind, Decision, Error, ErrorKind, Limiter, Mode, OptionValue,
+    Options, Reason, MAX_KEY_LEN, OPTION_NAMES,
 };
 
 /// The latest a manual clock may start at (`clock_start_ms`).
@@ -391,13 +391,14 @@ proptest! {
         let url = c.url.clone();
         let (redacted, built) = no_panic!(format!("Limiter::new(url = {:?})", c.url), move || {
             let redacted = redact_url(&url);
-            let cfg = Config { url, limit: 5, ..Config::default() };
-            let built = Limiter::new(cfg.clone()).map(|l| (format!("{l:?}"), format!("{:?}", l.config())));
-            (redacted, (built, format!("{cfg:?}")))
+            let builder = Limiter::builder().url(url).limit(5);
+            let builder_debug = format!("{builder:?}");
+            let built = builder.build().map(|l| (format!("{l:?}"), format!("{:?}", l.config())));
+            (redacted, (built, builder_debug))
         });
         assert_no_secret("redact_url", &redacted, &c)?;
-        let (built, cfg_debug) = built;
-        assert_no_secret("Debug of the Config", &cfg_debug, &c)?;
+        let (built, builder_debug) = built;
+        assert_no_secret("Debug of the Builder", &builder_debug, &c)?;
         match built {
             Ok((limiter, config)) => {
                 assert_no_secret("Debug of the Limiter", &limiter, &c)?;
@@ -416,7 +417,7 @@ proptest! {
     fn any_url_is_a_limiter_or_a_url_error(url in any_text()) {
         let u = url.clone();
         let r = no_panic!(format!("Limiter::new(url = {url:?})"), move || {
-            Limiter::new(Config { url: u, limit: 5, ..Config::default() }).map(|_| ())
+            Limiter::builder().url(u).limit(5).build().map(|_| ())
         });
         if let Err(e) = r {
             prop_assert!(matches!(e, Error::Config { field: "url", .. }), "{:?}: {e:?}", url);
@@ -734,15 +735,16 @@ fn setup() -> impl Strategy<Value = Setup> {
 /// answer against what the documented rules say it must be; then the
 /// metrics against the decisions.
 fn play(s: &Setup, keys: &[String], ops: &[Op]) -> Result<(), String> {
-    let built = Limiter::new(Config {
-        limit: s.limit,
-        window_ms: s.window_ms,
-        lease_size: s.lease_size,
-        mode: s.mode,
-        max_keys: s.max_keys,
-        clock: ClockKind::Manual { start_ms: s.start_ms },
-        ..Config::default()
-    });
+    let mut builder = Limiter::builder()
+        .limit(s.limit)
+        .window_ms(s.window_ms)
+        .mode(s.mode)
+        .max_keys(s.max_keys)
+        .clock(ClockKind::Manual { start_ms: s.start_ms });
+    if let Some(n) = s.lease_size {
+        builder = builder.lease_size(n);
+    }
+    let built = builder.build();
     let l = match built {
         // A manual clock may start at 2^52 ms at most. (This caught a
         // manual clock started near u64::MAX: the first lease's answer
@@ -871,20 +873,21 @@ fn play(s: &Setup, keys: &[String], ops: &[Op]) -> Result<(), String> {
 #[test]
 fn a_manual_clock_starting_near_u64_max_is_a_config_error() {
     // Was: the first acquire panicked adding the bucket's lifetime to the time.
-    let cfg = |start_ms| Config {
-        limit: 1,
-        window_ms: 6599,
-        clock: ClockKind::Manual { start_ms },
-        ..Config::default()
+    let cfg = |start_ms| {
+        Limiter::builder()
+            .limit(1)
+            .window_ms(6599)
+            .clock(ClockKind::Manual { start_ms })
+            .build()
     };
-    match Limiter::new(cfg(18_446_744_073_709_545_017)) {
+    match cfg(18_446_744_073_709_545_017) {
         Err(Error::Config {
             field: "clock_start_ms",
             ..
         }) => {}
         other => panic!("{other:?}"),
     }
-    let l = Limiter::new(cfg(MAX_CLOCK_START_MS)).unwrap();
+    let l = cfg(MAX_CLOCK_START_MS).unwrap();
     assert!(l.acquire("\0\0", 1).unwrap().allowed);
     l.advance_clock(MAX_CLOCK_START_MS).unwrap();
     assert!(l.acquire("\0\0", 1).unwrap().allowed);

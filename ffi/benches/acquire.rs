@@ -15,14 +15,14 @@ type AcquireFn =
 
 const KEY: &str = "user:42";
 
-fn limiter_config() -> quotalease::Config {
-    quotalease::Config {
-        limit: 1 << 40,
-        window_ms: 1000,
-        lease_size: Some(1 << 30),
-        clock: ClockKind::Manual { start_ms: 0 },
-        ..quotalease::Config::default()
-    }
+fn rust_limiter() -> Limiter {
+    Limiter::builder()
+        .limit(1 << 40)
+        .window_ms(1000)
+        .lease_size(1 << 30)
+        .clock(ClockKind::Manual { start_ms: 0 })
+        .build()
+        .unwrap()
 }
 
 fn c_limiter() -> *mut lease::lease_limiter {
@@ -62,7 +62,7 @@ fn ffi_loop(f: AcquireFn, l: *const lease::lease_limiter, n: u64) -> u64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let rust = Limiter::new(limiter_config()).unwrap();
+    let rust = rust_limiter();
     let c = c_limiter();
     // An opaque pointer: the compiler cannot inline lease_acquire into the loop.
     let f: AcquireFn = black_box(lease_acquire as AcquireFn);

@@ -104,7 +104,7 @@ pub unsafe extern "C" fn lease_config_init(config: *mut lease_config) -> lease_s
         if config.is_null() {
             return crate::error::null_arg("lease_config_init", "config");
         }
-        let d = Config::default();
+        let d = quotalease::internals::default_config();
         let c = lease_config {
             url: c"memory://".as_ptr(),
             limit: d.limit,

@@ -492,7 +492,7 @@ mod tests {
             lease_size: Some(lease),
             max_keys,
             clock: ClockKind::Manual { start_ms: 1_000 },
-            ..Config::default()
+            ..Config::defaults()
         })
         .unwrap()
     }
