@@ -308,6 +308,8 @@ def test_decorator_tier_with_tiers_from_the_settings_options() -> None:
         ({"RATE": "5/min", "TRUSTED_PROXIES": -1}, "TRUSTED_PROXIES.*hop count >= 0"),
         ({"RATE": "5/min", "TRUSTED_PROXIES": ["10.0.0.0/99"]}, "not an IP address or CIDR"),
         ({"RATE": "5/min", "TRUSTED_PROXIES": 2.5}, "hop count"),
+        ({"RATE": "5/min", "WAIT_MS": -1}, "WAIT_MS"),
+        ({"RATE": "5/min", "WAIT_MS": "1s"}, "WAIT_MS"),
     ],
 )
 def test_bad_settings_are_improperly_configured(conf: dict[str, Any], message: str) -> None:
@@ -416,3 +418,11 @@ def test_ratelimit_decision_is_the_requests_decision_typed() -> None:
     plain = factory.get("/")
     plain.ratelimit = "not a decision"
     assert ratelimit_decision(plain) is None
+
+
+def test_middleware_wait_ms_waits_for_the_refill() -> None:
+    conf = {"RATE": "2/s", "KEY": "header:X-User", "OPTIONS": {"lease_size": 1}, "WAIT_MS": 30_000}
+    with override_settings(MIDDLEWARE=MIDDLEWARE, QUOTALEASE=conf):
+        client = Client()
+        codes = [client.get("/", headers={"X-User": "ann"}).status_code for _ in range(3)]
+    assert codes == [200, 200, 200], "the third waited for the refill instead of a 429"

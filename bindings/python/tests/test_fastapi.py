@@ -272,3 +272,19 @@ def test_over_real_http_with_uvicorn(served: int) -> None:
     assert results[0][2] is None
     assert results[3][1] is not None and results[3][1].startswith('"default";r=0;')
     assert results[3][2] is not None and int(results[3][2]) >= 1
+
+
+def test_limit_wait_ms_waits_for_the_refill() -> None:
+    from fastapi.testclient import TestClient
+
+    app = FastAPI()
+    waiting = limit(Limiter(limit=2, window_ms=1000, lease_size=1), key=lambda request: "k", wait_ms=30_000)
+
+    @app.get("/", dependencies=[Depends(waiting)])
+    async def home() -> str:
+        return "ok"
+
+    with TestClient(app) as client:
+        assert [client.get("/").status_code for _ in range(3)] == [200, 200, 200]
+    with pytest.raises(TypeError, match="wait_ms"):
+        limit("1/s", wait_ms=1.5)  # type: ignore[arg-type]

@@ -90,6 +90,7 @@ SETTINGS = (
     "DENIED",
     "TIER",
     "TRUSTED_PROXIES",
+    "WAIT_MS",
 )
 
 View = TypeVar("View", bound=Callable[..., Any])
