@@ -49,17 +49,22 @@ fn key_len_error(len: usize) -> Error {
 /// never turns a request into an error, and equal raw keys share one bucket
 /// in every process and language. Every middleware uses this rule.
 pub fn http_key(raw: &str) -> std::borrow::Cow<'_, str> {
-    use sha2::{Digest, Sha256};
-    use std::fmt::Write as _;
     if raw.len() <= MAX_KEY_LEN && !raw.as_bytes().contains(&0x1f) {
         return raw.into();
     }
-    let mut out = String::with_capacity(7 + 64);
+    sha256_text(raw, 32).into()
+}
+
+/// `"sha256:"` and the hex digits of the first `bytes` bytes of `text`'s SHA-256.
+fn sha256_text(text: &str, bytes: usize) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(7 + 2 * bytes);
     out.push_str("sha256:");
-    for b in Sha256::digest(raw.as_bytes()) {
+    for b in &Sha256::digest(text.as_bytes())[..bytes] {
         let _ = write!(out, "{b:02x}");
     }
-    out.into()
+    out
 }
 
 /// A key as log lines name it: the first 16 hex digits of its SHA-256
@@ -67,14 +72,7 @@ pub fn http_key(raw: &str) -> std::borrow::Cow<'_, str> {
 /// log must not hold; an operator who suspects a key hashes it to compare
 /// (`printf %s KEY | sha256sum`).
 pub fn key_hash(key: &str) -> String {
-    use sha2::{Digest, Sha256};
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(7 + 16);
-    out.push_str("sha256:");
-    for b in &Sha256::digest(key.as_bytes())[..8] {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
+    sha256_text(key, 8)
 }
 
 #[cfg(test)]
