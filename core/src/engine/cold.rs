@@ -118,7 +118,8 @@ impl Engine {
     /// buckets are left as the denial left them: counting goes on as if the
     /// rules were enforced, which is what shadow mode is for.
     fn shadowed(&self, key: &str, d: Decision) -> Decision {
-        if d.allowed || d.reason == Reason::Blocked || !self.table.get(key).is_some_and(|e| e.shadow.load(Acquire)) {
+        // A deny entry is no rule under trial: `resolve` never puts it in shadow mode.
+        if d.allowed || !self.table.get(key).is_some_and(|e| e.shadow.load(Acquire)) {
             return d;
         }
         self.counters.shadow_denied.fetch_add(1, Relaxed);
