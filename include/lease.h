@@ -43,6 +43,7 @@
 
 typedef struct lease_limiter lease_limiter;
 typedef struct lease_options lease_options;
+typedef struct lease_reservation lease_reservation;
 typedef struct lease_config lease_config;
 typedef struct lease_decision lease_decision;
 typedef struct lease_inspection lease_inspection;
@@ -140,6 +141,11 @@ enum lease_status {
    * message names the host (credentials removed) and what to change.
    */
   LEASE_ERR_MISCONFIGURED = 10,
+  /**
+   * `lease_reservation_settle` refused: the reservation was settled
+   * already, it was denied (nothing was reserved), or `actual` is negative.
+   */
+  LEASE_ERR_RESERVATION = 11,
 };
 
 /**
@@ -190,6 +196,13 @@ struct lease_limiter;
  * it and may run on many threads at once.
  */
 struct lease_options;
+
+/**
+ * A reservation (opaque): a request admitted (or denied) at an estimate
+ * of its cost, to be settled once at its actual cost. Made by
+ * `lease_reserve`, released by `lease_reservation_free`.
+ */
+struct lease_reservation;
 
 /**
  * What the limiter does while the backend is unreachable and local tokens
@@ -502,6 +515,11 @@ struct lease_metrics {
    * is counted in `denied` too).
    */
   uint64_t shadow_denied;
+  /**
+   * Tokens reserved requests used beyond their estimate, charged when
+   * settled (`lease_reservation_settle`).
+   */
+  uint64_t tokens_debited;
 };
 
 /**
@@ -711,8 +729,8 @@ enum lease_status lease_decision_headers(const struct lease_decision *decision,
 /**
  * The name, as in every binding and in the conformance vectors, of the
  * error kind a status reports: "config" (`LEASE_ERR_CONFIG`),
- * "invalid_key", "invalid_cost", "closed", "backend" or "misconfigured"
- * (`LEASE_ERR_MISCONFIGURED`). "" for a status
+ * "invalid_key", "invalid_cost", "closed", "backend", "misconfigured"
+ * (`LEASE_ERR_MISCONFIGURED`) or "reservation" (`LEASE_ERR_RESERVATION`). "" for a status
  * with no kind of its own: `LEASE_OK`, `LEASE_ERR_NULL`,
  * `LEASE_ERR_BUFFER_TOO_SMALL`, `LEASE_ERR_PANIC`, `LEASE_ERR_UTF8` (an
  * invalid key when it was about a key, a configuration error when it was
@@ -1374,6 +1392,58 @@ enum lease_status lease_inspect_policy(const struct lease_limiter *limiter,
                                        char *buf,
                                        size_t cap,
                                        size_t *needed);
+
+/**
+ * Reserve `estimate` tokens of `key` (in plan tier `tier`; NULL with
+ * `tier_len` 0 names none) for a request whose cost is known only after
+ * it ran (an LLM response's tokens, bytes streamed): decided as
+ * `lease_acquire_tier` decides on `estimate`, the decision written to
+ * `*out`, and a reservation handle to `*reservation` (also for a denial;
+ * free every handle with `lease_reservation_free`). Settle it once with
+ * `lease_reservation_settle` at the actual cost; freed unsettled, it keeps
+ * the estimate.
+ *
+ * Errors: as `lease_acquire_tier` (`LEASE_ERR_INVALID_COST` for an
+ * estimate of 0 or above the key's limit); `LEASE_ERR_NULL` for a NULL
+ * `reservation`. `*out` and `*reservation` are written only on `LEASE_OK`.
+ *
+ * # Safety
+ * As for `lease_acquire_tier`; `reservation` is NULL or writable.
+ */
+enum lease_status lease_reserve(const struct lease_limiter *limiter,
+                                const uint8_t *key,
+                                size_t key_len,
+                                uint64_t estimate,
+                                const uint8_t *tier,
+                                size_t tier_len,
+                                struct lease_decision *out,
+                                struct lease_reservation **reservation);
+
+/**
+ * Settle `reservation` at `actual` tokens (0 when the request used
+ * nothing): below the estimate the rest goes back, above it the
+ * difference is taken even into debt (later requests of the key wait
+ * until the refill has paid it). Once only.
+ *
+ * Errors: `LEASE_ERR_NULL`; `LEASE_ERR_RESERVATION` when it was settled
+ * already, was denied (nothing was reserved), or `actual` is negative;
+ * `LEASE_ERR_CLOSED` when its limiter was closed (the estimate stands).
+ *
+ * # Safety
+ * `reservation` is NULL or came from `lease_reserve` and was not freed.
+ */
+enum lease_status lease_reservation_settle(const struct lease_reservation *reservation,
+                                           int64_t actual);
+
+/**
+ * Release a reservation. NULL is a no-op. Unsettled, it keeps its
+ * estimate (the tokens stay spent).
+ *
+ * # Safety
+ * `reservation` is NULL or came from `lease_reserve` and was not freed;
+ * no other call on it may run during or after this one.
+ */
+void lease_reservation_free(struct lease_reservation *reservation);
 
 /**
  * The library's version, "MAJOR.MINOR.PATCH" (compare it with

@@ -63,6 +63,11 @@ pub enum Error {
         /// What the backend refused and what to change (credentials removed).
         reason: Box<str>,
     },
+    /// A reservation cannot be settled so: it was settled already, it was
+    /// denied (nothing was reserved), or the actual cost is not a whole
+    /// number of tokens, 0 or more (see [`crate::Reservation::settle`]).
+    #[error("invalid settle: {0}")]
+    Reservation(Box<str>),
 }
 
 /// The category of an [`Error`], stable across languages.
@@ -80,21 +85,24 @@ pub enum ErrorKind {
     Backend,
     /// [`Error::Misconfigured`]
     Misconfigured,
+    /// [`Error::Reservation`]
+    Reservation,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 6] = [
+    pub const ALL: [ErrorKind; 7] = [
         ErrorKind::Config,
         ErrorKind::InvalidKey,
         ErrorKind::InvalidCost,
         ErrorKind::Closed,
         ErrorKind::Backend,
         ErrorKind::Misconfigured,
+        ErrorKind::Reservation,
     ];
 
     /// The kind's name in every binding: `config`, `invalid_key`,
-    /// `invalid_cost`, `closed`, `backend`, `misconfigured`.
+    /// `invalid_cost`, `closed`, `backend`, `misconfigured`, `reservation`.
     pub fn as_str(&self) -> &'static str {
         match self {
             ErrorKind::Config => "config",
@@ -103,6 +111,7 @@ impl ErrorKind {
             ErrorKind::Closed => "closed",
             ErrorKind::Backend => "backend",
             ErrorKind::Misconfigured => "misconfigured",
+            ErrorKind::Reservation => "reservation",
         }
     }
 }
@@ -117,6 +126,7 @@ impl Error {
             Error::Closed => ErrorKind::Closed,
             Error::Backend(_) => ErrorKind::Backend,
             Error::Misconfigured { .. } => ErrorKind::Misconfigured,
+            Error::Reservation(_) => ErrorKind::Reservation,
         }
     }
 

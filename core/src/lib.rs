@@ -51,6 +51,7 @@ mod options;
 mod policy;
 mod rate;
 mod redact;
+mod reservation;
 mod stored;
 mod url;
 mod wire;
@@ -68,6 +69,7 @@ pub use options::{OptionValue, Options, MANUAL_CLOCK_START_MS, OPTION_NAMES};
 pub use policy::{Assignment, Origin, PolicySource, RuleSet, Rules, Tier};
 pub use rate::{parse_rate, validate_policy};
 pub use redact::{redact_secrets, redact_url, RedactedUrl};
+pub use reservation::Reservation;
 
 /// What the workspace's own crates (the CLI, the bindings, the benchmarks
 /// and tests) reach inside the engine: the stored format, bucket math, the

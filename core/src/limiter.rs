@@ -13,6 +13,7 @@ use crate::keys::validate_key;
 use crate::metrics::Metrics;
 use crate::policy::{Assignment, Origin, PolicySource, Rules};
 use crate::rate::validate_policy;
+use crate::reservation::Reservation;
 
 /// What the policy store holds ([`Limiter::policy_list`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -126,7 +127,11 @@ impl Limiter {
         let tier = tier.map(str::to_owned);
         broker
             .runtime()
-            .spawn(async move { engine.acquire_slow_async(&key, cost, tier.as_deref()).await })
+            .spawn(async move {
+                engine
+                    .acquire_slow_async(&key, cost, Waiting::Yes, tier.as_deref())
+                    .await
+            })
             .await
             .map_err(|_| Error::Closed)?
     }
@@ -205,6 +210,73 @@ impl Limiter {
         Ok(None)
     }
 
+    /// Reserve `estimate` tokens of `key` for a request whose cost is known
+    /// only after it ran (an LLM response's tokens, bytes streamed):
+    /// admitted or denied as [`acquire_with`](Self::acquire_with) decides on
+    /// `estimate`, then settled once with [`Reservation::settle`] at the
+    /// actual cost.
+    pub fn reserve(&self, key: &str, estimate: u64, tier: Option<&str>) -> Result<Reservation> {
+        let d = match self.engine.admit_local(key, estimate, tier)? {
+            Some(d) => d,
+            None => self.engine.acquire_slow(key, estimate, Waiting::Reserve, tier)?,
+        };
+        Reservation::new(self.engine.clone(), key, tier, estimate, d)
+    }
+
+    /// [`reserve`](Self::reserve), awaiting instead of blocking.
+    pub async fn reserve_async(&self, key: &str, estimate: u64, tier: Option<&str>) -> Result<Reservation> {
+        if let Some(d) = self.engine.admit_local(key, estimate, tier)? {
+            return Reservation::new(self.engine.clone(), key, tier, estimate, d);
+        }
+        if self.engine.is_inline() {
+            return self.reserve(key, estimate, tier);
+        }
+        let broker = self.engine.broker()?;
+        let engine = self.engine.clone();
+        let key = key.to_owned();
+        let tier = tier.map(str::to_owned);
+        broker
+            .runtime()
+            .spawn(async move {
+                let d = engine
+                    .acquire_slow_async(&key, estimate, Waiting::Reserve, tier.as_deref())
+                    .await?;
+                Reservation::new(engine, &key, tier.as_deref(), estimate, d)
+            })
+            .await
+            .map_err(|_| Error::Closed)?
+    }
+
+    /// Callback form of [`reserve_async`](Self::reserve_async), for bindings
+    /// with their own event loop: `Ok(Some(reservation))` when decided
+    /// without waiting, else `Ok(None)` and `done` is called once, later,
+    /// from the broker thread.
+    pub fn reserve_or_notify(
+        &self,
+        key: &str,
+        estimate: u64,
+        tier: Option<&str>,
+        done: impl FnOnce(Result<Reservation>) + Send + 'static,
+    ) -> Result<Option<Reservation>> {
+        if let Some(d) = self.engine.admit_local(key, estimate, tier)? {
+            return Reservation::new(self.engine.clone(), key, tier, estimate, d).map(Some);
+        }
+        if self.engine.is_inline() {
+            return self.reserve(key, estimate, tier).map(Some);
+        }
+        let broker = self.engine.broker()?;
+        let engine = self.engine.clone();
+        let key = key.to_owned();
+        let tier = tier.map(str::to_owned);
+        broker.runtime().spawn(async move {
+            let r = engine
+                .acquire_slow_async(&key, estimate, Waiting::Reserve, tier.as_deref())
+                .await;
+            done(r.and_then(|d| Reservation::new(engine, &key, tier.as_deref(), estimate, d)));
+        });
+        Ok(None)
+    }
+
     /// Requests of `key` waiting in [`acquire_wait`](Self::acquire_wait) in
     /// this process now.
     pub fn waiters(&self, key: &str) -> usize {
@@ -243,9 +315,13 @@ impl Limiter {
         let engine = self.engine.clone();
         let key = key.to_owned();
         let tier = tier.map(str::to_owned);
-        broker
-            .runtime()
-            .spawn(async move { done(engine.acquire_slow_async(&key, cost, tier.as_deref()).await) });
+        broker.runtime().spawn(async move {
+            done(
+                engine
+                    .acquire_slow_async(&key, cost, Waiting::Yes, tier.as_deref())
+                    .await,
+            )
+        });
         Ok(None)
     }
 

@@ -37,11 +37,14 @@ pub struct Metrics {
     /// Requests admitted only because their rules are in shadow mode (each
     /// is counted in `denied` too: `denied` is what the rules decided).
     pub shadow_denied: u64,
+    /// Tokens reserved requests used beyond their estimate, charged when
+    /// they were settled (from the local lease, else as a debt at the authority).
+    pub tokens_debited: u64,
 }
 
 impl Metrics {
     /// Every metric as (name, help, is_counter, value), in a fixed order.
-    pub fn fields(&self) -> [(&'static str, &'static str, bool, u64); 12] {
+    pub fn fields(&self) -> [(&'static str, &'static str, bool, u64); 13] {
         [
             ("admitted", "Requests admitted.", true, self.admitted),
             ("denied", "Requests denied.", true, self.denied),
@@ -94,6 +97,12 @@ impl Metrics {
                 "Requests the rules denied, admitted in shadow mode.",
                 true,
                 self.shadow_denied,
+            ),
+            (
+                "tokens_debited",
+                "Tokens settled reservations used beyond their estimate.",
+                true,
+                self.tokens_debited,
             ),
         ]
     }
@@ -212,6 +221,7 @@ pub(crate) struct Counters {
     pub tokens_expired: AtomicU64,
     pub fallback_transitions: AtomicU64,
     pub shadow_denied: AtomicU64,
+    pub tokens_debited: AtomicU64,
     /// Clock reading (ms) of the last shadow-mode log line.
     pub shadow_logged_at: AtomicU64,
 }

@@ -35,6 +35,8 @@ pub(crate) enum Call {
         /// the ledger's sums goes too (its demand, fallback share, the spent
         /// rest of its commitment).
         leaving: bool,
+        /// Which tokens: see [`Back`].
+        what: Back,
     },
     /// Read the stored bucket without changing it.
     Inspect { key: String, policy: Quota, now: Now },
@@ -44,6 +46,16 @@ pub(crate) enum Call {
     /// `check()`: connect and run the probe script, which reads (never
     /// writes) `key` through the script path leases take.
     Check { key: String },
+}
+
+/// What a [`Call::GiveBack`] moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Back {
+    /// Unspent tokens the holder held (of its commitment, with `adaptive`).
+    Held,
+    /// Take `tokens` instead (a reservation settled above its estimate):
+    /// what the bucket cannot pay becomes a debt that its refill pays first.
+    Debit,
 }
 
 /// What the policy store is asked: see `docs/policies.md`.

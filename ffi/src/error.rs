@@ -44,6 +44,9 @@ pub enum lease_status {
     /// `lease_limiter_check` return it while the backend answers so; the
     /// message names the host (credentials removed) and what to change.
     LEASE_ERR_MISCONFIGURED = 10,
+    /// `lease_reservation_settle` refused: the reservation was settled
+    /// already, it was denied (nothing was reserved), or `actual` is negative.
+    LEASE_ERR_RESERVATION = 11,
 }
 
 use lease_status::*;
@@ -62,6 +65,7 @@ impl lease_status {
             ErrorKind::Closed => LEASE_ERR_CLOSED,
             ErrorKind::Backend => LEASE_ERR_BACKEND,
             ErrorKind::Misconfigured => LEASE_ERR_MISCONFIGURED,
+            ErrorKind::Reservation => LEASE_ERR_RESERVATION,
         }
     }
 }
@@ -79,8 +83,8 @@ fn kind_names() -> &'static [CString] {
 
 /// The name, as in every binding and in the conformance vectors, of the
 /// error kind a status reports: "config" (`LEASE_ERR_CONFIG`),
-/// "invalid_key", "invalid_cost", "closed", "backend" or "misconfigured"
-/// (`LEASE_ERR_MISCONFIGURED`). "" for a status
+/// "invalid_key", "invalid_cost", "closed", "backend", "misconfigured"
+/// (`LEASE_ERR_MISCONFIGURED`) or "reservation" (`LEASE_ERR_RESERVATION`). "" for a status
 /// with no kind of its own: `LEASE_OK`, `LEASE_ERR_NULL`,
 /// `LEASE_ERR_BUFFER_TOO_SMALL`, `LEASE_ERR_PANIC`, `LEASE_ERR_UTF8` (an
 /// invalid key when it was about a key, a configuration error when it was

@@ -69,6 +69,7 @@ mod limiter;
 mod metrics;
 mod options;
 mod policy;
+mod reservation;
 mod version;
 
 pub use config::*;

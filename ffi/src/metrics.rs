@@ -34,6 +34,9 @@ pub struct lease_metrics {
     /// Requests admitted only because their rules are in shadow mode (each
     /// is counted in `denied` too).
     pub shadow_denied: u64,
+    /// Tokens reserved requests used beyond their estimate, charged when
+    /// settled (`lease_reservation_settle`).
+    pub tokens_debited: u64,
 }
 
 impl From<Metrics> for lease_metrics {
@@ -51,6 +54,7 @@ impl From<Metrics> for lease_metrics {
             keys_tracked: m.keys_tracked,
             overshoot_bound: m.overshoot_bound,
             shadow_denied: m.shadow_denied,
+            tokens_debited: m.tokens_debited,
         }
     }
 }
@@ -79,6 +83,7 @@ mod tests {
             keys_tracked: 10,
             overshoot_bound: 11,
             shadow_denied: 12,
+            tokens_debited: 13,
         };
         let c = lease_metrics::from(m);
         // SAFETY: lease_metrics is repr(C) with n u64 fields.

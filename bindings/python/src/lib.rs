@@ -35,6 +35,7 @@ struct ErrorTypes {
     closed: Py<PyType>,
     backend: Py<PyType>,
     misconfigured: Py<PyType>,
+    reservation: Py<PyType>,
 }
 
 static ERROR_TYPES: PyOnceLock<ErrorTypes> = PyOnceLock::new();
@@ -94,6 +95,12 @@ fn make_error_types(py: Python<'_>) -> PyResult<ErrorTypes> {
              Redis, an ACL user without the scripts' permissions): raised by acquire and check() \
              while it answers so; an outage is not an error.",
         )?,
+        reservation: make(
+            "ReservationError",
+            Some(py.get_type::<PyValueError>()),
+            "A reservation cannot be settled so (also a ValueError): it was settled already, it \
+             was denied (nothing was reserved), or the actual cost is negative.",
+        )?,
     })
 }
 
@@ -106,6 +113,7 @@ fn to_pyerr(py: Python<'_>, e: ql::Error) -> PyErr {
         ql::ErrorKind::Closed => &t.closed,
         ql::ErrorKind::Backend => &t.backend,
         ql::ErrorKind::Misconfigured => &t.misconfigured,
+        ql::ErrorKind::Reservation => &t.reservation,
     };
     PyErr::from_type(ty.bind(py).clone(), e.to_string())
 }

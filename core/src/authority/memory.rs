@@ -9,6 +9,7 @@ use super::{Call, PolicyOp, PolicyReply, Reply, Stored};
 use crate::bucket::{BucketState, Grant, Quota};
 use crate::guard::{Guard, Seen, Stamp};
 use crate::ledger;
+use crate::wire::Back;
 
 /// A fixed-lease (or fallback) bucket and its failover stamp.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -274,13 +275,14 @@ impl MemoryAuthority {
                 holder,
                 adaptive: true,
                 leaving,
+                what,
             } => {
                 let ask = ledger::Ask {
                     holder,
                     held: tokens,
                     ..Default::default()
                 };
-                let op = if leaving { "x" } else { "g" };
+                let op = ledger::back_op(what, leaving);
                 let argv = ledger::args(op, policy.limit, policy.window_ms, Some(now.ms), &ask, 0, 0, (0, 0, 0));
                 // A fixed-lease bucket of the key is taken over, as Redis'
                 // script does with the string it finds.
@@ -294,10 +296,17 @@ impl MemoryAuthority {
                 policy,
                 tokens,
                 now,
+                what,
                 ..
             } => {
                 let mut b = lock(&self.buckets);
-                if b.map.contains_key(&key) {
+                if what == Back::Debit {
+                    // a missing key is a full bucket: the debit creates it
+                    b.with_key(&key, policy, now.ms, |st| {
+                        st.bucket.debit(policy, tokens, now.ms, 0, 0);
+                        st.stamp.version += 1;
+                    });
+                } else if b.map.contains_key(&key) {
                     b.with_key(&key, policy, now.ms, |st| {
                         st.refill(policy, now.ms);
                         st.bucket.give_back(policy, tokens, now.ms);

@@ -15,6 +15,8 @@
 
 use std::time::Duration;
 
+use crate::wire::Back;
+
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
@@ -368,6 +370,7 @@ impl Connection {
                     holder,
                     adaptive,
                     leaving,
+                    what,
                 } => backs.push((
                     i,
                     if *adaptive {
@@ -380,7 +383,7 @@ impl Connection {
                             script: scripts.ledger.clone(),
                             keys: ledger_keys(key),
                             args: crate::ledger::args(
-                                if *leaving { "x" } else { "g" },
+                                crate::ledger::back_op(*what, *leaving),
                                 policy.limit,
                                 policy.window_ms,
                                 now.for_script(),
@@ -394,7 +397,7 @@ impl Connection {
                         ScriptCall::new(
                             &scripts.give_back,
                             vec![key.clone()],
-                            [policy.limit, policy.window_ms, *tokens, 0],
+                            [policy.limit, policy.window_ms, *tokens, u64::from(*what == Back::Debit)],
                             now.for_script(),
                         )
                     },

@@ -47,6 +47,10 @@ pub(crate) enum Waiting {
     Yes,
     /// `try_acquire`: never waits for the network.
     No,
+    /// `reserve`: may wait, and a grant it waits for stays committed at
+    /// the authority (it is not reported spent): a reservation's unused
+    /// tokens may go back into the lease when it is settled.
+    Reserve,
 }
 
 /// The cold path of a key, over its rules, with `$drive` (blocking or
@@ -106,8 +110,14 @@ impl Engine {
     }
 
     /// Async driver of the cold path (runs on the broker's runtime).
-    pub async fn acquire_slow_async(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
-        let d = self.decide_slow_async(key, cost, tier).await?;
+    pub async fn acquire_slow_async(
+        &self,
+        key: &str,
+        cost: u64,
+        waiting: Waiting,
+        tier: Option<&str>,
+    ) -> Result<Decision> {
+        let d = self.decide_slow_async(key, cost, waiting, tier).await?;
         Ok(self.shadowed(key, d))
     }
 
@@ -177,7 +187,7 @@ impl Engine {
         // One deadline for the whole request: its key's first policy read
         // and the lease call of each rule share one `backend_timeout_ms`.
         let deadline = Instant::now() + self.wait_bound();
-        if waiting == Waiting::Yes {
+        if waiting != Waiting::No {
             self.await_policy(key, deadline);
         } else {
             let _ = self.policy_wait(key);
@@ -185,11 +195,13 @@ impl Engine {
         cold_path!(self, key, cost, tier, |b| self.drive(b, cost, waiting, deadline))
     }
 
-    async fn decide_slow_async(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
+    async fn decide_slow_async(&self, key: &str, cost: u64, waiting: Waiting, tier: Option<&str>) -> Result<Decision> {
         validate_key(key)?;
         let deadline = tokio::time::Instant::now() + self.wait_bound();
         self.await_policy_async(key, deadline).await;
-        cold_path!(self, key, cost, tier, |b| self.drive_async(b, cost, deadline).await)
+        cold_path!(self, key, cost, tier, |b| self
+            .drive_async(b, cost, waiting, deadline)
+            .await)
     }
 
     /// Every rule admitted: the decision of the rule with the fewest tokens left.
@@ -267,9 +279,15 @@ impl Engine {
     }
 
     /// The awaiting cold path of one bucket.
-    async fn drive_async(&self, e: &Arc<Entry>, cost: u64, deadline: tokio::time::Instant) -> Result<Option<Decision>> {
+    async fn drive_async(
+        &self,
+        e: &Arc<Entry>,
+        cost: u64,
+        waiting: Waiting,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Decision>> {
         loop {
-            let in_time = match self.step(e, cost, Waiting::Yes)? {
+            let in_time = match self.step(e, cost, waiting)? {
                 Step::Done(d) => return Ok(Some(d)),
                 Step::Retired => return Ok(None),
                 Step::Again => tokio::time::Instant::now() < deadline,
@@ -328,11 +346,7 @@ impl Engine {
         }
         // The request waits for the answer and spends `need` of it at once
         // (not `try_acquire` on Redis: it is denied now, the grant lands later).
-        let spent = if self.is_inline() || waiting != Waiting::No {
-            need
-        } else {
-            0
-        };
+        let spent = self.spent_on_landing(need, waiting);
         let started = self.start_lease(e, self.want(e, p, need, local), need, spent);
         if !self.is_inline() {
             if waiting == Waiting::No {
@@ -408,11 +422,7 @@ impl Engine {
         let recheck_at = (p.limit as u128 * TUNING.recheck_pct as u128 / 100) as u64;
         if remaining >= cost.max(recheck_at) && due && !self.circuit.is_open() {
             let local = e.tokens.load(Relaxed).min(cost - 1);
-            let spent = if self.is_inline() || waiting != Waiting::No {
-                cost - local
-            } else {
-                0
-            };
+            let spent = self.spent_on_landing(cost - local, waiting);
             let started = self.start_lease(e, self.want(e, p, cost - local, local), cost - local, spent);
             if !self.is_inline() {
                 if waiting == Waiting::No {
@@ -431,6 +441,17 @@ impl Engine {
         let w = e.rate_window.load(Relaxed).max(1);
         let retry = (short * w).saturating_sub(carried).div_ceil(rate);
         Step::Done(self.deny(e, p, local, Reason::Exhausted, retry))
+    }
+
+    /// What a waiting request spends of the grant it asked for as it
+    /// lands (the ledger does not count it as held): `need`, unless it does
+    /// not wait for it (`try_acquire` on Redis) or it is a reservation.
+    fn spent_on_landing(&self, need: u64, waiting: Waiting) -> u64 {
+        match waiting {
+            Waiting::Yes => need,
+            Waiting::No if self.is_inline() => need,
+            Waiting::No | Waiting::Reserve => 0,
+        }
     }
 
     pub(crate) fn wait_bound(&self) -> Duration {

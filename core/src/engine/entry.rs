@@ -75,6 +75,11 @@ pub(crate) struct Entry {
     /// [`ACCESS_BLOCKED`]; 0: none): the cold path decides every request,
     /// and tokens granted to it go straight back. Also in that padding.
     pub access: AtomicU8,
+    /// Adaptive leasing: tokens of this entry's lease out on reservations
+    /// not settled yet (`Limiter::reserve`). Reported as held, so the
+    /// ledger keeps them committed until they are settled. Also in that
+    /// padding.
+    pub reserved: AtomicU32,
     /// Requests denied on this key.
     pub denied: AtomicU64,
     /// Clock reading when the in-flight request started (stale-request guard).
@@ -150,6 +155,7 @@ impl Entry {
             sub,
             shadow: AtomicBool::new(false),
             access: AtomicU8::new(0),
+            reserved: AtomicU32::new(0),
             denied: AtomicU64::new(0),
             in_flight_since: AtomicU64::new(0),
             exhausted_until: AtomicU64::new(0),
@@ -196,6 +202,21 @@ impl Entry {
             }
             match self.tokens.compare_exchange_weak(cur, cur - cost, AcqRel, Relaxed) {
                 Ok(_) => return Some(cur - cost),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Spend up to `n` local tokens, as many as there are. Returns how many.
+    pub fn take_up_to(&self, n: u64) -> u64 {
+        let mut cur = self.tokens.load(Relaxed);
+        loop {
+            let take = cur.min(n);
+            if take == 0 {
+                return 0;
+            }
+            match self.tokens.compare_exchange_weak(cur, cur - take, AcqRel, Relaxed) {
+                Ok(_) => return take,
                 Err(actual) => cur = actual,
             }
         }
@@ -342,10 +363,11 @@ mod tests {
     }
 
     #[test]
-    fn the_shadow_and_access_flags_cost_no_byte() {
+    fn the_shadow_and_access_flags_and_reserved_cost_no_byte() {
         // They sit in the padding between `sub` and the next 8-byte field.
         assert_eq!(offset_of!(Entry, shadow), offset_of!(Entry, sub) + 1);
         assert_eq!(offset_of!(Entry, access), offset_of!(Entry, sub) + 2);
+        assert_eq!(offset_of!(Entry, reserved), offset_of!(Entry, sub) + 4);
         assert_eq!(offset_of!(Entry, denied), offset_of!(Entry, sub) + 8);
     }
 

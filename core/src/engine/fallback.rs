@@ -107,6 +107,7 @@ impl Engine {
                 holder: 0,
                 adaptive: false,
                 leaving: false,
+                what: crate::wire::Back::Held,
             });
             let _ = e
                 .fallback_used

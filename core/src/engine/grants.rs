@@ -14,6 +14,7 @@ use crate::config::Mode;
 use crate::error::Result;
 use crate::ledger::{Answer, Ask, TUNING};
 use crate::metrics::Counters;
+use crate::wire::Back;
 
 impl Engine {
     /// Whether adaptive leasing decides a key of policy `p` one request at a
@@ -108,7 +109,8 @@ impl Engine {
             Ask {
                 holder: self.holder.load(Relaxed),
                 demand: e.demand.load(Relaxed),
-                held: e.tokens.load(Relaxed),
+                // tokens out on reservations stay committed until settled
+                held: e.tokens.load(Relaxed) + u64::from(e.reserved.load(Relaxed)),
                 rate,
                 carry: e.commit.load(Relaxed),
                 fallback_used: used,
@@ -343,21 +345,37 @@ impl Engine {
         if tokens == 0 && !ends_rate && !(leaving && share) {
             return;
         }
-        let key = &e.key;
+        self.send_tokens(e, policy, tokens, leaving, Back::Held);
+    }
+
+    /// Take `tokens` more of `e`'s bucket at the authority, whatever it
+    /// holds (the overage of a settled reservation): what the bucket cannot
+    /// pay becomes a debt its refill pays before anything is granted.
+    pub(super) fn debit(&self, e: &Entry, tokens: u64) {
+        if tokens > 0 {
+            self.send_tokens(e, e.policy(), tokens, false, Back::Debit);
+        }
+    }
+
+    /// One give-back call (or a debit) of `tokens` of `e`.
+    fn send_tokens(&self, e: &Entry, policy: Quota, tokens: u64, leaving: bool, what: Back) {
         let Some(me) = self.me.upgrade() else { return };
         let call = Call::GiveBack {
-            key: key.to_string(),
+            key: e.key.to_string(),
             policy: self.authority_policy(policy),
             tokens,
             now: self.now(),
             holder: self.holder.load(Relaxed),
             adaptive: self.r.adaptive,
             leaving,
+            what,
         };
         let done: Done = Box::new(move |r| {
             let r = match r {
                 Ok(Reply::Returned) => {
-                    Counters::add(&me.counters.tokens_returned, tokens);
+                    if what != Back::Debit {
+                        Counters::add(&me.counters.tokens_returned, tokens);
+                    }
                     Ok(())
                 }
                 Ok(other) => Err(format!("unexpected answer to a give-back: {other:?}")),

@@ -37,6 +37,7 @@ mod exact;
 mod fallback;
 mod grants;
 pub(crate) mod policies;
+mod settle;
 mod table;
 mod wait;
 
@@ -457,6 +458,7 @@ impl Engine {
             fallback_active: self.circuit.is_open() as u64,
             fallback_transitions: self.counters.fallback_transitions.load(Relaxed),
             shadow_denied: self.counters.shadow_denied.load(Relaxed),
+            tokens_debited: self.counters.tokens_debited.load(Relaxed),
             ..Metrics::default()
         };
         self.table.sum_into(&mut m);

@@ -118,7 +118,7 @@ impl Engine {
             return Ok(d);
         }
         if waiting {
-            self.acquire_slow_async(key, cost, tier).await
+            self.acquire_slow_async(key, cost, super::Waiting::Yes, tier).await
         } else {
             self.acquire_slow(key, cost, super::Waiting::No, tier)
         }

@@ -493,6 +493,55 @@ static void acquire_wait_waits_for_the_refill(void) {
   lease_limiter_free(l);
 }
 
+/* Reserve, then settle: below the estimate the rest goes back, above it
+ * the key owes it; settling twice, a denied reservation or a negative
+ * actual is LEASE_ERR_RESERVATION; NULLs are LEASE_ERR_NULL. */
+static void reserve_then_settle(void) {
+  lease_options *o = new_options();
+  lease_limiter *l = NULL;
+  lease_reservation *r = NULL, *denied = NULL;
+  lease_decision d;
+  struct lease_metrics m;
+  int admitted = 0;
+  EXPECT(lease_options_set_int(o, "limit", 100), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "window_ms", 3600000), LEASE_OK);
+  EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+  lease_options_free(o);
+  if (!l) return;
+  EXPECT(lease_reserve(l, KEY("k"), 40, NULL, 0, &d, &r), LEASE_OK);
+  CHECK(d.allowed && r != NULL, "reserved 40 of 100");
+  EXPECT(lease_reservation_settle(r, 10), LEASE_OK);
+  EXPECT_ERR(lease_reservation_settle(r, 10), LEASE_ERR_RESERVATION, "settled already");
+  CHECK(strcmp(lease_error_kind_name(LEASE_ERR_RESERVATION), "reservation") == 0, "kind name");
+  lease_reservation_free(r);
+  r = NULL;
+  while (admitted < 1000) {
+    EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+    if (!d.allowed) break;
+    admitted++;
+  }
+  CHECK(admitted == 90, "the key spent what was used (10): %d admitted after", admitted);
+  EXPECT(lease_reserve(l, KEY("k"), 5, NULL, 0, &d, &denied), LEASE_OK);
+  CHECK(!d.allowed && denied != NULL, "a denial is a handle too");
+  EXPECT_ERR(lease_reservation_settle(denied, 0), LEASE_ERR_RESERVATION, "denied");
+  lease_reservation_free(denied);
+  EXPECT(lease_reserve(l, KEY("o"), 10, NULL, 0, &d, &r), LEASE_OK);
+  EXPECT_ERR(lease_reservation_settle(r, -1), LEASE_ERR_RESERVATION, "got -1");
+  EXPECT(lease_reservation_settle(r, 150), LEASE_OK);
+  lease_reservation_free(r);
+  EXPECT(lease_metrics(l, &m), LEASE_OK);
+  CHECK(m.tokens_debited == 140, "the overage is counted: %llu", (unsigned long long)m.tokens_debited);
+  EXPECT(lease_acquire(l, KEY("o"), 1, &d), LEASE_OK);
+  CHECK(!d.allowed, "the key owes 50 tokens");
+  EXPECT_ERR(lease_reserve(l, KEY("k"), 0, NULL, 0, &d, &r), LEASE_ERR_INVALID_COST, "cost");
+  EXPECT(lease_reserve(l, KEY("k"), 1, NULL, 0, &d, NULL), LEASE_ERR_NULL);
+  EXPECT(lease_reserve(l, KEY("k"), 1, NULL, 0, NULL, &r), LEASE_ERR_NULL);
+  EXPECT(lease_reserve(NULL, KEY("k"), 1, NULL, 0, &d, &r), LEASE_ERR_NULL);
+  EXPECT(lease_reservation_settle(NULL, 1), LEASE_ERR_NULL);
+  lease_reservation_free(NULL);
+  lease_limiter_free(l);
+}
+
 /* Shadow mode (the `shadow` option, 1 by integer or "true" by string):
  * every request the rules deny is admitted with LEASE_REASON_SHADOW and
  * counted in shadow_denied; 2 or "yes" is LEASE_ERR_CONFIG naming it. */
@@ -1245,6 +1294,7 @@ int main(void) {
   RUN(http_key_hashes_long_keys);
   RUN(shadow_mode_admits_what_the_rules_deny);
   RUN(acquire_wait_waits_for_the_refill);
+  RUN(reserve_then_settle);
   RUN(urls_are_redacted);
   RUN(error_kind_names_are_the_cores);
   RUN(advance_clock_needs_manual_clock);

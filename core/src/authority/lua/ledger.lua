@@ -4,9 +4,9 @@
 -- KEYS[1] the key's state (a hash), KEYS[2] its expiries (a sorted set of
 -- "c<holder>" commitment, "r<holder>" rate and "f<holder>" fallback-share
 -- expiries).
--- ARGV: op ("l" lease, "g" give back, "x" give back and leave), limit, window_ms, now ("" for Redis
--- TIME), holder, demand (milli-tokens/s), held (tokens; for "g" and "x":
--- tokens returned), want, need, single, rate_now, carry_now, fallback_used, the
+-- ARGV: op ("l" lease, "g" give back, "x" give back and leave, "d" debit),
+-- limit, window_ms, now ("" for Redis TIME), holder, demand (milli-tokens/s),
+-- held (tokens; for "g" and "x": tokens returned; for "d": tokens taken), want, need, single, rate_now, carry_now, fallback_used, the
 -- guard's epoch, version and alive_ms, then the tuning (core/src/ledger.rs):
 -- commit_ms, fallback_ms, learn_ms, min_period_ms, max_period_ms,
 -- grant_tokens, carry_ms, rate_cap_pct, saturation_pct; then `spent`, the
@@ -108,7 +108,10 @@ local function refill(to)
       if s.o <= 0 or start < s.q then s.q = floor(start) end
       s.o = min(s.o + full - max(room, s.c), 2 * cap)
     end
-    s.c = s.c + rate * min(to - from, window)
+    -- (a debt, c < 0, is paid first: the refill runs that much longer)
+    local debt_ms = 0
+    if s.c < 0 and rate > 0 then debt_ms = ceil(-s.c / rate) end
+    s.c = s.c + rate * min(to - from, window + debt_ms)
   end
   s.c = min(s.c, room)
   s.t = to
@@ -407,10 +410,31 @@ local function fallback(me)
   s.F = s.F + me.f
 end
 
--- the call: reap, refill, then give back or decide
+-- debit (op "d"): a settled reservation used `held` tokens beyond its
+-- estimate; they are taken whatever the bucket holds, into a debt of any
+-- depth, which the refill pays before anything is granted (the state is
+-- kept until it is paid). (Tokens it
+-- did not use never come back here: once the holder's commitment is
+-- re-based or expired they count as spent, and the refill has filled
+-- their room since; returning them would credit them twice.)
+local function debit()
+  s.c = s.c - held * window
+  -- this holder's record is written when it exists (`reap` may have just
+  -- expired its commitment, and leaves the caller's record to `store`)
+  local me = record(holder)
+  if me.known then
+    store(me, nil, nil)
+  else
+    store(nil, nil, nil)
+  end
+  return whole()
+end
+
+-- the call: reap, refill, then give back, debit or decide
 reap()
 refill(now)
 if op == 'g' or op == 'x' then return give_back() end
+if op == 'd' then return debit() end
 
 local me = record(holder)
 local lost = guard(me)

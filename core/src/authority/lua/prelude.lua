@@ -67,6 +67,33 @@ local function store(min_ms)
     'PX', string.format('%.0f', px + 1000 + pad))
 end
 
+-- Take `units` credit units whatever the bucket holds: what the credit
+-- cannot pay becomes a debt, kept by moving `ts` forward (no refill until
+-- then). `load`: what rate grants running until
+-- `load_until` take of the refill; the debt is paid by the rest until
+-- then, by all of it after.
+local function owe(units, load, load_until)
+  if units <= credit then
+    credit = credit - units
+    return
+  end
+  local deficit = units - credit
+  credit = 0
+  local base = math.max(ts, now)
+  load, load_until = load or 0, load_until or 0
+  local free = math.max(limit - load, 0)
+  local busy = math.max(load_until - base, 0)
+  local owed
+  if busy == 0 or load == 0 then
+    owed = math.ceil(deficit / limit)
+  elseif deficit <= free * busy then
+    owed = math.ceil(deficit / math.max(free, 1))
+  else
+    owed = busy + math.ceil((deficit - free * busy) / limit)
+  end
+  ts = base + owed
+end
+
 -- The failover guard (core/src/guard.rs), for lease scripts: ARGV's last
 -- four are the epoch and version the caller last saw, how long that answer
 -- said the bucket would exist, and the tokens granted to the caller on this
@@ -84,26 +111,5 @@ local function guard(load, load_until, rolled_back)
   if not gone then return end
   lost = 1
   if grecent > limit then grecent = limit end
-  local units = grecent * window
-  if units <= credit then
-    credit = credit - units
-  else
-    -- `load`: what rate grants running until `load_until` take of the
-    -- refill; the debt is paid by the rest until then, by all of it after
-    local deficit = units - credit
-    credit = 0
-    local base = math.max(ts, now)
-    load, load_until = load or 0, load_until or 0
-    local free = math.max(limit - load, 0)
-    local busy = math.max(load_until - base, 0)
-    local owed
-    if busy == 0 or load == 0 then
-      owed = math.ceil(deficit / limit)
-    elseif deficit <= free * busy then
-      owed = math.ceil(deficit / math.max(free, 1))
-    else
-      owed = busy + math.ceil((deficit - free * busy) / limit)
-    end
-    ts = base + owed
-  end
+  owe(grecent * window, load, load_until)
 end

@@ -1,0 +1,154 @@
+//! Settling a reservation (`Limiter::reserve`): the request was admitted at
+//! its estimate; its actual cost is known now. Below the estimate the
+//! difference goes back where the estimate came from; above it, the rest is
+//! taken from the local lease and, what that cannot cover, from the
+//! authority's bucket, into debt if need be (docs/design.md, "Reserve, then
+//! settle").
+
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+
+use super::entry::Entry;
+use super::Engine;
+use crate::decision::{Decision, Reason};
+use crate::error::Result;
+use crate::metrics::Counters;
+
+impl Engine {
+    /// The buckets a reservation of `key` (in tier `tier`), decided `d` at
+    /// `estimate` tokens, is settled on: the key's rules' entries. With
+    /// adaptive leasing, a reservation admitted from the lease is counted
+    /// in each entry's `reserved`, so the ledger keeps its tokens committed
+    /// until it is settled or dropped ([`Self::release_reservation`]).
+    pub(crate) fn reservation_entries(
+        &self,
+        key: &str,
+        tier: Option<&str>,
+        d: &Decision,
+        estimate: u64,
+    ) -> Result<Vec<Arc<Entry>>> {
+        if !d.allowed || matches!(d.reason, Reason::Unlimited | Reason::Shadow) {
+            return Ok(Vec::new());
+        }
+        let e = self.entry_for(key, tier)?;
+        let entries = if e.more.load(Acquire) == 0 {
+            vec![e]
+        } else {
+            self.rule_entries(&e)
+        };
+        if let Some(n) = self.tracked(d, estimate) {
+            for s in &entries {
+                s.reserved.fetch_add(n, AcqRel);
+            }
+        }
+        Ok(entries)
+    }
+
+    /// The tokens `reserved` counts for a reservation (`None`: not counted).
+    fn tracked(&self, d: &Decision, estimate: u64) -> Option<u32> {
+        (self.r.adaptive && d.reason == Reason::Lease)
+            .then(|| u32::try_from(estimate).ok())
+            .flatten()
+    }
+
+    /// A reservation is settled or dropped: its tokens are no longer out.
+    pub(crate) fn release_reservation(&self, entries: &[Arc<Entry>], d: &Decision, estimate: u64) {
+        if let Some(n) = self.tracked(d, estimate) {
+            for s in entries {
+                let _ = s.reserved.fetch_update(AcqRel, Acquire, |r| Some(r.saturating_sub(n)));
+            }
+        }
+    }
+
+    /// Settle a reservation on `entries` ([`Self::reservation_entries`]),
+    /// decided `d` at `estimate` tokens, at `actual`: every bucket of the
+    /// key's rules gets `estimate - actual` back or gives `actual -
+    /// estimate` more.
+    pub(crate) fn settle_reservation(
+        &self,
+        entries: &[Arc<Entry>],
+        d: &Decision,
+        estimate: u64,
+        actual: u64,
+    ) -> Result<()> {
+        self.release_reservation(entries, d, estimate);
+        self.check_open()?;
+        if actual > estimate && !entries.is_empty() {
+            Counters::add(&self.counters.tokens_debited, actual - estimate);
+        }
+        for s in entries {
+            if actual < estimate {
+                self.settle_back(s, d.reason, estimate - actual);
+            } else if actual > estimate {
+                self.settle_more(s, d.reason, actual - estimate);
+            }
+        }
+        Ok(())
+    }
+
+    /// `n` tokens of an estimate went unused. They go back where they
+    /// came from: to the authority (mode exact), to the failure policy's
+    /// share, or into the local lease. With adaptive leasing the lease
+    /// takes them only while the commitment they were part of is live and
+    /// up to it, less the tokens other reservations still have out (I2, I3:
+    /// a holder never holds more than the authority counts, nor past its
+    /// expiry); the rest is dropped. The ledger cannot take them: tokens of
+    /// an expired commitment count as spent there, and its refill has
+    /// filled their room since (returning them broke the bound by a token
+    /// in `ledger_bound`).
+    fn settle_back(&self, e: &Arc<Entry>, reason: Reason, n: u64) {
+        match reason {
+            Reason::Exact => self.give_back(e, e.policy(), n),
+            Reason::Fallback => self.refund_fallback(e, n),
+            _ if self.r.adaptive => {
+                let now = self.clock.precise();
+                let until = e.lease_until.load(Acquire);
+                let live = (until == 0 || now < until) && !self.circuit.is_open();
+                let out = e.tokens.load(Relaxed) + u64::from(e.reserved.load(Relaxed));
+                let room = if live {
+                    e.commit.load(Relaxed).saturating_sub(out)
+                } else {
+                    0
+                };
+                let local = n.min(room);
+                self.refund_local(e, local);
+                Counters::add(&self.counters.tokens_expired, n - local);
+            }
+            _ => self.refund_local(e, n),
+        }
+    }
+
+    /// `n` tokens back into `e`'s local lease (straight on to the authority
+    /// when the entry left the table, the limiter closed, or an allow or
+    /// deny entry holds the key).
+    fn refund_local(&self, e: &Arc<Entry>, n: u64) {
+        if n == 0 {
+            return;
+        }
+        e.tokens.fetch_add(n, AcqRel);
+        if e.retired.load(Acquire) || self.closed.load(Acquire) || e.access.load(Acquire) != 0 {
+            let back = e.tokens.swap(0, AcqRel);
+            self.give_back(e, e.policy(), back);
+        }
+    }
+
+    /// The request used `n` tokens more than its estimate: they are taken
+    /// from the local lease, and what it does not hold from the authority's
+    /// bucket (a debit, into debt if need be); while the failure policy is
+    /// in force, they count as admitted under it (reported and debited with
+    /// the next answer, I4).
+    fn settle_more(&self, e: &Arc<Entry>, reason: Reason, n: u64) {
+        let rest = match reason {
+            Reason::Exact | Reason::Fallback => n,
+            _ => n - e.take_up_to(n),
+        };
+        if rest == 0 {
+            return;
+        }
+        if reason == Reason::Fallback || self.circuit.is_open() {
+            e.fallback_used.fetch_add(rest, AcqRel);
+        } else {
+            self.debit(e, rest);
+        }
+    }
+}
