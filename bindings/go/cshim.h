@@ -56,6 +56,31 @@ static inline ql_decision_result ql_acquire_wait(const lease_limiter *l, _GoStri
 	return r;
 }
 
+typedef struct {
+	lease_status status;
+	lease_decision d;
+	lease_reservation *res;
+	char *err;
+} ql_reserve_result;
+
+static inline ql_reserve_result ql_reserve(const lease_limiter *l, _GoString_ key, uint64_t estimate,
+                                           _GoString_ tier) {
+	ql_reserve_result r;
+	size_t tn = _GoStringLen(tier);
+	const uint8_t *t = tn ? (const uint8_t *)_GoStringPtr(tier) : NULL;
+	r.res = NULL;
+	r.status = lease_reserve(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), estimate, t, tn, &r.d, &r.res);
+	r.err = r.status == LEASE_OK ? NULL : ql_err(r.status);
+	return r;
+}
+
+static inline ql_result ql_reservation_settle(const lease_reservation *res, int64_t actual) {
+	ql_result r;
+	r.status = lease_reservation_settle(res, actual);
+	r.err = r.status == LEASE_OK ? NULL : ql_err(r.status);
+	return r;
+}
+
 static inline uint64_t ql_waiters(const lease_limiter *l, _GoString_ key) {
 	uint64_t n = 0;
 	lease_waiters(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), &n);

@@ -33,10 +33,14 @@ const (
 	// tokens are spent) and Check return it while the backend answers so;
 	// an outage is not an error.
 	KindMisconfigured
+	// KindReservation: a reservation cannot be settled so: it was settled
+	// (or closed) already, it was denied (nothing was reserved), or the
+	// actual cost is negative.
+	KindReservation
 )
 
 // String returns "config", "invalid_key", "invalid_cost", "closed", "backend",
-// "misconfigured" or "internal".
+// "misconfigured", "reservation" or "internal".
 func (k Kind) String() string {
 	switch k {
 	case KindConfig:
@@ -53,6 +57,8 @@ func (k Kind) String() string {
 		return "internal"
 	case KindMisconfigured:
 		return "misconfigured"
+	case KindReservation:
+		return "reservation"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -91,6 +97,9 @@ var (
 	// ErrMisconfigured: errors.Is(err, ErrMisconfigured) after Acquire or
 	// Check when the backend refuses the configuration.
 	ErrMisconfigured = &Error{Kind: KindMisconfigured}
+	// ErrReservation: errors.Is(err, ErrReservation) after Reservation.Settle
+	// when it cannot settle (twice, a denied reservation, a negative actual).
+	ErrReservation = &Error{Kind: KindReservation}
 )
 
 // Where a status came from: LEASE_ERR_UTF8 is an invalid key for a key, and a
@@ -153,6 +162,8 @@ func kindOfStatus(status int, ctx errContext) Kind {
 		kind = KindBackend
 	case C.LEASE_ERR_MISCONFIGURED:
 		kind = KindMisconfigured
+	case C.LEASE_ERR_RESERVATION:
+		kind = KindReservation
 	case C.LEASE_ERR_UTF8:
 		kind = KindInvalidKey
 		if ctx == ctxConfig {

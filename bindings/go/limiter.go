@@ -195,6 +195,7 @@ func (l *Limiter) Metrics() Metrics {
 		KeysTracked:         uint64(m.keys_tracked),
 		OvershootBound:      uint64(m.overshoot_bound),
 		ShadowDenied:        uint64(m.shadow_denied),
+		TokensDebited:       uint64(m.tokens_debited),
 	}
 }
 

@@ -208,7 +208,7 @@ func TestSetLimitMetricsAndPrometheus(t *testing.T) {
 	if m.Admitted != 6 || m.Denied != 2 || m.KeysTracked != 2 || m.BackendErrors != 0 {
 		t.Fatalf("metrics %+v", m)
 	}
-	if got := m.Map(); len(got) != 12 || got["admitted"] != 6 || got["denied"] != 2 {
+	if got := m.Map(); len(got) != 13 || got["admitted"] != 6 || got["denied"] != 2 {
 		t.Fatalf("Map() = %v", got)
 	}
 	text := l.MetricsPrometheus()

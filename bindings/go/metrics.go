@@ -16,6 +16,7 @@ type Metrics struct {
 	KeysTracked         uint64 // keys tracked locally now
 	OvershootBound      uint64 // tokens held unspent: this instance's share of the overshoot bound
 	ShadowDenied        uint64 // requests admitted only because their rules are in shadow mode (counted in Denied too)
+	TokensDebited       uint64 // tokens reserved requests used beyond their estimate, charged when settled
 }
 
 // Map returns the counters by their cross-language names ("admitted",
@@ -34,5 +35,6 @@ func (m Metrics) Map() map[string]uint64 {
 		"keys_tracked":         m.KeysTracked,
 		"overshoot_bound":      m.OvershootBound,
 		"shadow_denied":        m.ShadowDenied,
+		"tokens_debited":       m.TokensDebited,
 	}
 }

@@ -48,7 +48,7 @@ func TestKindsAreTheCABIs(t *testing.T) {
 		}
 		seen[kindOfStatus(status, ctxKey)] = true
 	}
-	for _, k := range []Kind{KindConfig, KindInvalidKey, KindInvalidCost, KindClosed, KindBackend} {
+	for _, k := range []Kind{KindConfig, KindInvalidKey, KindInvalidCost, KindClosed, KindBackend, KindMisconfigured, KindReservation} {
 		if !seen[k] {
 			t.Errorf("%q is not a C ABI error kind", k)
 		}

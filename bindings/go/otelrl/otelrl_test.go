@@ -92,7 +92,7 @@ func TestInstrumentsMirrorThePrometheusExposition(t *testing.T) {
 			want[f[2]] = f[3]
 		}
 	}
-	if len(want) != 12 || len(got) != len(want) {
+	if len(want) != 13 || len(got) != len(want) {
 		t.Fatalf("got %d instruments, the exposition has %d", len(got), len(want))
 	}
 	values := lim.Metrics().Map()
@@ -168,7 +168,7 @@ func TestThePrometheusExporterShowsTheExpositionsSeries(t *testing.T) {
 		}
 	}
 	got, want := samples(scraped.String()), samples(lim.MetricsPrometheus())
-	if len(want) != 12 || want["quotalease_admitted_total"] != "2" || want["quotalease_denied_total"] != "1" {
+	if len(want) != 13 || want["quotalease_admitted_total"] != "2" || want["quotalease_denied_total"] != "1" {
 		t.Fatalf("exposition %v", want)
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
