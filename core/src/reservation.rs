@@ -82,12 +82,26 @@ impl Reservation {
     /// Settle at `actual` tokens (0 when the request used nothing): gives
     /// back `estimate - actual`, or takes `actual - estimate` more (see the
     /// type's documentation). Once only. Errors ([`Error::Reservation`]):
-    /// settled already; a denied reservation (nothing was reserved).
+    /// settled already; a denied reservation (nothing was reserved); an
+    /// actual so far above the estimate that the bucket could not count
+    /// the debt exactly (2^52 credit units: for a 60 000 ms window, about
+    /// 75 billion tokens).
     /// [`Error::Closed`] when the limiter was closed (the estimate stands).
     pub fn settle(&self, actual: u64) -> Result<()> {
         if !self.decision.allowed {
             return Err(Error::Reservation(
                 "the request was denied, so nothing was reserved; settle only an admitted reservation".into(),
+            ));
+        }
+        let most = self.engine.max_overage(&self.entries);
+        if actual.saturating_sub(self.estimate) > most {
+            return Err(Error::Reservation(
+                format!(
+                    "actual {actual} is more than this key can owe: at most {most} tokens beyond the \
+                     estimate ({})",
+                    self.estimate
+                )
+                .into(),
             ));
         }
         if self.settled.swap(true, AcqRel) {

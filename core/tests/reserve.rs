@@ -103,6 +103,20 @@ fn settling_twice_or_a_denied_reservation_is_a_typed_error() {
             quotalease::Reservation::negative_actual(-3).to_string(),
             "invalid settle: actual must be a whole number of tokens, 0 or more (got -3)"
         );
+        // a debt the bucket could not count exactly is refused, and the
+        // reservation can still be settled
+        let big = l.reserve("big", 1, None).unwrap();
+        let e = big.settle(1 << 57).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Reservation, "{name}: {e}");
+        assert!(e.to_string().contains("more than this key can owe"), "{e}");
+        // the deepest debt allowed is counted, and the key is in debt (not
+        // a failed authority call: no fallback)
+        let most = (1u64 << 52) / 60_000 - 10;
+        big.settle(1 + most).unwrap();
+        l.settle().unwrap();
+        let d = l.acquire("big", 1).unwrap();
+        assert_eq!((d.allowed, d.reason), (false, Reason::Exhausted), "{name}: {d:?}");
+        assert_eq!(l.metrics().fallback_active, 0, "{name}");
         let r = l.reserve("other", 2, None).unwrap();
         l.close().unwrap();
         assert_eq!(r.settle(1).unwrap_err().kind(), ErrorKind::Closed);

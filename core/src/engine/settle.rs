@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::entry::Entry;
 use super::Engine;
+use crate::bucket::MAX_CAPACITY_UNITS;
 use crate::decision::{Decision, Reason};
 use crate::error::Result;
 use crate::metrics::Counters;
@@ -49,6 +50,21 @@ impl Engine {
         (self.r.adaptive && d.reason == Reason::Lease)
             .then(|| u32::try_from(estimate).ok())
             .flatten()
+    }
+
+    /// The most tokens a reservation on `entries` may be settled above its
+    /// estimate: what each rule's bucket can owe and still count exactly
+    /// (credit units, tokens x window, within Lua's exact integers: the
+    /// capacity's own ceiling, [`MAX_CAPACITY_UNITS`]).
+    pub(crate) fn max_overage(&self, entries: &[Arc<Entry>]) -> u64 {
+        entries
+            .iter()
+            .map(|s| {
+                let p = s.policy();
+                (MAX_CAPACITY_UNITS / p.window_ms.max(1)).saturating_sub(p.limit)
+            })
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     /// A reservation is settled or dropped: its tokens are no longer out.
@@ -118,15 +134,26 @@ impl Engine {
         }
     }
 
-    /// `n` tokens back into `e`'s local lease (straight on to the authority
-    /// when the entry left the table, the limiter closed, or an allow or
-    /// deny entry holds the key).
+    /// `n` tokens back into `e`'s local lease. An entry evicted meanwhile
+    /// drops them: the key's new entry reports its own holdings, so the
+    /// ledger no longer counts them (a give-back would take them off the
+    /// new entry's commitment). When the limiter closed, or an allow or
+    /// deny entry holds the key, they go straight on to the authority, as
+    /// the entry's other tokens did.
     fn refund_local(&self, e: &Arc<Entry>, n: u64) {
         if n == 0 {
             return;
         }
+        if e.retired.load(Acquire) {
+            Counters::add(&self.counters.tokens_expired, n);
+            return;
+        }
         e.tokens.fetch_add(n, AcqRel);
-        if e.retired.load(Acquire) || self.closed.load(Acquire) || e.access.load(Acquire) != 0 {
+        if e.retired.load(Acquire) {
+            // evicted between the check and the add: whatever the eviction
+            // did not take is dropped
+            Counters::add(&self.counters.tokens_expired, e.tokens.swap(0, AcqRel));
+        } else if self.closed.load(Acquire) || e.access.load(Acquire) != 0 {
             let back = e.tokens.swap(0, AcqRel);
             self.give_back(e, e.policy(), back);
         }
