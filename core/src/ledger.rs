@@ -133,18 +133,8 @@ pub struct Answer {
     pub learning_ms: u64,
 }
 
-/// The ledger script's op for a give-back call: "g" (held tokens back),
-/// "x" (and the holder leaves), "d" (a debit).
-pub(crate) fn back_op(what: crate::wire::Back, leaving: bool) -> &'static str {
-    match what {
-        crate::wire::Back::Held if leaving => "x",
-        crate::wire::Back::Held => "g",
-        crate::wire::Back::Debit => "d",
-    }
-}
-
 /// The script's arguments after `KEYS` for one lease (`op` "l") or give-back
-/// (`op` of [`back_op`], `held` = the tokens). `now`: `None` for Redis `TIME`.
+/// (`op` of [`crate::wire::Back::ledger_op`], `held` = the tokens). `now`: `None` for Redis `TIME`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn args(
     op: &str,

@@ -58,6 +58,18 @@ pub(crate) enum Back {
     Debit,
 }
 
+impl Back {
+    /// The ledger script's op for a give-back call: "g" (held tokens
+    /// back), "x" (and the holder leaves), "d" (a debit).
+    pub(crate) fn ledger_op(self, leaving: bool) -> &'static str {
+        match self {
+            Back::Held if leaving => "x",
+            Back::Held => "g",
+            Back::Debit => "d",
+        }
+    }
+}
+
 /// What the policy store is asked: see `docs/policies.md`.
 #[derive(Clone, Debug)]
 pub(crate) enum PolicyOp {

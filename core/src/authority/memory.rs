@@ -282,7 +282,7 @@ impl MemoryAuthority {
                     held: tokens,
                     ..Default::default()
                 };
-                let op = ledger::back_op(what, leaving);
+                let op = what.ledger_op(leaving);
                 let argv = ledger::args(op, policy.limit, policy.window_ms, Some(now.ms), &ask, 0, 0, (0, 0, 0));
                 // A fixed-lease bucket of the key is taken over, as Redis'
                 // script does with the string it finds.

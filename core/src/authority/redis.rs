@@ -383,7 +383,7 @@ impl Connection {
                             script: scripts.ledger.clone(),
                             keys: ledger_keys(key),
                             args: crate::ledger::args(
-                                crate::ledger::back_op(*what, *leaving),
+                                what.ledger_op(*leaving),
                                 policy.limit,
                                 policy.window_ms,
                                 now.for_script(),
