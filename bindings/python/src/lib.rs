@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyException, PyOverflowError, PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -274,19 +274,57 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Cost {
                 return Ok(Cost(v));
             }
         }
-        let py = obj.py();
-        let obj = obj.to_owned();
-        if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
-            return Err(PyErr::from_type(
-                error_types(py).invalid_cost.bind(py).clone(),
-                format!("invalid cost {obj}: must be at least 1 and at most the key's limit"),
-            ));
-        }
-        Err(PyTypeError::new_err(format!(
-            "`cost` must be an int (got {})",
-            type_name(&obj)
-        )))
+        Err(cost_error(&obj.to_owned(), "cost"))
     }
+}
+
+/// The error for a cost argument (`field`: "cost", "estimate") that is no
+/// u64: InvalidCostError for an int (negative or huge), else TypeError.
+#[cold]
+fn cost_error(obj: &Bound<'_, PyAny>, field: &str) -> PyErr {
+    let py = obj.py();
+    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
+        return PyErr::from_type(
+            error_types(py).invalid_cost.bind(py).clone(),
+            format!("invalid cost {obj}: must be at least 1 and at most the key's limit"),
+        );
+    }
+    PyTypeError::new_err(format!("`{field}` must be an int (got {})", type_name(obj)))
+}
+
+/// The `estimate` argument of `reserve`: converted as `cost` is (the core
+/// checks 1 to the key's limit).
+fn estimate_arg(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if !obj.is_instance_of::<PyBool>() {
+        if let Ok(v) = obj.extract::<u64>() {
+            return Ok(v);
+        }
+    }
+    Err(cost_error(obj, "estimate"))
+}
+
+/// The `actual` argument of `Reservation.settle`: an int, 0 or more. Other
+/// types (bool too) are TypeError; a negative int is the core's
+/// ReservationError (`Reservation::negative_actual`); an int of 2^64 or more
+/// is OverflowError.
+fn actual_arg(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let py = obj.py();
+    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "`actual` must be an int (got {})",
+            type_name(obj)
+        )));
+    }
+    if let Ok(v) = obj.extract::<u64>() {
+        return Ok(v);
+    }
+    if obj.lt(0)? {
+        let n = obj.extract::<i128>().unwrap_or(i128::MIN);
+        return Err(to_pyerr(py, ql::Reservation::negative_actual(n)));
+    }
+    Err(PyOverflowError::new_err(format!(
+        "`actual` must be below 2^64 tokens (got {obj})"
+    )))
 }
 
 /// The `tier` keyword: None (the default tier, or the limiter's limit) or a
@@ -446,12 +484,115 @@ impl Decision {
 }
 
 // ---------------------------------------------------------------------------
+// Reservation.
+
+/// A request admitted (or denied) at an estimate of its cost by
+/// `Limiter.reserve`, to be settled once at its actual cost.
+#[pyclass(frozen, module = "quotalease._native", name = "Reservation")]
+struct Reservation {
+    r: ql::Reservation,
+}
+
+#[pymethods]
+impl Reservation {
+    /// Whether the request was admitted at its estimate.
+    #[getter]
+    fn allowed(&self) -> bool {
+        self.r.allowed()
+    }
+    /// The decision on the estimate, as `acquire` would have returned it.
+    #[getter]
+    fn decision(&self) -> Decision {
+        Decision { d: self.r.decision() }
+    }
+    /// The tokens reserved.
+    #[getter]
+    fn estimate(&self) -> u64 {
+        self.r.estimate()
+    }
+    /// The key reserved on.
+    #[getter]
+    fn key(&self) -> &str {
+        self.r.key()
+    }
+    /// Whether `settle` was called (successfully or not).
+    #[getter]
+    fn settled(&self) -> bool {
+        self.r.is_settled()
+    }
+
+    /// Settle at `actual` tokens (0 when the request used nothing): below
+    /// the estimate the rest goes back, above it the key takes the
+    /// difference, into debt if need be. Once only: ReservationError when
+    /// settled already, denied, or `actual` is negative; ClosedError when
+    /// the limiter was closed (the estimate stands).
+    fn settle(&self, py: Python<'_>, actual: &Bound<'_, PyAny>) -> PyResult<()> {
+        let actual = actual_arg(actual)?;
+        py.detach(|| self.r.settle(actual)).map_err(|e| to_pyerr(py, e))
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Nothing to do: unsettled, the reservation keeps its estimate.
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) -> bool {
+        false
+    }
+
+    fn __aenter__(slf: Py<Self>) -> Ready {
+        Ready { value: slf.into_any() }
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __aexit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> Ready {
+        Ready {
+            value: PyBool::new(py, false).to_owned().into_any().unbind(),
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let key = PyString::new(py, self.r.key()).repr()?;
+        Ok(format!(
+            "Reservation(key={key}, estimate={}, allowed={}, settled={})",
+            self.r.estimate(),
+            if self.r.allowed() { "True" } else { "False" },
+            if self.r.is_settled() { "True" } else { "False" },
+        ))
+    }
+}
+
+/// An awaitable ready at once with `value`: what `Reservation.__aenter__`
+/// and `__aexit__` return (nothing to wait for, on any event loop).
+#[pyclass(frozen, module = "quotalease._native", name = "_Ready")]
+struct Ready {
+    value: Py<PyAny>,
+}
+
+#[pymethods]
+impl Ready {
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<()> {
+        Err(PyStopIteration::new_err((self.value.clone_ref(py),)))
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Limiter.
 
-/// Where an `acquire_or_notify` answer meets the asyncio future waiting for it.
-enum Slot {
+/// Where an `acquire_or_notify` (or `reserve_or_notify`) answer meets the
+/// asyncio future waiting for it.
+enum Slot<T> {
     Empty,
-    Done(ql::Result<ql::Decision>),
+    Done(ql::Result<T>),
     Waiting(Py<PyAny>, Py<PyAny>),
 }
 
@@ -459,8 +600,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs on the broker thread once a pending acquire is decided.
-fn complete(slot: &Mutex<Slot>, res: ql::Result<ql::Decision>) {
+/// What an asyncio future completed from the broker thread carries: a
+/// Decision or a Reservation.
+trait Answer: Send + 'static {
+    fn into_py_any(self, py: Python<'_>) -> PyResult<Py<PyAny>>;
+}
+
+impl Answer for ql::Decision {
+    fn into_py_any(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(Py::new(py, Decision { d: self })?.into_any())
+    }
+}
+
+impl Answer for ql::Reservation {
+    fn into_py_any(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(Py::new(py, Reservation { r: self })?.into_any())
+    }
+}
+
+/// Runs on the broker thread once a pending acquire (or reserve) is decided.
+/// A reservation nobody takes any more (the future was cancelled, the
+/// interpreter is shutting down) is dropped: it keeps its estimate.
+fn complete<T: Answer>(slot: &Mutex<Slot<T>>, res: ql::Result<T>) {
     let (event_loop, fut) = {
         let mut g = lock(slot);
         match std::mem::replace(&mut *g, Slot::Empty) {
@@ -472,12 +633,9 @@ fn complete(slot: &Mutex<Slot>, res: ql::Result<ql::Decision>) {
         }
     };
     with_python(move |py| {
-        let (ok, value) = match res {
-            Ok(d) => match Py::new(py, Decision { d }) {
-                Ok(obj) => (true, obj.into_any()),
-                Err(e) => (false, e.into_value(py).into_any()),
-            },
-            Err(e) => (false, to_pyerr(py, e).into_value(py).into_any()),
+        let (ok, value) = match res.map_err(|e| to_pyerr(py, e)).and_then(|v| v.into_py_any(py)) {
+            Ok(obj) => (true, obj),
+            Err(e) => (false, e.into_value(py).into_any()),
         };
         let Some(resolve) = RESOLVE_FUTURE.get(py) else { return };
         // Fails only when the loop is closed: nobody waits any more.
@@ -487,6 +645,28 @@ fn complete(slot: &Mutex<Slot>, res: ql::Result<ql::Decision>) {
             (resolve.clone_ref(py), fut, ok, value),
         );
     });
+}
+
+/// The answer of a call that went to the broker: when `complete` ran
+/// already, its value (or error) now; else a future of the running loop
+/// that `complete` will resolve.
+fn answer_or_future<'py, T: Answer>(py: Python<'py>, slot: &Mutex<Slot<T>>) -> PyResult<Bound<'py, PyAny>> {
+    let event_loop = py
+        .import(intern!(py, "asyncio"))?
+        .call_method0(intern!(py, "get_running_loop"))?;
+    let fut = event_loop.call_method0(intern!(py, "create_future"))?;
+    let mut g = lock(slot);
+    match std::mem::replace(&mut *g, Slot::Empty) {
+        Slot::Done(res) => {
+            drop(g);
+            let v = res.map_err(|e| to_pyerr(py, e))?.into_py_any(py)?;
+            Ok(v.into_bound(py))
+        }
+        _ => {
+            *g = Slot::Waiting(event_loop.unbind(), fut.clone().unbind());
+            Ok(fut)
+        }
+    }
 }
 
 /// A distributed rate limiter (see `quotalease.Limiter`).
@@ -628,22 +808,50 @@ impl Limiter {
         if let Some(d) = now {
             return Ok(Bound::new(py, Decision { d })?.into_any());
         }
-        let event_loop = py
-            .import(intern!(py, "asyncio"))?
-            .call_method0(intern!(py, "get_running_loop"))?;
-        let fut = event_loop.call_method0(intern!(py, "create_future"))?;
-        let mut g = lock(&slot);
-        match std::mem::replace(&mut *g, Slot::Empty) {
-            Slot::Done(res) => {
-                drop(g);
-                let d = self.decide(py, res)?;
-                Ok(Bound::new(py, d)?.into_any())
-            }
-            _ => {
-                *g = Slot::Waiting(event_loop.unbind(), fut.clone().unbind());
-                Ok(fut)
-            }
+        answer_or_future(py, &slot)
+    }
+
+    /// Admit (or deny) a request at `estimate` tokens of `key`, to be
+    /// settled once with its actual cost (`Reservation.settle`). Decided as
+    /// `acquire(key, estimate, tier=tier)` decides, waiting (GIL released)
+    /// when the key has no local lease.
+    #[pyo3(signature = (key, estimate, *, tier = None))]
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        estimate: &Bound<'_, PyAny>,
+        tier: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Reservation> {
+        let estimate = estimate_arg(estimate)?;
+        let tier = tier_arg(tier)?;
+        py.detach(|| self.inner.reserve(key, estimate, tier))
+            .map(|r| Reservation { r })
+            .map_err(|e| to_pyerr(py, e))
+    }
+
+    /// For `Limiter.reserve_async`: a Reservation when decided now, else an
+    /// asyncio future of the running loop, completed from the broker thread.
+    #[pyo3(signature = (key, estimate, *, tier = None))]
+    fn _reserve_or_future<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        estimate: &Bound<'_, PyAny>,
+        tier: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let estimate = estimate_arg(estimate)?;
+        let tier = tier_arg(tier)?;
+        let slot = Arc::new(Mutex::new(Slot::Empty));
+        let theirs = slot.clone();
+        let now = self
+            .inner
+            .reserve_or_notify(key, estimate, tier, move |res| complete(&theirs, res))
+            .map_err(|e| to_pyerr(py, e))?;
+        if let Some(r) = now {
+            return Ok(Bound::new(py, Reservation { r })?.into_any());
         }
+        answer_or_future(py, &slot)
     }
 
     /// How many requests of `key` wait (`acquire(..., wait_ms=...)`) in this process now.
@@ -962,8 +1170,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ClosedError", types.closed.clone_ref(py))?;
     m.add("BackendError", types.backend.clone_ref(py))?;
     m.add("MisconfiguredError", types.misconfigured.clone_ref(py))?;
+    m.add("ReservationError", types.reservation.clone_ref(py))?;
     m.add_class::<Limiter>()?;
     m.add_class::<Decision>()?;
+    m.add_class::<Reservation>()?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(http_key, m)?)?;
     m.add_function(wrap_pyfunction!(metrics_prometheus, m)?)?;

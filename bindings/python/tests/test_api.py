@@ -25,6 +25,7 @@ METRICS = [
     "keys_tracked",
     "overshoot_bound",
     "shadow_denied",
+    "tokens_debited",
 ]
 
 
@@ -196,10 +197,17 @@ def test_exception_hierarchy() -> None:
         quotalease.InvalidCostError,
         quotalease.ClosedError,
         quotalease.BackendError,
+        quotalease.MisconfiguredError,
+        quotalease.ReservationError,
     ):
         assert issubclass(cls, QuotaLeaseError)
         assert cls.__module__ == "quotalease"
-    for cls in (quotalease.ConfigError, quotalease.InvalidKeyError, quotalease.InvalidCostError):
+    for cls in (
+        quotalease.ConfigError,
+        quotalease.InvalidKeyError,
+        quotalease.InvalidCostError,
+        quotalease.ReservationError,
+    ):
         assert issubclass(cls, ValueError)
     assert issubclass(quotalease.ClosedError, RuntimeError)
     assert QuotaLeaseError.__module__ == "quotalease"

@@ -54,7 +54,7 @@ def test_instruments_mirror_the_prometheus_exposition() -> None:
 
     got = collect(reader)
     kinds = exposition_names(limiter)
-    assert len(kinds) == 12
+    assert len(kinds) == 13
     # Counters drop "_total" (OTel's Prometheus translation adds it back), gauges keep their name.
     assert {n + "_total" if n + "_total" in kinds else n for n in got} == set(kinds)
     values = limiter.metrics()
@@ -100,7 +100,7 @@ def test_the_prometheus_exporter_shows_the_exposition_s_series() -> None:
     finally:
         provider.shutdown()
     native = limiter.metrics_prometheus()
-    assert samples(scraped) == samples(native) and len(samples(native)) == 12
+    assert samples(scraped) == samples(native) and len(samples(native)) == 13
     assert samples(native)["quotalease_admitted_total"] == 2 and samples(native)["quotalease_denied_total"] == 1
 
 

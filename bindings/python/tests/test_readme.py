@@ -24,10 +24,10 @@ from conftest import ROOT
 def blocks() -> list[str]:
     text = (ROOT / "bindings" / "python" / "README.md").read_text()
     found = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(found) == 13, (
+    assert len(found) == 15, (
         "expected the quick start, the FastAPI middleware, Flask, the FastAPI dependency, Django, gRPC,"
         " OpenTelemetry, plan tiers, the policy store, the integrations' tier examples, behind a proxy,"
-        " check() and the metrics endpoint"
+        " check(), the metrics endpoint, and reserve then settle (sync, asyncio)"
     )
     return found
 
@@ -75,7 +75,17 @@ def test_examples_pass_mypy_strict(tmp_path: Path) -> None:
     """What a user's mypy --strict says of the examples, against the shipped stubs.
     Left out: Django's (django-stubs needs its plugin and a settings module), gRPC's
     and OpenTelemetry's (their packages' own typing)."""
-    checked = {0: "quick", 1: "fastapi", 2: "flask", 3: "dependency", 7: "tiers", 8: "store", 9: "tier_option"}
+    checked = {
+        0: "quick",
+        1: "fastapi",
+        2: "flask",
+        3: "dependency",
+        7: "tiers",
+        8: "store",
+        9: "tier_option",
+        13: "reserve",
+        14: "reserve_async",
+    }
     found = blocks()
     files = []
     for index, name in checked.items():
@@ -322,3 +332,11 @@ def test_metrics_endpoint_example() -> None:
     assert len(names) == len(set(names)), names
     admitted = next(f for f in families if f.name == "quotalease_admitted")
     assert {s.labels["limiter"] for s in admitted.samples} == {"site", "login"}
+
+
+def test_reserve_then_settle_example() -> None:
+    assert printed(blocks()[13], "readme_reserve") == ["True True False"]
+
+
+def test_reserve_async_example() -> None:
+    assert printed(blocks()[14], "readme_reserve_async") == ["200"]

@@ -20,6 +20,7 @@ from quotalease import (
     InvalidCostError,
     InvalidKeyError,
     Limiter,
+    ReservationError,
 )
 
 KINDS = {
@@ -28,6 +29,7 @@ KINDS = {
     InvalidCostError: "invalid_cost",
     ClosedError: "closed",
     BackendError: "backend",
+    ReservationError: "reservation",
 }
 
 FILES = sorted(VECTORS.glob("*.json"))

@@ -16,9 +16,10 @@ Errors: every exception raised for a wrong *value* derives from
 also ValueError; ClosedError is also a RuntimeError). A Redis URL the server
 refuses (wrong password, database, scheme, protocol, ACL) raises
 MisconfiguredError from ``acquire`` and ``check()``: it is not an outage, so no
-failure policy hides it. A wrong *type* (a key that
-is not a str, a cost that is not an int, an option given as a bool or a list)
-raises TypeError.
+failure policy hides it. ``Reservation.settle`` raises ReservationError (also a
+ValueError) when settled twice, for a denied reservation, or for a negative
+actual cost. A wrong *type* (a key that is not a str, a cost that is not an int,
+an option given as a bool or a list) raises TypeError.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from ._native import (
     InvalidKeyError,
     MisconfiguredError,
     QuotaLeaseError,
+    Reservation,
+    ReservationError,
     http_key,
     metrics_prometheus,
 )
@@ -54,6 +57,8 @@ __all__ = [
     "Limiter",
     "MisconfiguredError",
     "QuotaLeaseError",
+    "Reservation",
+    "ReservationError",
     "__version__",
     "http_key",
     "metrics_prometheus",
@@ -95,6 +100,13 @@ class Limiter(_native.Limiter):
     backend that sets ``policy_refresh_ms`` (e.g. 1000) reads the store that
     often (the default, 0, follows no store and polls nothing).
 
+    Reserve, then settle: ``r = limiter.reserve(key, estimate)`` decides on
+    an estimate of a request's cost (``r.allowed``, ``r.decision``) and
+    ``r.settle(actual)`` pays what it really cost once known: below the
+    estimate the rest goes back, above it the key takes the difference, into
+    debt if need be. Left unsettled (a ``with`` block exited, the object
+    dropped), it keeps the estimate.
+
     ``on_event(kind, message)`` is called from the broker thread on every
     backend transition ("degraded" / "recovered"), which is also logged on the
     ``quotalease`` logger (ERROR / WARNING).
@@ -112,6 +124,14 @@ class Limiter(_native.Limiter):
         ``wait_ms``, the tokens) instead of blocking the event loop."""
         r = self._acquire_or_future(key, cost, tier=tier, wait_ms=wait_ms)
         if isinstance(r, Decision):
+            return r
+        return await r
+
+    async def reserve_async(self, key: str, estimate: int, *, tier: str | None = None) -> Reservation:
+        """Like :meth:`reserve`, but awaits a pending lease instead of
+        blocking the event loop: ``async with await limiter.reserve_async(key, 500) as r:``."""
+        r = self._reserve_or_future(key, estimate, tier=tier)
+        if isinstance(r, Reservation):
             return r
         return await r
 
