@@ -19,17 +19,19 @@ export declare class NativeLimiter {
    */
   constructor(names: Array<string>, values: Array<number | string | boolean | undefined | null>, scratch: Float64Array, onEvent?: ((arg0: string, arg1: string) => void) | undefined | null)
   /**
-   * `{ acquire, tryAcquire, acquireAsync }`: the per-request calls as raw
-   * N-API functions bound to this limiter (see `fast.rs`). Each takes
-   * `(key: string, cost?: number, tier?: string)` (cost 1 when omitted
-   * or `undefined`; no tier when omitted, `undefined` or `null`), writes
-   * the decision into the scratch array and returns `undefined`;
-   * `acquireAsync` returns a Promise of `[code, limit, remaining,
-   * retryAfterMs, resetAfterMs, windowMs, rule, rule count, each rule's
-   * limit and windowMs]` (or an Error) instead when it must wait for the
-   * backend.
+   * `{ acquire, tryAcquire, acquireAsync, reserve, reserveAsync }`: the
+   * per-request calls as raw N-API functions bound to this limiter (see
+   * `fast.rs`). Each takes `(key: string, cost?: number, tier?: string)`
+   * (cost 1 when omitted or `undefined`; no tier when omitted,
+   * `undefined` or `null`). The acquires write the decision into the
+   * scratch array and return `undefined`; `acquireAsync` returns a
+   * Promise of `[code, limit, remaining, retryAfterMs, resetAfterMs,
+   * windowMs, rule, rule count, each rule's limit and windowMs]` (or an
+   * Error) instead when it must wait for the backend. `reserve` returns a
+   * `NativeReservation` (the cost is its estimate); `reserveAsync` too, or
+   * a Promise of one (or an Error) when it must wait for the backend.
    */
-  hotPath(): { acquire(key: string, cost?: number, tier?: string | null): void; tryAcquire(key: string, cost?: number, tier?: string | null): void; acquireAsync(key: string, cost?: number, tier?: string | null): undefined | Promise<number[] | Error> }
+  hotPath(): { acquire(key: string, cost?: number, tier?: string | null): void; tryAcquire(key: string, cost?: number, tier?: string | null): void; acquireAsync(key: string, cost?: number, tier?: string | null): undefined | Promise<number[] | Error>; reserve(key: string, estimate: number, tier?: string | null): NativeReservation; reserveAsync(key: string, estimate: number, tier?: string | null): NativeReservation | Promise<NativeReservation | Error> }
   /** Override the limit of one key. */
   setLimit(key: string, limit: number, windowMs: number): void
   /** Every metric by its name in docs/design.md (snake_case, as in Prometheus). */
@@ -121,6 +123,36 @@ export declare class NativeLimiter {
    * URL's credentials replaced by `***` (the core's rule).
    */
   summary(): { url: string; limit: number; windowMs: number; leaseSize: number; mode: string }
+}
+
+/**
+ * The engine's `Reservation`: a request admitted (or denied) at an
+ * estimate of its cost, to be settled once at its actual cost. Made by
+ * `reserve` / `reserveAsync` of `hotPath()`, never by `new`. Collected
+ * unsettled, it keeps its estimate (the engine's `Drop`).
+ */
+export declare class NativeReservation {
+  /**
+   * The decision on the estimate as numbers: `[code, limit, remaining,
+   * retryAfterMs, resetAfterMs, windowMs, rule, rule count, each rule's
+   * limit and windowMs]`.
+   */
+  decision(): Array<number>
+  /** The key reserved on. */
+  get key(): string
+  /** The tokens reserved. */
+  get estimate(): number
+  /** Whether `settle` was called (successfully or not). */
+  get settled(): boolean
+  /**
+   * Settle at `actual` tokens (the wrapper checked it is a number). A
+   * number that is not a whole number of tokens, 0 or more, throws a
+   * `RangeError` with the engine's message (`Reservation::negative_actual`
+   * for a negative integer) and leaves the reservation unsettled; the
+   * engine's errors (settled already, denied, closed) are thrown with
+   * their codes.
+   */
+  settle(actual: number): void
 }
 
 /**

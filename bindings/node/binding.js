@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.NativeLimiter = nativeBinding.NativeLimiter
+module.exports.NativeReservation = nativeBinding.NativeReservation
 module.exports.decisionHeaders = nativeBinding.decisionHeaders
 module.exports.engineVersion = nativeBinding.engineVersion
 module.exports.errorCodes = nativeBinding.errorCodes

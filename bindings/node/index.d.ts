@@ -99,6 +99,12 @@ export interface AcquireOptions {
   tier?: string | null
 }
 
+/** The last argument of `reserve` and `reserveSync`. */
+export interface ReserveOptions {
+  /** The plan tier the key is in (a key with its own store or file entry keeps it). */
+  tier?: string | null
+}
+
 /** `acquire` options: a tier, and a bounded wait. */
 export interface AcquireWaitOptions extends AcquireOptions {
   /**
@@ -211,6 +217,8 @@ export interface Metrics {
   overshoot_bound: number
   /** Requests admitted only because their rules are in shadow mode (counted in `denied` too). */
   shadow_denied: number
+  /** Tokens reserved requests used beyond their estimate, charged when settled (`Reservation.settle`). */
+  tokens_debited: number
 }
 
 /** What `inspect(key)` reports. */
@@ -251,6 +259,7 @@ export type ErrorCode =
   | 'ERR_QUOTALEASE_CLOSED'
   | 'ERR_QUOTALEASE_BACKEND'
   | 'ERR_QUOTALEASE_MISCONFIGURED'
+  | 'ERR_QUOTALEASE_RESERVATION'
 
 /**
  * An `Error` with a stable `code`: a `TypeError` for a wrong JS type (a key
@@ -275,6 +284,41 @@ export declare const codes: {
    * outage is not an error.
    */
   readonly MISCONFIGURED: 'ERR_QUOTALEASE_MISCONFIGURED'
+  /**
+   * A reservation cannot be settled so: settled already, denied (nothing was
+   * reserved), or an `actual` that is not a whole number of tokens, 0 or more.
+   */
+  readonly RESERVATION: 'ERR_QUOTALEASE_RESERVATION'
+}
+
+/**
+ * A request admitted (or denied) at an estimate of its cost by
+ * `limiter.reserve()` / `reserveSync()`, settled once with `settle(actual)`
+ * when its actual cost is known. Settled below the estimate, the rest goes
+ * back to the key; above it, the key is charged the difference even into
+ * debt (counted in `tokens_debited`; later requests wait for the refill).
+ * Never settled (garbage-collected), it keeps its estimate.
+ */
+export declare class Reservation {
+  private constructor()
+  /** Whether the request was admitted at its estimate (`decision.allowed`). */
+  readonly allowed: boolean
+  /** The decision on the estimate, as `acquire(key, estimate)` would have returned it. */
+  readonly decision: Decision
+  /** The tokens reserved. */
+  readonly estimate: number
+  /** The key reserved on. */
+  readonly key: string
+  /** Whether `settle` was called (successfully or not). */
+  readonly settled: boolean
+  /**
+   * Settle at `actual` tokens (0 when the request used nothing), once.
+   * @throws QuotaLeaseError `ERR_QUOTALEASE_RESERVATION` when settled already,
+   * for a denied reservation, or for an `actual` that is not a whole number 0
+   * or more (a `TypeError` when not a number, else a `RangeError`; the
+   * reservation stays unsettled); `ERR_QUOTALEASE_CLOSED` after `close()`.
+   */
+  settle(actual: number): void
 }
 
 /** Every reason, indexed by the engine's reason code. */
@@ -297,6 +341,16 @@ export declare class Limiter extends EventEmitter {
    */
   acquire(key: string, cost?: number, options?: AcquireWaitOptions): Promise<Decision>
   acquire(key: string, options: AcquireWaitOptions): Promise<Decision>
+  /**
+   * Reserve `estimate` tokens (a cost: a whole number from 1 to the key's
+   * limit) for a request whose cost is known only after it ran, in plan tier
+   * `options.tier` when given. Decided as `acquire(key, estimate)` would be
+   * (check `allowed`); settle the `Reservation` with the actual cost. Waits
+   * for a lease request like `acquire`, without blocking the event loop.
+   */
+  reserve(key: string, estimate: number, options?: ReserveOptions): Promise<Reservation>
+  /** Synchronous `reserve`: may block the event loop up to `backendTimeoutMs` on a cold key. */
+  reserveSync(key: string, estimate: number, options?: ReserveOptions): Reservation
   /** How many requests of `key` wait (`acquire(key, { waitMs })`) in this process now. */
   waiters(key: string): number
   /** Synchronous `acquire`: may block the event loop up to `backendTimeoutMs` on a cold key. */

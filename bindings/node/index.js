@@ -193,6 +193,103 @@ function syncCallArgs(cost, options, method) {
   return [c, tier]
 }
 
+/**
+ * The tier of `reserve(key, estimate, { tier })` / `reserveSync`, after
+ * checking the estimate's type (the engine checks its value as a cost's:
+ * a whole number, at least 1, at most the key's limit) and the options.
+ */
+function reserveArgs(method, estimate, options) {
+  if (typeof estimate !== 'number') {
+    throw fail(TypeError, codes.INVALID_COST, `invalid estimate: the estimate must be a number of tokens (got ${describe(estimate)})`)
+  }
+  if (options === undefined || options === null) return undefined
+  if (!isPlainObject(options)) {
+    throw fail(TypeError, codes.CONFIG, `${method}: options must be an object such as { tier: 'pro' } (got ${describe(options)})`)
+  }
+  for (const name in options) {
+    if (name !== 'tier') throw fail(Error, codes.CONFIG, `${method}: unknown option \`${name}\` (known: tier)`)
+  }
+  const tier = options.tier
+  if (tier !== undefined && tier !== null && typeof tier !== 'string') {
+    throw fail(TypeError, codes.CONFIG, `invalid tier: the tier must be a string (got ${describe(tier)})`)
+  }
+  return tier ?? undefined
+}
+
+/**
+ * A request admitted (or denied) at an estimate of its cost by
+ * `limiter.reserve()` / `reserveSync()`, to be settled once, with
+ * `settle(actual)`, when its actual cost is known (an LLM response's tokens,
+ * bytes streamed). Settled below the estimate, the rest goes back to the key;
+ * above it, the key is charged the difference, into debt if need be (later
+ * requests wait for the refill). Never settled (garbage-collected), it keeps
+ * its estimate.
+ */
+class Reservation {
+  #native
+  #decision
+
+  constructor(handle) {
+    if (!(handle instanceof native.NativeReservation)) {
+      throw fail(TypeError, codes.CONFIG, 'Reservation: made by limiter.reserve() or limiter.reserveSync(), not by `new`')
+    }
+    this.#native = handle
+    this.#decision = decisionFromArray(handle.decision())
+  }
+
+  /** Whether the request was admitted at its estimate. */
+  get allowed() {
+    return this.#decision.allowed
+  }
+
+  /** The decision on the estimate, as `acquire` would have returned it. */
+  get decision() {
+    return this.#decision
+  }
+
+  /** The tokens reserved. */
+  get estimate() {
+    return this.#native.estimate
+  }
+
+  /** The key reserved on. */
+  get key() {
+    return this.#native.key
+  }
+
+  /** Whether `settle` was called (successfully or not). */
+  get settled() {
+    return this.#native.settled
+  }
+
+  /**
+   * Settle at `actual` tokens (0 when the request used nothing), once.
+   * Throws (`code` `ERR_QUOTALEASE_RESERVATION`) when settled already, for a
+   * denied reservation, or for an `actual` that is not a whole number 0 or
+   * more (a `TypeError` when not a number, a `RangeError` otherwise: the
+   * reservation stays unsettled); `ERR_QUOTALEASE_CLOSED` after the limiter
+   * was closed (the estimate stands).
+   */
+  settle(actual) {
+    if (typeof actual !== 'number') {
+      throw fail(TypeError, codes.RESERVATION, `invalid settle: actual must be a number of tokens (got ${describe(actual)})`)
+    }
+    this.#native.settle(actual)
+  }
+
+  /** `Reservation { key, estimate, allowed, settled }` in `console.log`. */
+  [util.inspect.custom](depth, options, inspect) {
+    const { key, estimate, allowed, settled } = this
+    return `Reservation ${inspect({ key, estimate, allowed, settled }, options)}`
+  }
+}
+
+/** Settles a cold reserve: the native side resolves with a NativeReservation or an Error. */
+function reserved(r) {
+  if (r instanceof Error) throw r
+  return new Reservation(r)
+}
+
 /** The value of a store call, or its Error thrown (the engine redacts a URL it echoes). */
 function stored(r) {
   if (r instanceof Error) throw r
@@ -331,6 +428,8 @@ class Limiter extends EventEmitter {
   #acquire
   #tryAcquire
   #acquireAsync
+  #reserve
+  #reserveAsync
   #closing
   #rules
 
@@ -356,6 +455,8 @@ class Limiter extends EventEmitter {
     this.#acquire = hot.acquire
     this.#tryAcquire = hot.tryAcquire
     this.#acquireAsync = hot.acquireAsync
+    this.#reserve = hot.reserve
+    this.#reserveAsync = hot.reserveAsync
     this.#closing = null
   }
 
@@ -413,6 +514,34 @@ class Limiter extends EventEmitter {
       this.#acquire(key, c, tier)
     }
     return this.#decision()
+  }
+
+  /**
+   * Reserve `estimate` tokens of `key` for a request whose cost is known only
+   * after it ran, in plan tier `options.tier` when given: decided as
+   * `acquire(key, estimate)` would be, it resolves to a `Reservation` (its
+   * `allowed` and `decision` say whether to go ahead); call
+   * `reservation.settle(actual)` once the cost is known. Waits for a lease
+   * request like `acquire`, without blocking the event loop.
+   */
+  reserve(key, estimate, options) {
+    let r
+    try {
+      checkKey(key)
+      const tier = reserveArgs('reserve', estimate, options)
+      r = this.#reserveAsync(key, estimate, tier)
+    } catch (err) {
+      return Promise.reject(err)
+    }
+    if (r instanceof Promise) return r.then(reserved)
+    return Promise.resolve(new Reservation(r))
+  }
+
+  /** Like `reserve`, synchronously: may block the event loop as `acquireSync` may. */
+  reserveSync(key, estimate, options) {
+    checkKey(key)
+    const tier = reserveArgs('reserveSync', estimate, options)
+    return new Reservation(this.#reserve(key, estimate, tier))
   }
 
   /** How many requests of `key` wait (`acquire(key, { waitMs })`) in this process now. */
@@ -681,6 +810,7 @@ function parseRate(rate) {
 module.exports = {
   Limiter,
   Decision,
+  Reservation,
   headers,
   parseRate,
   httpKey,

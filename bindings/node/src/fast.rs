@@ -5,6 +5,8 @@
 //! call an application makes per request, so it is a plain N-API function
 //! whose `data` pointer is the limiter itself: one `napi_get_cb_info`, one
 //! string copy into a stack buffer, the engine call, one small integer back.
+//! `reserve` and `reserveAsync` (reserve, then settle) share its argument
+//! reading, so an estimate is checked exactly as a cost is.
 
 use std::ffi::{c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -13,9 +15,11 @@ use std::sync::{Arc, Mutex};
 
 use napi::bindgen_prelude::{Float64Array, ToNapiValue};
 use napi::{sys, Env};
-use quotalease::{Decision, Error as QlError, ErrorKind, Limiter};
+use quotalease::{Decision, Error as QlError, ErrorKind, Limiter, Reservation};
 
-use crate::{code_of, code_of_decision, Deferred, Meet, Notifier, KEY_BUF, MAX_SAFE, SCRATCH_LEN};
+use crate::{
+    code_of, code_of_decision, Deferred, Meet, NativeReservation, Notifier, Outcome, KEY_BUF, MAX_SAFE, SCRATCH_LEN,
+};
 
 /// What the raw functions share with the class object: the engine and the
 /// scratch array decisions are written to.
@@ -243,6 +247,8 @@ enum Op {
     Acquire,
     TryAcquire,
     AcquireAsync,
+    Reserve,
+    ReserveAsync,
 }
 
 #[inline(always)]
@@ -271,6 +277,8 @@ unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info, op: Op) -> sys
             (Op::TryAcquire, None) => shared.write(&l.try_acquire(key, cost)?),
             (Op::TryAcquire, Some(_)) => shared.write(&l.try_acquire_with(key, cost, tier)?),
             (Op::AcquireAsync, _) => return unsafe { acquire_async(env, shared, key, cost, tier) },
+            (Op::Reserve, _) => return unsafe { reservation_value(env, l.reserve(key, cost, tier)?) },
+            (Op::ReserveAsync, _) => return unsafe { reserve_async(env, shared, key, cost, tier) },
         }
         // A null result reads as `undefined` in JS.
         Ok(ptr::null_mut())
@@ -300,25 +308,59 @@ unsafe fn acquire_async(
     cost: u64,
     tier: Option<&str>,
 ) -> Result<sys::napi_value, Thrown> {
-    let meet = Arc::new(Mutex::new(Meet::Empty));
-    let mut notifier = Notifier {
-        meet: meet.clone(),
-        fired: false,
-    };
+    let (meet, mut notifier) = Notifier::<Decision>::pair();
     let done = move |r| notifier.fire(r);
     let now = match tier {
         None => shared.limiter.acquire_or_notify(key, cost, done)?,
         Some(_) => shared.limiter.acquire_or_notify_with(key, cost, tier, done)?,
     };
-    if let Some(d) = now {
-        shared.write(&d);
-        return Ok(ptr::null_mut());
+    unsafe {
+        now_or_promise(env, &meet, now, |d| {
+            shared.write(&d);
+            Ok(ptr::null_mut())
+        })
+    }
+}
+
+/// A `NativeReservation` for `r`.
+unsafe fn reservation_value(env: sys::napi_env, r: Reservation) -> Result<sys::napi_value, Thrown> {
+    unsafe { ToNapiValue::to_napi_value(env, NativeReservation { inner: r }) }
+        .map_err(|e| Thrown::Plain(code_of(ErrorKind::Backend), e.reason.clone()))
+}
+
+/// A `NativeReservation` when decided now; a Promise of one when the
+/// engine waits for the backend: it settles from the broker thread.
+unsafe fn reserve_async(
+    env: sys::napi_env,
+    shared: &Shared,
+    key: &str,
+    estimate: u64,
+    tier: Option<&str>,
+) -> Result<sys::napi_value, Thrown> {
+    let (meet, mut notifier) = Notifier::<Reservation>::pair();
+    let now = shared
+        .limiter
+        .reserve_or_notify(key, estimate, tier, move |r| notifier.fire(r))?;
+    unsafe { now_or_promise(env, &meet, now, |r| reservation_value(env, r)) }
+}
+
+/// `decided(outcome)` when the engine decided at once (`now`) or the broker
+/// answered before we got here; else a Promise the broker settles through
+/// `meet`.
+unsafe fn now_or_promise<T: Outcome>(
+    env: sys::napi_env,
+    meet: &Mutex<Meet<T>>,
+    now: Option<T>,
+    decided: impl FnOnce(T) -> Result<sys::napi_value, Thrown>,
+) -> Result<sys::napi_value, Thrown> {
+    if let Some(v) = now {
+        return decided(v);
     }
     let mut g = meet.lock().unwrap_or_else(|p| p.into_inner());
     if let Meet::Ready(r) = std::mem::replace(&mut *g, Meet::Empty) {
         // The broker answered before we got here: no promise needed.
-        shared.write(&r?);
-        return Ok(ptr::null_mut());
+        drop(g);
+        return decided(r?);
     }
     let env = Env::from_raw(env);
     let (deferred, promise): (Deferred, _) = env
@@ -342,20 +384,31 @@ unsafe extern "C" fn acquire_async_cb(env: sys::napi_env, info: sys::napi_callba
     unsafe { call(env, info, Op::AcquireAsync) }
 }
 
+unsafe extern "C" fn reserve_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe { call(env, info, Op::Reserve) }
+}
+
+unsafe extern "C" fn reserve_async_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe { call(env, info, Op::ReserveAsync) }
+}
+
 unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
     // SAFETY: `data` came from `Arc::into_raw` in `make`.
     drop(unsafe { Arc::from_raw(data as *const Shared) });
 }
 
-/// An object `{ acquire, tryAcquire, acquireAsync }` of raw functions bound to `shared`.
+/// An object `{ acquire, tryAcquire, acquireAsync, reserve, reserveAsync }`
+/// of raw functions bound to `shared`.
 pub(crate) fn functions(env: &Env, shared: &Arc<Shared>) -> napi::Result<sys::napi_value> {
     let raw_env = env.raw();
     let mut obj = ptr::null_mut();
     napi::check_status!(unsafe { sys::napi_create_object(raw_env, &mut obj) })?;
-    let table: [(&CStr, sys::napi_callback); 3] = [
+    let table: [(&CStr, sys::napi_callback); 5] = [
         (c"acquire", Some(acquire_cb)),
         (c"tryAcquire", Some(try_acquire_cb)),
         (c"acquireAsync", Some(acquire_async_cb)),
+        (c"reserve", Some(reserve_cb)),
+        (c"reserveAsync", Some(reserve_async_cb)),
     ];
     for (name, cb) in table {
         let data = Arc::into_raw(shared.clone()) as *mut c_void;

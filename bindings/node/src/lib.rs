@@ -14,6 +14,9 @@
 //! Cold path: `acquireAsync` uses the engine's `acquire_or_notify`; when the
 //! engine must wait for Redis it returns a Promise settled from the broker
 //! thread through a `JsDeferred`, so the event loop never blocks.
+//! `reserveAsync` does the same with `reserve_or_notify`, resolving with a
+//! `NativeReservation` (the engine's `Reservation`, settled by the wrapper's
+//! `Reservation.settle`; garbage-collected unsettled, it keeps its estimate).
 #![deny(clippy::all)]
 
 mod fast;
@@ -27,7 +30,7 @@ use napi_derive::napi;
 use quotalease::Quota;
 use quotalease::{
     Decision, Error as QlError, ErrorKind, Event, Limiter, OptionValue, Options, PolicyListing, PolicySource, Reason,
-    Rules,
+    Reservation, Rules,
 };
 
 /// `ERR_QUOTALEASE_` and the kind's name in capitals, for every
@@ -168,12 +171,14 @@ fn options_from(names: Vec<String>, values: Vec<NativeValue>) -> JsResult<Option
 type EventFn = ThreadsafeFunction<FnArgs<(String, String)>, (), FnArgs<(String, String)>, Status, false, true>;
 
 /// The outcome of an asynchronous call, turned into a JS value on the JS
-/// thread: a decision as numbers (`decision_numbers`), `undefined` for calls
-/// without a result, the policy store's version (a number), a store entry
-/// (a string or `null`), the store's listing, or an `Error` with a `code`
-/// (resolved, not rejected, so it keeps its code; the wrapper throws it).
+/// thread: a decision as numbers (`decision_numbers`), a `NativeReservation`,
+/// `undefined` for calls without a result, the policy store's version (a
+/// number), a store entry (a string or `null`), the store's listing, or an
+/// `Error` with a `code` (resolved, not rejected, so it keeps its code; the
+/// wrapper throws it).
 enum Completion {
     Decided(std::result::Result<Decision, QlError>),
+    Reserved(std::result::Result<Reservation, QlError>),
     Done(std::result::Result<(), QlError>),
     Version(std::result::Result<u64, QlError>),
     Entry(std::result::Result<Option<String>, QlError>),
@@ -207,6 +212,9 @@ impl ToNapiValue for Completion {
     unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
         let err = match val {
             Completion::Decided(Ok(d)) => return unsafe { Vec::<f64>::to_napi_value(env, decision_numbers(&d)) },
+            Completion::Reserved(Ok(r)) => {
+                return unsafe { NativeReservation::to_napi_value(env, NativeReservation { inner: r }) }
+            }
             Completion::Done(Ok(())) => return unsafe { <()>::to_napi_value(env, ()) },
             Completion::Version(Ok(v)) => return unsafe { f64::to_napi_value(env, v as f64) },
             Completion::Entry(Ok(e)) => return unsafe { Option::<String>::to_napi_value(env, e) },
@@ -216,6 +224,7 @@ impl ToNapiValue for Completion {
                 return unsafe { Object::to_napi_value(env, o) };
             }
             Completion::Decided(Err(e))
+            | Completion::Reserved(Err(e))
             | Completion::Done(Err(e))
             | Completion::Version(Err(e))
             | Completion::Entry(Err(e))
@@ -232,38 +241,67 @@ fn settle(d: Deferred, c: Completion) {
     d.resolve(Box::new(move |_| Ok(c)));
 }
 
+/// What an engine call with a completion callback produces: a decision
+/// (`acquire_or_notify`, `acquire_wait_or_notify`) or a reservation
+/// (`reserve_or_notify`).
+trait Outcome: Sized + Send + 'static {
+    fn completion(r: std::result::Result<Self, QlError>) -> Completion;
+}
+
+impl Outcome for Decision {
+    fn completion(r: std::result::Result<Self, QlError>) -> Completion {
+        Completion::Decided(r)
+    }
+}
+
+impl Outcome for Reservation {
+    fn completion(r: std::result::Result<Self, QlError>) -> Completion {
+        Completion::Reserved(r)
+    }
+}
+
 /// Meeting point of a JS thread that may create a promise and a broker
 /// thread that may already have the answer: whoever comes second settles.
-enum Meet {
+enum Meet<T> {
     Empty,
     Waiting(Deferred),
-    Ready(std::result::Result<Decision, QlError>),
+    Ready(std::result::Result<T, QlError>),
 }
 
 /// Owned by the engine's completion callback. If the engine drops the
 /// callback without calling it (the limiter closed while a lease request was
 /// in flight), the promise still settles, with `ERR_QUOTALEASE_CLOSED`: an
 /// unsettled deferred would keep the event loop alive forever.
-struct Notifier {
-    meet: Arc<Mutex<Meet>>,
+struct Notifier<T: Outcome> {
+    meet: Arc<Mutex<Meet<T>>>,
     fired: bool,
 }
 
-impl Notifier {
-    fn fire(&mut self, r: std::result::Result<Decision, QlError>) {
+impl<T: Outcome> Notifier<T> {
+    /// A meeting point and the notifier that reports to it.
+    fn pair() -> (Arc<Mutex<Meet<T>>>, Self) {
+        let meet = Arc::new(Mutex::new(Meet::Empty));
+        let n = Notifier {
+            meet: meet.clone(),
+            fired: false,
+        };
+        (meet, n)
+    }
+
+    fn fire(&mut self, r: std::result::Result<T, QlError>) {
         self.fired = true;
         let mut g = self.meet.lock().unwrap_or_else(|p| p.into_inner());
         match std::mem::replace(&mut *g, Meet::Empty) {
             Meet::Waiting(d) => {
                 drop(g);
-                settle(d, Completion::Decided(r));
+                settle(d, T::completion(r));
             }
             _ => *g = Meet::Ready(r),
         }
     }
 }
 
-impl Drop for Notifier {
+impl<T: Outcome> Drop for Notifier<T> {
     fn drop(&mut self) {
         if !self.fired {
             self.fire(Err(QlError::Closed));
@@ -350,17 +388,19 @@ impl NativeLimiter {
         Ok(NativeLimiter { inner, shared, events })
     }
 
-    /// `{ acquire, tryAcquire, acquireAsync }`: the per-request calls as raw
-    /// N-API functions bound to this limiter (see `fast.rs`). Each takes
-    /// `(key: string, cost?: number, tier?: string)` (cost 1 when omitted
-    /// or `undefined`; no tier when omitted, `undefined` or `null`), writes
-    /// the decision into the scratch array and returns `undefined`;
-    /// `acquireAsync` returns a Promise of `[code, limit, remaining,
-    /// retryAfterMs, resetAfterMs, windowMs, rule, rule count, each rule's
-    /// limit and windowMs]` (or an Error) instead when it must wait for the
-    /// backend.
+    /// `{ acquire, tryAcquire, acquireAsync, reserve, reserveAsync }`: the
+    /// per-request calls as raw N-API functions bound to this limiter (see
+    /// `fast.rs`). Each takes `(key: string, cost?: number, tier?: string)`
+    /// (cost 1 when omitted or `undefined`; no tier when omitted,
+    /// `undefined` or `null`). The acquires write the decision into the
+    /// scratch array and return `undefined`; `acquireAsync` returns a
+    /// Promise of `[code, limit, remaining, retryAfterMs, resetAfterMs,
+    /// windowMs, rule, rule count, each rule's limit and windowMs]` (or an
+    /// Error) instead when it must wait for the backend. `reserve` returns a
+    /// `NativeReservation` (the cost is its estimate); `reserveAsync` too, or
+    /// a Promise of one (or an Error) when it must wait for the backend.
     #[napi(
-        ts_return_type = "{ acquire(key: string, cost?: number, tier?: string | null): void; tryAcquire(key: string, cost?: number, tier?: string | null): void; acquireAsync(key: string, cost?: number, tier?: string | null): undefined | Promise<number[] | Error> }"
+        ts_return_type = "{ acquire(key: string, cost?: number, tier?: string | null): void; tryAcquire(key: string, cost?: number, tier?: string | null): void; acquireAsync(key: string, cost?: number, tier?: string | null): undefined | Promise<number[] | Error>; reserve(key: string, estimate: number, tier?: string | null): NativeReservation; reserveAsync(key: string, estimate: number, tier?: string | null): NativeReservation | Promise<NativeReservation | Error> }"
     )]
     pub fn hot_path<'e>(&self, env: &'e Env) -> Result<Unknown<'e>> {
         let v = fast::functions(env, &self.shared)?;
@@ -539,11 +579,7 @@ impl NativeLimiter {
         let wait_ms = whole(wait_ms, ErrorKind::Config, "waitMs")?;
         let napi = |e: napi::Error| bad(ErrorKind::Backend, e.reason.clone());
         let (deferred, promise): (Deferred, Object<'e>) = env.create_deferred().map_err(napi)?;
-        let meet = Arc::new(Mutex::new(Meet::Empty));
-        let mut notifier = Notifier {
-            meet: meet.clone(),
-            fired: false,
-        };
+        let (meet, mut notifier) = Notifier::<Decision>::pair();
         let wait = std::time::Duration::from_millis(wait_ms);
         let now = self
             .inner
@@ -627,6 +663,70 @@ impl NativeLimiter {
         o.set("leaseSize", self.inner.lease_size() as f64)?;
         o.set("mode", c.mode.as_str())?;
         Ok(o)
+    }
+}
+
+/// The engine's `Reservation`: a request admitted (or denied) at an
+/// estimate of its cost, to be settled once at its actual cost. Made by
+/// `reserve` / `reserveAsync` of `hotPath()`, never by `new`. Collected
+/// unsettled, it keeps its estimate (the engine's `Drop`).
+#[napi]
+pub struct NativeReservation {
+    inner: Reservation,
+}
+
+#[napi]
+impl NativeReservation {
+    /// The decision on the estimate as numbers: `[code, limit, remaining,
+    /// retryAfterMs, resetAfterMs, windowMs, rule, rule count, each rule's
+    /// limit and windowMs]`.
+    #[napi]
+    pub fn decision(&self) -> Vec<f64> {
+        decision_numbers(&self.inner.decision())
+    }
+
+    /// The key reserved on.
+    #[napi(getter)]
+    pub fn key(&self) -> String {
+        self.inner.key().to_owned()
+    }
+
+    /// The tokens reserved.
+    #[napi(getter)]
+    pub fn estimate(&self) -> f64 {
+        self.inner.estimate() as f64
+    }
+
+    /// Whether `settle` was called (successfully or not).
+    #[napi(getter)]
+    pub fn settled(&self) -> bool {
+        self.inner.is_settled()
+    }
+
+    /// Settle at `actual` tokens (the wrapper checked it is a number). A
+    /// number that is not a whole number of tokens, 0 or more, throws a
+    /// `RangeError` with the engine's message (`Reservation::negative_actual`
+    /// for a negative integer) and leaves the reservation unsettled; the
+    /// engine's errors (settled already, denied, closed) are thrown with
+    /// their codes.
+    #[napi]
+    pub fn settle(&self, env: &Env, actual: f64) -> Result<(), String> {
+        if actual.is_finite() && (0.0..=MAX_SAFE).contains(&actual) && actual.fract() == 0.0 {
+            return self.inner.settle(actual as u64).map_err(js_err);
+        }
+        let e = if (-MAX_SAFE..0.0).contains(&actual) && actual.fract() == 0.0 {
+            Reservation::negative_actual(actual as i128)
+        } else {
+            // As JavaScript prints it: `Infinity`, not Rust's `inf`.
+            let shown = match actual {
+                f64::INFINITY => "Infinity".to_string(),
+                f64::NEG_INFINITY => "-Infinity".to_string(),
+                v => v.to_string(),
+            };
+            QlError::Reservation(format!("actual must be a whole number of tokens, 0 or more (got {shown})").into())
+        };
+        env.throw_range_error(&e.to_string(), Some(code_str(e.kind())))
+            .map_err(|t| bad(ErrorKind::Backend, t.reason.clone()))
     }
 }
 

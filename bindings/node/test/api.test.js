@@ -122,7 +122,7 @@ test('metrics carry the names of docs/design.md, also in Prometheus format', () 
   assert.deepEqual(Object.keys(m), [
     'admitted', 'denied', 'backend_calls', 'backend_errors', 'tokens_leased', 'tokens_returned',
     'tokens_expired', 'fallback_active', 'fallback_transitions', 'keys_tracked', 'overshoot_bound',
-    'shadow_denied',
+    'shadow_denied', 'tokens_debited',
   ])
   assert.equal(m.admitted, 2)
   assert.equal(m.denied, 1)
@@ -201,6 +201,7 @@ test('module exports', () => {
   assert.deepEqual(Object.keys(ql).sort(), [
     'Decision',
     'Limiter',
+    'Reservation',
     'codes',
     'engineVersion',
     'headers',
@@ -220,6 +221,7 @@ test('module exports', () => {
     CLOSED: 'ERR_QUOTALEASE_CLOSED',
     BACKEND: 'ERR_QUOTALEASE_BACKEND',
     MISCONFIGURED: 'ERR_QUOTALEASE_MISCONFIGURED',
+    RESERVATION: 'ERR_QUOTALEASE_RESERVATION',
   })
   assert.match(ql.engineVersion, /^\d+\.\d+\.\d+/)
   assert.equal(require('../package.json').name, 'quotalease')

@@ -199,6 +199,8 @@ test('use after close fails with ERR_QUOTALEASE_CLOSED; close is idempotent', as
   assert.throws(() => l.acquireSync('k'), CLOSED)
   assert.throws(() => l.tryAcquire('k'), CLOSED)
   await assert.rejects(l.acquire('k'), CLOSED)
+  assert.throws(() => l.reserveSync('k', 1), CLOSED)
+  await assert.rejects(l.reserve('k', 1), CLOSED)
   assert.throws(() => l.setLimit('k', 5, 1000), CLOSED)
   await assert.rejects(l.flush(), CLOSED)
   assert.throws(() => l.flushSync(), CLOSED)

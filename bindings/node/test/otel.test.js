@@ -68,7 +68,7 @@ test('otel: every Prometheus metric, same name, kind, help and value', async (t)
   await limiter.acquire('user:2')
   const otel = await collect(reader)
   const prom = prometheus(limiter.metricsPrometheus())
-  assert.equal(prom.size, 12)
+  assert.equal(prom.size, 13)
   assert.equal(otel.size, prom.size)
   for (const [promName, p] of prom) {
     const counter = p.type === 'counter'
@@ -141,6 +141,7 @@ test('otel: metricSpecs reads names and kinds from the exposition; bad input is 
       'quotalease_keys_tracked:gauge',
       'quotalease_overshoot_bound:gauge',
       'quotalease_shadow_denied:counter',
+      'quotalease_tokens_debited:counter',
     ],
   )
   assert.throws(() => instrument({}), { name: 'TypeError', code: codes.CONFIG })

@@ -57,8 +57,8 @@ function run(file, env = {}) {
 const all = blocks()
 test.after(() => fs.rmSync(DIR, { recursive: true, force: true }))
 
-test('the README has the quick start, the Express examples in JS and TS, Fastify, tiers and the store, Express with tiers, OpenTelemetry, and behind a proxy', () => {
-  assert.deepEqual(all.map((b) => b.lang), ['js', 'js', 'ts', 'js', 'js', 'js', 'js', 'js'])
+test('the README has the quick start, the Express examples in JS and TS, Fastify, tiers and the store, Express with tiers, OpenTelemetry, behind a proxy, and reserve, then settle', () => {
+  assert.deepEqual(all.map((b) => b.lang), ['js', 'js', 'ts', 'js', 'js', 'js', 'js', 'js', 'js'])
 })
 
 test('the quick start runs', async () => {
@@ -209,4 +209,13 @@ test('the behind-a-proxy example keys each client behind the trusted proxy', asy
   assert.equal(await remaining('5.6.7.8'), 99) // another client, its own bucket
   child.kill('SIGTERM')
   assert.equal(await child.exited, 0, child.err)
+})
+
+test('the reserve, then settle example prints what its comments say', async () => {
+  const child = run(write('reserve.js', all[8].code))
+  assert.equal(await child.exited, 0, child.err)
+  const lines = child.out.trim().split('\n')
+  // 1000 - 120 used - 1 (a token refills every 3.6 s)
+  assert.match(lines[0], /^true (879|880)$/)
+  assert.equal(lines[1], '150')
 })

@@ -22,6 +22,8 @@ import {
   type QuotaLeaseError,
   type RateLimitHeaders,
   type Reason,
+  Reservation,
+  type ReserveOptions,
 } from 'quotalease'
 import { rateLimit } from 'quotalease/express'
 
@@ -134,4 +136,33 @@ async function tiers(): Promise<void> {
   void [b, c, d, rules, binding, origin, list, version, entry, all, text, tier, src]
 }
 
-export { handle, readonlyDecision, tiers }
+async function reservations(): Promise<number> {
+  const r: Reservation = await limiter.reserve('k', 40)
+  const s: Reservation = limiter.reserveSync('k', 40, { tier: 'pro' })
+  const options: ReserveOptions = { tier: null }
+  const t: Reservation = await limiter.reserve('k', 1, options)
+  const allowed: boolean = r.allowed
+  const d: Decision = r.decision
+  const estimate: number = r.estimate
+  const key: string = r.key
+  const settled: boolean = r.settled
+  const nothing: void = r.settle(10)
+  const code: 'ERR_QUOTALEASE_RESERVATION' = codes.RESERVATION
+  const debited: number = limiter.metrics().tokens_debited
+  // @ts-expect-error: the estimate is required
+  await limiter.reserve('k')
+  // @ts-expect-error: the estimate is a number
+  limiter.reserveSync('k', '40')
+  // @ts-expect-error: reserve takes a tier, no waitMs
+  await limiter.reserve('k', 1, { waitMs: 5 })
+  // @ts-expect-error: the actual cost is a number
+  s.settle('3')
+  // @ts-expect-error: settled is readonly
+  r.settled = true
+  // @ts-expect-error: made by reserve, not by new
+  new Reservation()
+  void [t, allowed, d, key, settled, nothing, code]
+  return estimate + debited
+}
+
+export { handle, readonlyDecision, tiers, reservations }

@@ -42,6 +42,8 @@ const KINDS = {
   ERR_QUOTALEASE_INVALID_COST: 'invalid_cost',
   ERR_QUOTALEASE_CLOSED: 'closed',
   ERR_QUOTALEASE_BACKEND: 'backend',
+  ERR_QUOTALEASE_MISCONFIGURED: 'misconfigured',
+  ERR_QUOTALEASE_RESERVATION: 'reservation',
 }
 
 const FIELDS = {
