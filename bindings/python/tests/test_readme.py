@@ -302,6 +302,13 @@ def test_project_readme_bounded_wait() -> None:
     assert lines == ["[True, True]", "True", "True"]
 
 
+def test_project_readme_reserve_then_settle() -> None:
+    """The project README's reserve-then-settle example runs as written: the key
+    keeps what the settled request did not use (10000 - 1234)."""
+    lines = printed(project_readme_block("Reserve, then settle", "python"), "project_readme_reserve")
+    assert lines == ["True"]
+
+
 def test_behind_a_proxy_example() -> None:
     ns = run(blocks()[10], "readme_proxies")
     xff = "6.6.6.6, 1.2.3.4"

@@ -101,7 +101,7 @@ fn every_prometheus_metric_with_the_same_name_kind_help_and_value() {
     limiter.acquire("user:2", 1).unwrap();
     let seen = collect(&exporter, &provider);
     let prom = prometheus(&limiter.metrics_prometheus());
-    assert_eq!(prom.len(), 12);
+    assert_eq!(prom.len(), 13);
     assert_eq!(seen.len(), prom.len());
     for (prom_name, (kind, help, value)) in &prom {
         // Counters are named without the `_total` a Prometheus exporter adds.
@@ -182,7 +182,7 @@ fn two_limiters_told_apart_by_attributes_and_names_from_the_exposition() {
         names[9],
         "quotalease_keys_tracked:quotalease_keys_tracked:keys_tracked:gauge"
     );
-    assert_eq!(names.len(), 12);
+    assert_eq!(names.len(), 13);
     provider.shutdown().unwrap();
 }
 
