@@ -121,17 +121,7 @@ impl Limiter {
         if self.engine.is_inline() {
             return self.engine.acquire_slow(key, cost, Waiting::Yes, tier);
         }
-        let broker = self.engine.broker()?;
-        let engine = self.engine.clone();
-        let key = key.to_owned();
-        let tier = tier.map(str::to_owned);
-        broker
-            .runtime()
-            .spawn(async move {
-                engine
-                    .acquire_slow_async(&key, cost, Waiting::Yes, tier.as_deref())
-                    .await
-            })
+        self.spawn_slow(key, cost, Waiting::Yes, tier, |_, _, _, d| d)?
             .await
             .map_err(|_| Error::Closed)?
     }
@@ -231,20 +221,11 @@ impl Limiter {
         if self.engine.is_inline() {
             return self.reserve(key, estimate, tier);
         }
-        let broker = self.engine.broker()?;
-        let engine = self.engine.clone();
-        let key = key.to_owned();
-        let tier = tier.map(str::to_owned);
-        broker
-            .runtime()
-            .spawn(async move {
-                let d = engine
-                    .acquire_slow_async(&key, estimate, Waiting::Reserve, tier.as_deref())
-                    .await?;
-                Reservation::new(engine, &key, tier.as_deref(), estimate, d)
-            })
-            .await
-            .map_err(|_| Error::Closed)?
+        self.spawn_slow(key, estimate, Waiting::Reserve, tier, move |engine, key, tier, d| {
+            Reservation::new(engine, key, tier, estimate, d?)
+        })?
+        .await
+        .map_err(|_| Error::Closed)?
     }
 
     /// Callback form of [`reserve_async`](Self::reserve_async), for bindings
@@ -264,16 +245,9 @@ impl Limiter {
         if self.engine.is_inline() {
             return self.reserve(key, estimate, tier).map(Some);
         }
-        let broker = self.engine.broker()?;
-        let engine = self.engine.clone();
-        let key = key.to_owned();
-        let tier = tier.map(str::to_owned);
-        broker.runtime().spawn(async move {
-            let r = engine
-                .acquire_slow_async(&key, estimate, Waiting::Reserve, tier.as_deref())
-                .await;
-            done(r.and_then(|d| Reservation::new(engine, &key, tier.as_deref(), estimate, d)));
-        });
+        self.spawn_slow(key, estimate, Waiting::Reserve, tier, move |engine, key, tier, d| {
+            done(d.and_then(|d| Reservation::new(engine, key, tier, estimate, d)));
+        })?;
         Ok(None)
     }
 
@@ -311,18 +285,29 @@ impl Limiter {
         if self.engine.is_inline() {
             return self.engine.acquire_slow(key, cost, Waiting::Yes, tier).map(Some);
         }
+        self.spawn_slow(key, cost, Waiting::Yes, tier, |_, _, _, d| done(d))?;
+        Ok(None)
+    }
+
+    /// The cold path of `key` on the broker's runtime, its outcome handed
+    /// to `then` with the engine, the key and the tier (what a reservation
+    /// is made of).
+    fn spawn_slow<T: Send + 'static>(
+        &self,
+        key: &str,
+        cost: u64,
+        waiting: Waiting,
+        tier: Option<&str>,
+        then: impl FnOnce(Arc<Engine>, &str, Option<&str>, Result<Decision>) -> T + Send + 'static,
+    ) -> Result<tokio::task::JoinHandle<T>> {
         let broker = self.engine.broker()?;
         let engine = self.engine.clone();
         let key = key.to_owned();
         let tier = tier.map(str::to_owned);
-        broker.runtime().spawn(async move {
-            done(
-                engine
-                    .acquire_slow_async(&key, cost, Waiting::Yes, tier.as_deref())
-                    .await,
-            )
-        });
-        Ok(None)
+        Ok(broker.runtime().spawn(async move {
+            let d = engine.acquire_slow_async(&key, cost, waiting, tier.as_deref()).await;
+            then(engine, &key, tier.as_deref(), d)
+        }))
     }
 
     /// A startup probe: connect to the backend now and run a script that

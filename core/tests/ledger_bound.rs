@@ -830,20 +830,22 @@ fn the_memory_authority_admits_no_more_than_one_bucket() {
 #[test]
 fn redis_admits_no_more_than_one_bucket() {
     let server = common::redis_or_skip!(common::RedisServer::start());
-    let url = server.url();
-    property(12, case(false), |c| {
-        let prefix = common::unique("lb");
-        let o = Options {
-            url: &url,
-            prefix: &prefix,
-            name: None,
-            policy: FailurePolicy::Deny,
-            lease_ttl_ms: None,
-            proxy: None,
-            server: None,
-        };
-        run(c, &o)
-    });
+    property(12, case(false), |c| run_redis(c, &server.url()));
+}
+
+/// One schedule on the redis-server at `url`, under keys of its own.
+fn run_redis(c: &Case, url: &str) -> Result<Fleet, String> {
+    let prefix = common::unique("lb");
+    let o = Options {
+        url,
+        prefix: &prefix,
+        name: None,
+        policy: FailurePolicy::Deny,
+        lease_ttl_ms: None,
+        proxy: None,
+        server: None,
+    };
+    run(c, &o)
 }
 
 /// Reservations keep the bound: what goes back into a lease is what its
@@ -860,20 +862,7 @@ fn reservations_on_the_memory_authority_keep_the_bound() {
 #[test]
 fn reservations_on_redis_keep_the_bound() {
     let server = common::redis_or_skip!(common::RedisServer::start());
-    let url = server.url();
-    property(12, reserve_case(false), |c| {
-        let prefix = common::unique("rsv");
-        let o = Options {
-            url: &url,
-            prefix: &prefix,
-            name: None,
-            policy: FailurePolicy::Deny,
-            lease_ttl_ms: None,
-            proxy: None,
-            server: None,
-        };
-        run(c, &o)
-    });
+    property(12, reserve_case(false), |c| run_redis(c, &server.url()));
 }
 
 /// Outages of any length and flaps under `static-share`: outside what the

@@ -218,6 +218,17 @@ local function store(me, c_until, f_until, r_until)
   redis.call('PEXPIRE', Z, px)
 end
 
+-- store with no new commitment: the state, and this holder's record
+-- whenever it exists (`reap` may have just expired its commitment, and
+-- leaves the caller's record to `store`)
+local function store_known(me)
+  if me.known then
+    store(me, nil, nil)
+  else
+    store(nil, nil, nil)
+  end
+end
+
 local function whole()
   return floor(max(s.c, 0) / window)
 end
@@ -258,13 +269,7 @@ local function give_back()
     me.r = 0
   end
   if op == 'x' and me.known then leave(me) end
-  -- the record is written whenever it exists: `reap` may have just expired
-  -- its commitment (and leaves this holder's record to `store`)
-  if me.known then
-    store(me, nil, nil)
-  else
-    store(nil, nil, nil)
-  end
+  store_known(me)
   return whole()
 end
 
@@ -419,14 +424,7 @@ end
 -- their room since; returning them would credit them twice.)
 local function debit()
   s.c = s.c - held * window
-  -- this holder's record is written when it exists (`reap` may have just
-  -- expired its commitment, and leaves the caller's record to `store`)
-  local me = record(holder)
-  if me.known then
-    store(me, nil, nil)
-  else
-    store(nil, nil, nil)
-  end
+  store_known(record(holder))
   return whole()
 end
 
