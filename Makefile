@@ -34,6 +34,8 @@ lint:
 	python3 scripts/check-cycles.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	# the binding crates are not default members: linted by name
+	$(CARGO) clippy -p quotalease-python -p quotalease-node --all-targets -- -D warnings
 	# the build make demo runs (no Redis client)
 	$(CARGO) clippy -p quotalease-cli --no-default-features -- -D warnings
 	# rustdoc of every workspace library (broken intra-doc links, bad code blocks);

@@ -1126,11 +1126,14 @@ fn label_pairs(labels: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, Strin
     Ok(out)
 }
 
+/// Prometheus labels, name and value.
+type Labels = Vec<(String, String)>;
+
 /// Several limiters' counters in ONE Prometheus exposition: each family's
 /// HELP and TYPE once, then one sample per limiter, told apart by its labels.
 #[pyfunction]
 fn metrics_prometheus(py: Python<'_>, limiters: &Bound<'_, PyAny>) -> PyResult<String> {
-    let mut held: Vec<(Py<Limiter>, Vec<(String, String)>)> = Vec::new();
+    let mut held: Vec<(Py<Limiter>, Labels)> = Vec::new();
     for item in limiters.try_iter()? {
         let item = item?;
         let (limiter, labels): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item
