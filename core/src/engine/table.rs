@@ -122,13 +122,15 @@ impl Table {
         }
     }
 
-    /// In a forked child: drop every leased token and rate grant, forget
-    /// calls in flight.
+    /// In a forked child: drop every leased token, rate grant and
+    /// reservation count, forget calls in flight.
     pub fn forget_leases(&self) -> u64 {
         let guard = self.map.pin();
         let mut dropped = 0;
         for (_, e) in guard.iter() {
             dropped += e.tokens.swap(0, AcqRel);
+            // the parent's reservations are not this process's to report
+            e.reserved.store(0, Release);
             e.rate.store(0, Release);
             e.in_flight.store(false, Release);
         }
