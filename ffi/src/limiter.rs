@@ -152,10 +152,14 @@ unsafe fn acquire_impl(
         Ok(k) => k,
         Err(st) => return st,
     };
-    let r = match how {
-        How::Acquire => l.limiter.acquire_with(key, cost, tier),
-        How::Try => l.limiter.try_acquire_with(key, cost, tier),
-        How::Wait(wait) => l.limiter.acquire_wait(key, cost, tier, wait),
+    // No tier named: the engine's calls compiled with the tier known to be
+    // none (its admit path folds the tier check away).
+    let r = match (how, tier) {
+        (How::Acquire, None) => l.limiter.acquire(key, cost),
+        (How::Acquire, Some(_)) => l.limiter.acquire_with(key, cost, tier),
+        (How::Try, None) => l.limiter.try_acquire(key, cost),
+        (How::Try, Some(_)) => l.limiter.try_acquire_with(key, cost, tier),
+        (How::Wait(wait), _) => l.limiter.acquire_wait(key, cost, tier, wait),
     };
     match r {
         Ok(d) => {
