@@ -4,7 +4,7 @@ use std::ffi::{c_char, CString};
 use std::sync::OnceLock;
 
 use quotalease::Quota;
-use quotalease::{Decision, Error, Reason, Rules};
+use quotalease::{Decision, Error, Reason, RuleSet, Rules};
 
 use crate::error::{fail_with, lease_status, write_str};
 
@@ -74,12 +74,21 @@ impl From<Decision> for lease_decision {
     fn from(d: Decision) -> Self {
         let mut rule_limits = [0; LEASE_MAX_RULES];
         let mut rule_window_ms = [0; LEASE_MAX_RULES];
-        let rules = d.rules();
-        let rules = rules.as_slice();
-        for (i, p) in rules.iter().enumerate() {
-            rule_limits[i] = p.limit;
-            rule_window_ms[i] = p.window_ms;
-        }
+        let rule_count = if d.rule_set == RuleSet::default() {
+            // One rule, the decision's own (every key with no tier and
+            // one rule): no lookup of the interned rule set.
+            rule_limits[0] = d.limit;
+            rule_window_ms[0] = d.window_ms;
+            1
+        } else {
+            let rules = d.rules();
+            let rules = rules.as_slice();
+            for (i, p) in rules.iter().enumerate() {
+                rule_limits[i] = p.limit;
+                rule_window_ms[i] = p.window_ms;
+            }
+            rules.len() as u32
+        };
         lease_decision {
             allowed: d.allowed,
             reason: d.reason as u8 as lease_reason,
@@ -89,7 +98,7 @@ impl From<Decision> for lease_decision {
             reset_after_ms: d.reset_after_ms,
             window_ms: d.window_ms,
             rule: u32::from(d.rule),
-            rule_count: rules.len() as u32,
+            rule_count,
             rule_limits,
             rule_window_ms,
         }
