@@ -31,12 +31,7 @@ impl Engine {
         if !d.allowed || matches!(d.reason, Reason::Unlimited | Reason::Shadow) {
             return Ok(Vec::new());
         }
-        let e = self.entry_for(key, tier)?;
-        let entries = if e.more.load(Acquire) == 0 {
-            vec![e]
-        } else {
-            self.rule_entries(&e)
-        };
+        let entries = self.rule_entries(&self.entry_for(key, tier)?);
         if let Some(n) = self.tracked(d, estimate) {
             for s in &entries {
                 s.reserved.fetch_add(n, AcqRel);
