@@ -465,10 +465,7 @@ pub fn run(opts: &Options) -> Result<Report, String> {
     let nbins = shape.duration_ms.div_ceil(bin_ms).max(1) as usize;
 
     // The allowance: one exact global bucket with no latency, per key.
-    let policy = Quota {
-        limit: shape.limit,
-        window_ms: shape.window_ms,
-    };
+    let policy = Quota::new(shape.limit, shape.window_ms);
     let mut ideal = vec![BucketState::full(policy, 0); nkeys];
     let mut allowance = vec![0u64; nkeys];
     let mut demand_bins = vec![vec![0u64; nbins]; nkeys];

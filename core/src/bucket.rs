@@ -11,6 +11,8 @@
 //! `limit * window_ms`, which config validation keeps at or below
 //! [`MAX_CAPACITY_UNITS`] (2^52) so that Lua's doubles hold every value exactly.
 
+use crate::calendar::Calendar;
+
 /// Largest `limit * window_ms` accepted: every intermediate value stays an
 /// exactly representable integer in an IEEE double (Redis' Lua numbers).
 pub const MAX_CAPACITY_UNITS: u64 = 1 << 52;
@@ -21,11 +23,23 @@ pub const MAX_CAPACITY_UNITS: u64 = 1 << 52;
 pub struct Quota {
     /// Tokens per window; also the bucket's capacity.
     pub limit: u64,
-    /// Window length in milliseconds.
+    /// Window length in milliseconds (a calendar quota's nominal period).
     pub window_ms: u64,
+    /// [`Calendar::NONE`] for a token bucket; else the quota resets to
+    /// `limit` at each start of this calendar's periods (`"1000/month@UTC"`).
+    pub calendar: Calendar,
 }
 
 impl Quota {
+    /// A token bucket: `limit` tokens per `window_ms`.
+    pub const fn new(limit: u64, window_ms: u64) -> Quota {
+        Quota {
+            limit,
+            window_ms,
+            calendar: Calendar::NONE,
+        }
+    }
+
     /// Bucket capacity in credit units.
     pub fn capacity_units(&self) -> u64 {
         self.limit * self.window_ms
@@ -172,10 +186,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const P: Quota = Quota {
-        limit: 10,
-        window_ms: 1000,
-    };
+    const P: Quota = Quota::new(10, 1000);
 
     #[test]
     fn new_bucket_is_full_and_grants_whole_tokens() {
@@ -240,10 +251,7 @@ mod tests {
     #[test]
     fn lowering_the_limit_clamps_stored_tokens() {
         let mut b = BucketState::full(P, 0);
-        let low = Quota {
-            limit: 3,
-            window_ms: 1000,
-        };
+        let low = Quota::new(3, 1000);
         assert_eq!(b.take(low, 10, 1, 0).granted, 3);
     }
 
@@ -251,10 +259,7 @@ mod tests {
     fn changing_the_window_converts_whole_tokens_exactly() {
         let mut b = BucketState::full(P, 0);
         b.take(P, 3, 1, 0);
-        let minute = Quota {
-            limit: 10,
-            window_ms: 60_000,
-        };
+        let minute = Quota::new(10, 60_000);
         assert_eq!(b.take(minute, 100, 1, 0).granted, 7);
     }
 
@@ -276,7 +281,7 @@ mod tests {
             window_ms in 1u64..120_000,
             steps in prop::collection::vec((0u64..5_000, 1u64..600, 0u64..3), 1..60),
         ) {
-            let p = Quota { limit, window_ms };
+            let p = Quota::new(limit, window_ms);
             let mut b = BucketState::full(p, 0);
             let mut now = 0u64;
             let mut granted = 0u64;

@@ -56,6 +56,17 @@ impl Clock {
         t
     }
 
+    /// The time of day as Unix ms, for calendar quotas: a manual clock's
+    /// reading is taken as one (so tests set a date with `clock_start_ms`).
+    pub fn wall(&self) -> u64 {
+        if self.manual {
+            return self.now.load(Relaxed);
+        }
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+
     /// Move a manual clock forward. Returns false for the system clock.
     pub fn advance(&self, ms: u64) -> bool {
         if !self.manual {

@@ -5,6 +5,7 @@
 use std::str::FromStr;
 
 use crate::bucket::Quota;
+use crate::calendar::Calendar;
 use crate::error::{Error, Result};
 use crate::rate::validate_policy;
 use crate::redact::RedactedUrl;
@@ -155,6 +156,10 @@ pub struct Config {
     pub limit: u64,
     /// Window in milliseconds (default 60 000).
     pub window_ms: u64,
+    /// [`Calendar::NONE`] (default): `limit` per `window_ms` is a token
+    /// bucket. Else a calendar quota (`rate = "1000/month@UTC"`): at most
+    /// `limit` in each period of the calendar (`window_ms` is its nominal length).
+    pub calendar: Calendar,
     /// Tokens borrowed per lease. `None` (default): adaptive leasing, leases
     /// sized by demand under `overshoot_budget`. `Some(n)`: fixed leases of `n`.
     pub lease_size: Option<u64>,
@@ -212,6 +217,7 @@ impl Config {
             url: "memory://".to_string(),
             limit: 0,
             window_ms: 60_000,
+            calendar: Calendar::NONE,
             lease_size: None,
             overshoot_budget: Budget::PerMillion(20_000),
             refill_threshold: None,
@@ -238,6 +244,7 @@ impl std::fmt::Debug for Config {
             .field("url", &RedactedUrl(&self.url))
             .field("limit", &self.limit)
             .field("window_ms", &self.window_ms)
+            .field("calendar", &self.calendar.spec().map(|c| c.to_string()))
             .field("lease_size", &self.lease_size)
             .field("overshoot_budget", &self.overshoot_budget)
             .field("refill_threshold", &self.refill_threshold)
@@ -279,9 +286,15 @@ impl Resolved {
         Quota {
             limit: self.cfg.limit,
             window_ms: self.cfg.window_ms,
+            calendar: self.cfg.calendar,
         }
     }
 }
+
+/// Why a limiter that does not lease adaptively refuses calendar quotas.
+pub(crate) const CALENDAR_NEEDS_LEDGER: &str = "is a calendar quota, which needs adaptive leasing (mode \"lease\" \
+     without lease_size): only the ledger resets a quota at calendar boundaries; for one request per \
+     authority call, keep mode \"lease\" with a small overshoot_budget such as \"1\"";
 
 /// Default lease size for a limit: 2 % of it, between 1 and 20.
 pub fn default_lease_size(limit: u64) -> u64 {
@@ -316,7 +329,8 @@ impl Config {
                     )
                 })?;
             if self.limit == 0 {
-                (this.limit, this.window_ms) = (tier.rules.first().limit, tier.rules.first().window_ms);
+                let first = tier.rules.first();
+                (this.limit, this.window_ms, this.calendar) = (first.limit, first.window_ms, first.calendar);
             }
         }
         let mut r = this.resolve_one()?;
@@ -385,6 +399,18 @@ impl Config {
         // `refill_threshold` only tunes fixed leases (adaptive ones prefetch
         // from demand x round trip).
         let adaptive = self.mode == Mode::Lease && self.lease_size.is_none();
+        if !adaptive {
+            let field = if self.calendar.is_some() {
+                Some("rate")
+            } else if self.tiers.iter().any(|t| t.rules.has_calendar()) {
+                Some("tiers")
+            } else {
+                None
+            };
+            if let Some(field) = field {
+                return Err(Error::config(field, CALENDAR_NEEDS_LEDGER));
+            }
+        }
         Ok(Resolved {
             cfg: self.clone(),
             backend,

@@ -132,10 +132,7 @@ impl Decision {
     pub fn rules(&self) -> Rules {
         match self.rule_set.get() {
             Some(r) => *r,
-            None => Rules::one(Quota {
-                limit: self.limit,
-                window_ms: self.window_ms,
-            }),
+            None => Rules::one(Quota::new(self.limit, self.window_ms)),
         }
     }
 
@@ -152,13 +149,9 @@ impl Decision {
     /// The binding rule's name in the headers: `"default"` for a key with
     /// one rule, else its window (`"1s"`, `"1day"`).
     pub fn rule_name(&self) -> String {
-        rule_name(
-            &self.rules(),
-            &Quota {
-                limit: self.limit,
-                window_ms: self.window_ms,
-            },
-        )
+        let rules = self.rules();
+        let p = rules.as_slice().get(self.rule as usize).copied();
+        rule_name(&rules, &p.unwrap_or(Quota::new(self.limit, self.window_ms)))
     }
 
     /// HTTP response headers for this decision: the IETF `RateLimit-Policy`

@@ -8,6 +8,8 @@
 //! in docs/design.md ("The ledger").
 
 /// The script: one text for Redis and for the memory authority.
+use crate::bucket::Quota;
+
 pub(crate) const SCRIPT: &str = include_str!("authority/lua/ledger.lua");
 
 /// Every tuned number of adaptive leasing, in one place; docs/design.md
@@ -134,13 +136,17 @@ pub struct Answer {
 }
 
 /// The script's arguments after `KEYS` for one lease (`op` "l") or give-back
-/// (`op` of [`crate::wire::Back::ledger_op`], `held` = the tokens). `now`: `None` for Redis `TIME`.
+/// (`op` of [`crate::wire::Back::ledger_op`], `held` = the tokens). `now`:
+/// the caller's clock reading, whether the script uses it (else Redis
+/// `TIME`, Unix ms), and the time of day (Unix ms) at that reading. A
+/// calendar quota adds its period boundaries around the time of day, on the
+/// script's clock (shifted onto the caller's when the script uses that);
+/// the script picks the period its own clock falls in.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn args(
     op: &str,
-    limit: u64,
-    window_ms: u64,
-    now: Option<u64>,
+    policy: Quota,
+    (now, explicit, wall): (u64, bool, u64),
     ask: &Ask,
     want: u64,
     need: u64,
@@ -149,9 +155,9 @@ pub(crate) fn args(
     let t = TUNING;
     let mut v = vec![
         op.to_string(),
-        limit.to_string(),
-        window_ms.to_string(),
-        now.map(|n| n.to_string()).unwrap_or_default(),
+        policy.limit.to_string(),
+        policy.window_ms.to_string(),
+        if explicit { now.to_string() } else { String::new() },
         ask.holder.to_string(),
     ];
     v.extend(
@@ -183,6 +189,10 @@ pub(crate) fn args(
         ]
         .map(|n| n.to_string()),
     );
+    if let Some(b) = policy.calendar.bounds(wall) {
+        let on_script_clock = |t: u64| if explicit { (t + now).saturating_sub(wall) } else { t };
+        v.extend([b.start, b.end, b.after].map(|t| on_script_clock(t).to_string()));
+    }
     v
 }
 

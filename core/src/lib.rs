@@ -32,6 +32,7 @@ mod authority;
 mod broker;
 mod bucket;
 mod builder;
+mod calendar;
 mod circuit;
 mod clock;
 mod config;
@@ -58,6 +59,7 @@ mod wire;
 
 pub use bucket::Quota;
 pub use builder::Builder;
+pub use calendar::{Bounds, Calendar, CalendarSpec, Period};
 pub use config::{default_lease_size, Budget, ClockKind, Config, FailurePolicy, Mode};
 pub use decision::{Decision, Reason};
 pub use error::{Error, ErrorKind, Result};
@@ -67,7 +69,7 @@ pub use limiter::{metrics_prometheus, Inspection, Limiter, PolicyListing};
 pub use metrics::{prometheus_text, Metrics};
 pub use options::{OptionValue, Options, MANUAL_CLOCK_START_MS, OPTION_NAMES};
 pub use policy::{Assignment, Origin, PolicySource, RuleSet, Rules, Tier};
-pub use rate::{parse_rate, validate_policy};
+pub use rate::{parse_quota, parse_rate, validate_policy};
 pub use redact::{redact_secrets, redact_url, RedactedUrl};
 pub use reservation::Reservation;
 

@@ -19,7 +19,6 @@
 use crate::config::{ClockKind, Config};
 use crate::error::{Error, Result};
 pub use crate::option_names::OPTION_NAMES;
-use crate::rate::parse_rate;
 
 /// Where a manual clock starts unless told otherwise (as in the
 /// conformance vectors; non-zero, so no reading is ever mistaken for "never").
@@ -308,7 +307,8 @@ impl Options {
                     "cannot be combined with `limit` or `window_ms`: give either `rate` (\"600/min\") or `limit` and `window_ms`",
                 ));
             }
-            (cfg.limit, cfg.window_ms) = parse_rate(rate)?;
+            let q = crate::rate::parse_quota(rate)?;
+            (cfg.limit, cfg.window_ms, cfg.calendar) = (q.limit, q.window_ms, q.calendar);
         }
         match (self.manual_clock, self.clock_start_ms) {
             (true, start) => {

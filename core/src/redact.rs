@@ -255,7 +255,7 @@ pub(crate) fn redact_config_text(text: &str) -> String {
         let Some(close) = close else { break };
         let value = &inner[..close];
         out.push_str(&rest[..=open]);
-        out.push_str(&if value.contains('@') {
+        out.push_str(&if value.contains('@') && !is_calendar_rule(value) {
             redact_url(value)
         } else {
             value.to_string()
@@ -265,6 +265,22 @@ pub(crate) fn redact_config_text(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// `"1000/month@Europe/Berlin"`, `"5/day@UTC, 1/s"`: rules with calendar
+/// quotas (each `@` after a count, a `/` and a unit; no `:`), which a
+/// configuration error may quote and which hold no credentials.
+fn is_calendar_rule(value: &str) -> bool {
+    !value.contains(':')
+        && value.split(',').all(|rule| match rule.split_once('@') {
+            None => true,
+            Some((rate, _)) => rate.split_once('/').is_some_and(|(n, unit)| {
+                let n = n.trim().trim_start_matches("shadow").trim();
+                !n.is_empty()
+                    && n.bytes().all(|b| b.is_ascii_digit())
+                    && unit.trim().bytes().all(|b| b.is_ascii_lowercase())
+            }),
+        })
 }
 
 fn is_scheme_char(c: char) -> bool {
@@ -567,6 +583,10 @@ mod tests {
         assert_eq!(redact_config_text(&format!("\"x\\\"{PW}@h\"")), "\"***@h\"");
         assert_eq!(redact_config_text("an \"open quote"), "an \"open quote");
         assert_eq!(redact_config_text("mail me@x"), "mail me@x");
+        // Calendar rules quoted in an error are not URLs; a URL still is.
+        let rules = "\"10/month@UTC\" or \"shadow 5/day@Europe/Berlin, 1/s\"";
+        assert_eq!(redact_config_text(rules), rules);
+        assert_eq!(redact_config_text(&format!("\"u:{PW}@h/x\"")), "\"***@h/x\"");
     }
 
     #[test]

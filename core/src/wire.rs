@@ -130,6 +130,9 @@ impl PolicyReply {
 pub(crate) struct Now {
     pub ms: u64,
     pub explicit: bool,
+    /// The time of day (Unix ms) when `ms` was read: where calendar
+    /// quotas' boundaries are computed.
+    pub wall_ms: u64,
 }
 
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
@@ -137,6 +140,11 @@ impl Now {
     /// The time a Redis script is told: `None` means Redis `TIME`.
     pub fn for_script(self) -> Option<u64> {
         self.explicit.then_some(self.ms)
+    }
+
+    /// What [`crate::ledger::args`] reads of it.
+    pub fn parts(self) -> (u64, bool, u64) {
+        (self.ms, self.explicit, self.wall_ms)
     }
 }
 

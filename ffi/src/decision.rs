@@ -132,10 +132,7 @@ fn decision_of(c: &lease_decision) -> quotalease::Result<Decision> {
         });
     }
     let list: Vec<Quota> = (0..n)
-        .map(|i| Quota {
-            limit: c.rule_limits[i],
-            window_ms: c.rule_window_ms[i],
-        })
+        .map(|i| Quota::new(c.rule_limits[i], c.rule_window_ms[i]))
         .collect();
     Ok(single.with_rules(&Rules::new(&list, "decision")?, c.rule as u8))
 }

@@ -769,10 +769,10 @@ pub fn decision_headers<'e>(
         }
         let mut list = Vec::with_capacity(flat.len() / 2);
         for pair in flat.chunks(2) {
-            list.push(Quota {
-                limit: n(pair[0], "rules[].limit")?,
-                window_ms: n(pair[1], "rules[].windowMs")?,
-            });
+            list.push(Quota::new(
+                n(pair[0], "rules[].limit")?,
+                n(pair[1], "rules[].windowMs")?,
+            ));
         }
         Rules::new(&list, "rules").map_err(js_err)?
     } else {

@@ -9,7 +9,7 @@ use super::{Call, PolicyOp, PolicyReply, Reply, Stored};
 use crate::bucket::{BucketState, Grant, Quota};
 use crate::guard::{Guard, Seen, Stamp};
 use crate::ledger;
-use crate::wire::Back;
+use crate::wire::{Back, Now};
 
 /// A fixed-lease (or fallback) bucket and its failover stamp.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -223,9 +223,8 @@ impl MemoryAuthority {
             } => {
                 let argv = ledger::args(
                     "l",
-                    policy.limit,
-                    policy.window_ms,
-                    Some(now.ms),
+                    policy,
+                    Now { explicit: true, ..now }.parts(),
                     &ask,
                     want,
                     need,
@@ -283,7 +282,7 @@ impl MemoryAuthority {
                     ..Default::default()
                 };
                 let op = what.ledger_op(leaving);
-                let argv = ledger::args(op, policy.limit, policy.window_ms, Some(now.ms), &ask, 0, 0, (0, 0, 0));
+                let argv = ledger::args(op, policy, Now { explicit: true, ..now }.parts(), &ask, 0, 0, (0, 0, 0));
                 // A fixed-lease bucket of the key is taken over, as Redis'
                 // script does with the string it finds.
                 lock(&self.buckets).map.remove(&key);

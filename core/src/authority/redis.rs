@@ -384,9 +384,8 @@ impl Connection {
                             keys: ledger_keys(key),
                             args: crate::ledger::args(
                                 what.ledger_op(*leaving),
-                                policy.limit,
-                                policy.window_ms,
-                                now.for_script(),
+                                *policy,
+                                now.parts(),
                                 &ask,
                                 0,
                                 0,
@@ -428,9 +427,8 @@ impl Connection {
                             keys: ledger_keys(key),
                             args: crate::ledger::args(
                                 "l",
-                                policy.limit,
-                                policy.window_ms,
-                                now.for_script(),
+                                *policy,
+                                now.parts(),
                                 a,
                                 *want,
                                 *need,

@@ -106,11 +106,10 @@ impl Engine {
         if !self.rules_fit(e, tier)? {
             return Ok(None);
         }
-        let more = e.more.load(Acquire);
-        if more != 0 {
-            return self.admit_local_rules(e, cost, more as usize);
+        if e.more.load(Acquire) != 0 {
+            return self.admit_local_rules(e, cost);
         }
-        let p = e.policy();
+        let p = e.bucket_policy();
         if cost == 0 || cost > p.limit {
             return Err(Error::InvalidCost { cost, limit: p.limit });
         }
@@ -133,8 +132,8 @@ impl Engine {
     /// and the cold path decides. The further rules' entries are reached
     /// through the key's own entry (`Entry::subs`): no lookup, no allocation.
     #[inline(never)]
-    fn admit_local_rules(&self, e: &Arc<Entry>, cost: u64, more: usize) -> Result<Option<Decision>> {
-        let more = more.min(MAX_RULES - 1);
+    fn admit_local_rules(&self, e: &Arc<Entry>, cost: u64) -> Result<Option<Decision>> {
+        let more = e.further();
         let mut subs: [Option<arc_swap::Guard<Option<Arc<Entry>>>>; MAX_RULES - 1] = [None, None, None];
         for (j, g) in subs.iter_mut().enumerate().take(more) {
             *g = Some(e.subs[j].load());
@@ -212,12 +211,41 @@ impl Engine {
             limit: p.limit,
             remaining,
             retry_after_ms,
-            reset_after_ms: p.ms_for_tokens(p.limit - remaining),
+            // (the plain admit path's policy has no calendar: this folds away)
+            reset_after_ms: if p.calendar.is_some() {
+                self.period_left(e, p)
+            } else {
+                p.ms_for_tokens(p.limit - remaining)
+            },
             window_ms: p.window_ms,
             reason,
             rule: 0,
-            rule_set: RuleSet(0),
+            // (a calendar rule is in the rule-set table even alone)
+            rule_set: if p.calendar.is_some() {
+                RuleSet(e.rule_set.load(Relaxed))
+            } else {
+                RuleSet(0)
+            },
         }
+    }
+
+    /// A calendar key: ms until its period ends (when the whole quota
+    /// comes back), on this process's clock.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn period_left(&self, e: &Entry, p: Quota) -> u64 {
+        // `period_end` is on this clock (the time of day only finds it)
+        let now = self.clock.coarse();
+        let mut end = e.period_end.load(Relaxed);
+        if now >= end || end - now > 2 * p.window_ms {
+            let wall = self.clock.wall();
+            end = p
+                .calendar
+                .bounds(wall)
+                .map_or(now, |b| (b.end + now).saturating_sub(wall));
+            e.period_end.store(end, Relaxed);
+        }
+        end.saturating_sub(now)
     }
 
     pub(super) fn deny(&self, e: &Entry, p: Quota, local: u64, reason: Reason, retry_after_ms: u64) -> Decision {

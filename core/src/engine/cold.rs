@@ -69,7 +69,7 @@ macro_rules! cold_path {
             }
             let last = attempt == RETIRED_RETRIES;
             attempt += 1;
-            if e.more.load(Acquire) == 0 {
+            if e.further() == 0 {
                 $me.validate_cost(&e, $cost)?;
                 let $b = &e;
                 match $drive? {

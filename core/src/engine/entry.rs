@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::*}
 use std::sync::Mutex;
 
 use crate::bucket::Quota;
+use crate::calendar::Calendar;
 use crate::guard::Recent;
 use crate::policy::MAX_RULES;
 
@@ -20,6 +21,10 @@ pub(crate) const MARK_SUB: u32 = u32::MAX - 2;
 pub(crate) const ACCESS_UNLIMITED: u8 = 1;
 /// [`Entry::access`]: the key has a deny entry (`blocked`).
 pub(crate) const ACCESS_BLOCKED: u8 = 2;
+/// In [`Entry::more`]: one of the key's rules is a calendar quota (the low
+/// bits count its further rules), so the plain admit path, which reads no
+/// calendar, passes it to the path of several rules.
+pub(crate) const MORE_CALENDAR: u8 = 0x80;
 
 /// How far a rate has accrued: taken up to `at`, with `units` credit units
 /// short of a whole token carried; and while a renewal is in flight, the
@@ -62,6 +67,10 @@ pub(crate) struct Entry {
     // --- the cold path's fields ---
     /// The id of the key's rules for its decisions ([`crate::policy::RuleSet`]).
     pub rule_set: AtomicU32,
+    /// The key's calendar ([`Calendar`]; 0: a token bucket), in the
+    /// padding after `rule_set`. A calendar key's `more` has
+    /// [`MORE_CALENDAR`] set: its admits take the path of several rules.
+    pub calendar: AtomicU32,
     /// The entries of the further rules' buckets (the admit path reaches
     /// them here, with no lookup; the table holds them too).
     pub subs: [arc_swap::ArcSwapOption<Entry>; MAX_RULES - 1],
@@ -127,6 +136,9 @@ pub(crate) struct Entry {
     /// Clock reading of the authority's last answer on the key (when
     /// `auth_remaining` was true; 0: none yet).
     pub auth_at: AtomicU64,
+    /// A calendar key: the clock reading its current period ends at (0:
+    /// not computed yet), for decisions' `reset_after_ms`.
+    pub period_end: AtomicU64,
     pub key: Box<str>,
 }
 
@@ -151,6 +163,7 @@ impl Entry {
             retired: AtomicBool::new(false),
             mark: AtomicU32::new(if sub { MARK_SUB } else { MARK_DEFAULT }),
             rule_set: AtomicU32::new(0),
+            calendar: AtomicU32::new(policy.calendar.0),
             subs: Default::default(),
             sub,
             shadow: AtomicBool::new(false),
@@ -180,6 +193,7 @@ impl Entry {
             auth_alive_until: AtomicU64::new(0),
             recent: Mutex::new(Recent::default()),
             auth_at: AtomicU64::new(0),
+            period_end: AtomicU64::new(0),
             key: key.into(),
         }
     }
@@ -189,7 +203,21 @@ impl Entry {
         Quota {
             limit: self.limit.load(Relaxed),
             window_ms: self.window_ms.load(Relaxed),
+            calendar: Calendar(self.calendar.load(Relaxed)),
         }
+    }
+
+    /// How many further rules the key has (its `more` less the flag).
+    #[inline]
+    pub fn further(&self) -> usize {
+        ((self.more.load(Acquire) & !MORE_CALENDAR) as usize).min(MAX_RULES - 1)
+    }
+
+    /// The policy of a key whose `more` is 0: a token bucket (a calendar
+    /// key's `more` has [`MORE_CALENDAR`] set), read without the calendar.
+    #[inline(always)]
+    pub fn bucket_policy(&self) -> Quota {
+        Quota::new(self.limit.load(Relaxed), self.window_ms.load(Relaxed))
     }
 
     /// Spend `cost` local tokens if there are that many. Returns what is left.
@@ -373,15 +401,7 @@ mod tests {
 
     #[test]
     fn try_take_spends_only_what_is_there() {
-        let e = Entry::new(
-            "k",
-            Quota {
-                limit: 10,
-                window_ms: 1000,
-            },
-            1,
-            0,
-        );
+        let e = Entry::new("k", Quota::new(10, 1000), 1, 0);
         assert_eq!(e.try_take(1), None);
         e.tokens.store(3, Relaxed);
         assert_eq!(e.try_take(2), Some(1));
@@ -391,10 +411,7 @@ mod tests {
 
     #[test]
     fn a_rate_accrues_exactly_and_hands_back_what_does_not_fit() {
-        let p = Quota {
-            limit: 10,
-            window_ms: 1000,
-        };
+        let p = Quota::new(10, 1000);
         let e = Entry::new("k", p, 1, 0);
         // 3 credit units per ms: a token every 333.3 ms, until 2000
         e.start_rate(3, p.window_ms, 2_000, true, 0, 0);

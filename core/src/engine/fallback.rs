@@ -125,10 +125,7 @@ impl Engine {
             let fb = e.fallback.load(Relaxed);
             if now < e.fallback_until.load(Relaxed) {
                 // A share of `r` credit units per ms is `r` tokens per window.
-                return Quota {
-                    limit: fb,
-                    window_ms: p.window_ms,
-                };
+                return Quota::new(fb, p.window_ms);
             }
         }
         self.share(p)
@@ -145,10 +142,7 @@ impl Engine {
 
     /// This instance's static share of a policy: `limit / expected_replicas`.
     fn share(&self, p: Quota) -> Quota {
-        Quota {
-            limit: (p.limit / self.r.cfg.expected_replicas).max(1),
-            window_ms: p.window_ms,
-        }
+        Quota::new((p.limit / self.r.cfg.expected_replicas).max(1), p.window_ms)
     }
 
     /// Tell the circuit how a call to a remote authority went.

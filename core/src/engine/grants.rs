@@ -33,6 +33,7 @@ impl Engine {
         Now {
             ms: self.clock.precise(),
             explicit: self.clock.is_manual(),
+            wall_ms: self.clock.wall(),
         }
     }
 
@@ -310,8 +311,16 @@ impl Engine {
             } else {
                 0
             };
+            // A calendar quota's wait runs to the period's end: denials stay
+            // local for a longest period only, so tokens others give back
+            // are found (its denials still say the true wait).
+            let wait = if p.calendar.is_some() {
+                g.wait_ms.min(crate::ledger::TUNING.max_period_ms)
+            } else {
+                g.wait_ms
+            };
             e.exhausted_need.store(need, Relaxed);
-            e.exhausted_until.store(now + g.wait_ms.max(1) + settle, Relaxed);
+            e.exhausted_until.store(now + wait.max(1) + settle, Relaxed);
         } else {
             e.exhausted_until.store(0, Relaxed);
             e.granted(g.granted, now);
@@ -330,7 +339,14 @@ impl Engine {
     pub(super) fn exhausted_for(&self, e: &Entry, p: Quota, need: u64, now: u64) -> Option<u64> {
         let until = e.exhausted_until.load(Relaxed);
         let known = e.exhausted_need.load(Relaxed);
-        (until > now && need >= known).then(|| until - now + p.ms_for_tokens(need - known))
+        if until <= now || need < known {
+            return None;
+        }
+        Some(if p.calendar.is_some() {
+            self.period_left(e, p)
+        } else {
+            until - now + p.ms_for_tokens(need - known)
+        })
     }
 
     /// Return `tokens` of `e` to the authority. With adaptive leasing this

@@ -237,6 +237,8 @@ impl Engine {
         }
         e.limit.store(p.limit, Relaxed);
         e.window_ms.store(p.window_ms, Relaxed);
+        e.calendar.store(p.calendar.0, Relaxed);
+        e.period_end.store(0, Relaxed);
         // The authority's last "empty" was under the old policy.
         e.exhausted_until.store(0, Relaxed);
         // So was its rate, which would run on at the old limit for up to a

@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 
 mod store;
 
-use super::entry::{Entry, ACCESS_BLOCKED, ACCESS_UNLIMITED, MARK_DEFAULT, MARK_PINNED, MARK_SUB};
+use super::entry::{Entry, ACCESS_BLOCKED, ACCESS_UNLIMITED, MARK_DEFAULT, MARK_PINNED, MARK_SUB, MORE_CALENDAR};
 use super::{lock, Engine};
 use crate::error::{Error, Result};
 use crate::policy::file::PolicyFile;
@@ -201,6 +201,11 @@ impl Engine {
     /// shadow mode when the limiter is.
     pub(crate) fn resolve(&self, key: &str, tier: Option<&str>) -> Result<Resolution> {
         let mut r = self.resolve_rules(key, tier)?;
+        if !self.r.adaptive && r.rules.has_calendar() {
+            // (the limiter's own rules were checked when it was built: this
+            // is a tier or entry of the policy store or file)
+            return Err(Error::config("tiers", crate::config::CALENDAR_NEEDS_LEDGER));
+        }
         if self.r.cfg.shadow && r.source.access.is_none() {
             r.rules = r.rules.with_shadow(true);
         }
@@ -332,8 +337,7 @@ impl Engine {
     /// Every further rule's bucket of `e` is in the table (a bucket that
     /// left it is retired).
     fn subs_present(&self, e: &Entry) -> bool {
-        let more = e.more.load(Acquire) as usize;
-        e.subs[..more]
+        e.subs[..e.further()]
             .iter()
             .all(|s| s.load().as_ref().is_some_and(|s| !s.retired.load(Acquire)))
     }
@@ -341,7 +345,7 @@ impl Engine {
     /// `e` and the buckets of its further rules, in rule order (created if
     /// evicted), with the rules.
     pub(super) fn rule_entries(&self, e: &Arc<Entry>) -> Vec<Arc<Entry>> {
-        let more = e.more.load(Acquire) as usize;
+        let more = e.further();
         let mut out = Vec::with_capacity(more + 1);
         out.push(e.clone());
         for slot in &e.subs[..more] {
@@ -366,7 +370,7 @@ impl Engine {
         self.set_entry_policy(e, r.rules.first());
         let extra = &r.rules.as_slice()[1..];
         for (j, p) in extra.iter().enumerate() {
-            let s = self.entry_with(&rule_key(key, p.window_ms), *p, true);
+            let s = self.entry_with(&rule_key(key, p), *p, true);
             self.set_entry_policy(&s, *p);
             e.subs[j].store(Some(s));
         }
@@ -387,7 +391,8 @@ impl Engine {
             let back = e.tokens.swap(0, AcqRel);
             self.give_back(e, r.rules.first(), back);
         }
-        e.more.store(extra.len() as u8, Release);
+        let calendar = if r.rules.has_calendar() { MORE_CALENDAR } else { 0 };
+        e.more.store(extra.len() as u8 | calendar, Release);
         e.mark.store(r.mark, Release);
     }
 }

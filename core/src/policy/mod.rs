@@ -23,7 +23,7 @@ use std::fmt;
 
 use crate::bucket::Quota;
 use crate::error::{Error, Result};
-use crate::rate::{parse_rate, validate_policy};
+use crate::rate::{parse_quota, validate_policy};
 
 pub mod file;
 
@@ -42,7 +42,7 @@ pub struct Rules {
     rules: [Quota; MAX_RULES],
 }
 
-const NO_RULE: Quota = Quota { limit: 0, window_ms: 0 };
+const NO_RULE: Quota = Quota::new(0, 0);
 
 impl Rules {
     /// One rule.
@@ -68,10 +68,15 @@ impl Rules {
         }
         let mut out = Rules::one(NO_RULE);
         for (i, p) in list.iter().enumerate() {
-            let p = validate_policy(p.limit, p.window_ms).map_err(|e| match e {
-                Error::Config { reason, .. } => Error::config(field, reason),
-                e => e,
-            })?;
+            let p = validate_policy(p.limit, p.window_ms)
+                .map(|q| Quota {
+                    calendar: p.calendar,
+                    ..q
+                })
+                .map_err(|e| match e {
+                    Error::Config { reason, .. } => Error::config(field, reason),
+                    e => e,
+                })?;
             if list[..i].iter().any(|q| q.window_ms == p.window_ms) {
                 return Err(Error::config(
                     field,
@@ -99,11 +104,11 @@ impl Rules {
         };
         let mut list = Vec::new();
         for part in text.split(',') {
-            let (limit, window_ms) = parse_rate(part).map_err(|e| match e {
+            let q = parse_quota(part).map_err(|e| match e {
                 Error::Config { reason, .. } => Error::config(field, reason),
                 e => e,
             })?;
-            list.push(Quota { limit, window_ms });
+            list.push(q);
         }
         Ok(Rules::new(&list, field)?.with_shadow(shadow))
     }
@@ -133,6 +138,11 @@ impl Rules {
         self.len as usize
     }
 
+    /// Whether any rule is a calendar quota.
+    pub fn has_calendar(&self) -> bool {
+        self.as_slice().iter().any(|p| p.calendar.is_some())
+    }
+
     /// The first rule (the key's own bucket).
     #[inline]
     pub fn first(&self) -> Quota {
@@ -160,7 +170,10 @@ impl fmt::Display for Rules {
             if i > 0 {
                 f.write_str(", ")?;
             }
-            write!(f, "{}/{}", p.limit, window_text(p.window_ms))?;
+            match p.calendar.spec() {
+                Some(c) => write!(f, "{}/{c}", p.limit)?,
+                None => write!(f, "{}/{}", p.limit, window_text(p.window_ms))?,
+            }
         }
         Ok(())
     }
@@ -183,6 +196,8 @@ pub fn window_text(ms: u64) -> String {
 pub fn rule_name(rules: &Rules, p: &Quota) -> String {
     if rules.len() == 1 {
         "default".to_string()
+    } else if let Some(c) = p.calendar.spec() {
+        format!("1{}", c.period.name())
     } else {
         let w = window_text(p.window_ms);
         if w.starts_with(|c: char| c.is_ascii_digit()) {
@@ -194,9 +209,13 @@ pub fn rule_name(rules: &Rules, p: &Quota) -> String {
 }
 
 /// The bucket key of a further rule: the key, [`RULE_SEPARATOR`] and the
-/// rule's window in milliseconds.
-pub fn rule_key(key: &str, window_ms: u64) -> String {
-    format!("{key}{RULE_SEPARATOR}{window_ms}")
+/// rule's window in milliseconds (a calendar quota's: its calendar, like
+/// `month@Europe/Berlin`, so it never shares a bucket with a token bucket).
+pub fn rule_key(key: &str, p: &Quota) -> String {
+    match p.calendar.spec() {
+        Some(c) => format!("{key}{RULE_SEPARATOR}{c}"),
+        None => format!("{key}{RULE_SEPARATOR}{}", p.window_ms),
+    }
 }
 
 /// A key's rules as a [`crate::Decision`] carries them: 0 for one rule (the
@@ -222,7 +241,7 @@ fn rule_sets() -> &'static (SetIds, Sets) {
 impl RuleSet {
     /// The id of `rules` (0 for one rule), entering it in the table if new.
     pub(crate) fn of(rules: &Rules) -> RuleSet {
-        if rules.len() <= 1 {
+        if rules.len() <= 1 && !rules.has_calendar() {
             return RuleSet(0);
         }
         let (ids, sets) = rule_sets();

@@ -11,7 +11,9 @@
 -- commit_ms, fallback_ms, learn_ms, min_period_ms, max_period_ms,
 -- grant_tokens, carry_ms, rate_cap_pct, saturation_pct; then `spent`, the
 -- tokens of a grant the request that asked spends as it lands; last
--- debt_pay_pct, rate_start_pct.
+-- debt_pay_pct, rate_start_pct; for a calendar quota last the start of the
+-- period that holds the caller's time of day, its end and the next end (on
+-- this script's clock).
 --
 -- Units: credit `c` in 1/w token (w the stored window), rates in those
 -- units per ms (the key's refill rate is `l`), commitments in tokens.
@@ -48,6 +50,20 @@ if ARGV[4] ~= '' then
 else
   local t = redis.call('TIME')
   now, pad = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000), 0
+end
+
+-- a calendar quota: the period this script's clock is in (a clock behind
+-- the caller's, before the caller's period began, knows only its end)
+local cal_start, cal_end = nil, nil
+if ARGV[29] ~= nil and ARGV[29] ~= '' then
+  local b0, b1, b2 = tonumber(ARGV[29]), tonumber(ARGV[30]), tonumber(ARGV[31])
+  if now >= b1 then
+    cal_start, cal_end = b1, b2
+  elseif now >= b0 then
+    cal_start, cal_end = b0, b1
+  else
+    cal_start, cal_end = -1, b0
+  end
 end
 
 -- load: the key's state, created empty of commitments with a full bucket
@@ -100,6 +116,15 @@ local function refill(to)
   if to <= s.t then return end
   local from = max(s.t, s.z)
   local room = cap - s.L * window
+  if cal_start then
+    -- a calendar quota refills nothing in a period: a whole capacity comes
+    -- back at the period's start (once however many starts passed; none
+    -- at a start while learning), clamped as any refill is (I2)
+    if from < cal_start and cal_start <= to then s.c = s.c + cap end
+    s.c = min(s.c, room)
+    s.t = to
+    return
+  end
   if to > from then
     local rate = max(limit - s.R, 0)
     local full = s.c + rate * min(to - from, 3 * window)
@@ -204,6 +229,10 @@ local function store(me, c_until, f_until, r_until)
     if r_until then redis.call('ZADD', Z, S(r_until), 'r' .. holder) end
   end
   local full = ceil((cap - min(s.c, cap)) / limit) + max(s.z - now, 0)
+  if cal_start and s.c < cap then
+    -- kept until the period's start that fills it (a debt: later ones)
+    full = cal_end - now + ceil(max(-s.c, 0) / cap) * 2 * window + max(s.z - now, 0)
+  end
   alive = max(full, max(s.u - now, 0))
   if s.n > 0 or s.F > 0 then
     local last = redis.call('ZRANGE', Z, '-1', '-1', 'WITHSCORES')
@@ -379,7 +408,8 @@ local function grant(me, old_L, renewing)
     s.c = max(s.c - debit, -cap)
   end
   local avail = whole()
-  local saturated = not single and (s.D * window / 1000000) * 100 >= limit * saturation_pct
+  -- (a calendar quota grants no rates: it has no refill to share)
+  local saturated = not single and not cal_start and (s.D * window / 1000000) * 100 >= limit * saturation_pct
   local part = min(max(want, need), need + floor(share() * min_period / window))
   -- rates start where the bucket runs dry; once it has (`y`, within a
   -- longest period), every saturated holder moves on at its next call
@@ -402,6 +432,8 @@ local function grant(me, old_L, renewing)
   if granted > 0 then
     s.c = s.c - granted * window
     me.L = me.L + granted - min(spent, granted)
+  elseif cal_start then
+    wait = max(cal_end - now, 1)
   elseif rate == 0 and wait == 0 then
     wait = ceil(max(need * window - s.c, 0) / max(limit - s.R, 1))
   end
