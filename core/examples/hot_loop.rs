@@ -1,10 +1,13 @@
 //! `acquire` on a warm key N times, for `valgrind --tool=callgrind`: the
 //! difference between two runs of different N gives instructions per request,
 //! a figure that stays the same on a noisy shared machine.
-//! Usage: hot_loop quotalease|quotalease-100k|quotalease-tier|quotalease-2rules|governor|mutex N
+//! Usage: hot_loop quotalease|quotalease-100k|quotalease-tier|quotalease-2rules|
+//!                 quotalease-day|quotalease-calendar|governor|mutex N
 //! (`quotalease-100k`: a working set of 100 000 warm keys, visited in turn;
 //! `quotalease-tier`: the caller names the key's tier; `quotalease-2rules`:
-//! the tier has two rules, so each request spends from two buckets.)
+//! the tier has two rules, so each request spends from two buckets;
+//! `quotalease-day` and `quotalease-calendar`: adaptive leasing of
+//! 50 000 000 a day, as a token bucket and as a calendar quota in UTC.)
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -47,6 +50,23 @@ fn main() {
                 .unwrap();
             for _ in 0..n {
                 allowed += l.acquire_with(black_box(key), 1, Some("pro")).unwrap().allowed as u64;
+            }
+        }
+        "quotalease-day" | "quotalease-calendar" => {
+            let rate = if which == "quotalease-day" {
+                "50000000/day"
+            } else {
+                "50000000/day@UTC"
+            };
+            let l = Limiter::builder()
+                .rate(rate)
+                .clock(ClockKind::Manual {
+                    start_ms: 1_796_000_000_000,
+                })
+                .build()
+                .unwrap();
+            for _ in 0..n {
+                allowed += l.acquire(black_box(key), 1).unwrap().allowed as u64;
             }
         }
         "quotalease-100k" => {

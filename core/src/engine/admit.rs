@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Arc;
 
-use super::entry::Entry;
+use super::entry::{Entry, MORE_CALENDAR};
 use super::Engine;
 use crate::bucket::Quota;
 use crate::config::{validate_key_len, Mode};
@@ -131,8 +131,12 @@ impl Engine {
     /// spends `cost` local tokens, or none does (what was taken goes back)
     /// and the cold path decides. The further rules' entries are reached
     /// through the key's own entry (`Entry::subs`): no lookup, no allocation.
+    /// (A key whose one rule is a calendar quota comes here too.)
     #[inline(never)]
     fn admit_local_rules(&self, e: &Arc<Entry>, cost: u64) -> Result<Option<Decision>> {
+        if e.more.load(Acquire) == MORE_CALENDAR {
+            return self.admit_calendar(e, cost);
+        }
         let more = e.further();
         let mut subs: [Option<arc_swap::Guard<Option<Arc<Entry>>>>; MAX_RULES - 1] = [None, None, None];
         for (j, g) in subs.iter_mut().enumerate().take(more) {
@@ -182,6 +186,21 @@ impl Engine {
         }
         let rule_set = RuleSet(e.rule_set.load(Relaxed));
         Ok(best.map(|d| Decision { rule_set, ..d }))
+    }
+
+    /// The local admit of a key whose one rule is a calendar quota: the
+    /// plain path's, with the calendar in the policy (its decision's reset
+    /// is the period's end).
+    #[inline(never)]
+    fn admit_calendar(&self, e: &Arc<Entry>, cost: u64) -> Result<Option<Decision>> {
+        let p = e.policy();
+        if cost == 0 || cost > p.limit {
+            return Err(Error::InvalidCost { cost, limit: p.limit });
+        }
+        let Some(left) = e.try_take(cost) else {
+            return Ok(None);
+        };
+        Ok(Some(self.admit(e, p, left, self.admit_reason(), self.clock.coarse())))
     }
 
     #[inline(always)]
