@@ -335,11 +335,13 @@ struct lease_decision {
    */
   uint64_t retry_after_ms;
   /**
-   * Milliseconds until the key's bucket would be full again.
+   * Milliseconds until the key's bucket would be full again (a calendar
+   * quota's: until its period ends).
    */
   uint64_t reset_after_ms;
   /**
-   * The key's window in milliseconds.
+   * The key's window in milliseconds (a calendar quota's nominal period:
+   * 86400000 a day, 604800000 a week, 2592000000 a month, 31536000000 a year).
    */
   uint64_t window_ms;
   /**
@@ -657,8 +659,10 @@ enum lease_status lease_failure_policy_parse(const char *name,
 
 /**
  * Parse a rate such as "600/min", "10/s", "100/30s" or "5000/hour" into a
- * limit and a window. An invalid rate is `LEASE_ERR_CONFIG`; a rate that
- * is not UTF-8 `LEASE_ERR_UTF8`; a NULL argument `LEASE_ERR_NULL`.
+ * limit and a window. An invalid rate is `LEASE_ERR_CONFIG`, as is a
+ * calendar quota ("1000/month@UTC": it has no limit-and-window form; give
+ * it as the `rate` or `tiers` option); a rate that is not UTF-8
+ * `LEASE_ERR_UTF8`; a NULL argument `LEASE_ERR_NULL`.
  *
  * # Safety
  * `rate` is NULL or a NUL-terminated string; `limit` and `window_ms` are NULL or writable.
@@ -707,7 +711,9 @@ const char *lease_reason_name(lease_reason reason);
  * fields (draft-ietf-httpapi-ratelimit-headers), plus `Retry-After` in whole
  * seconds when denied. `RateLimit-Policy` has one item per rule
  * (`rule_count` of them; named "default" for a key with one rule, else by
- * window: "1s", "1day"), `RateLimit` reports the binding rule (`rule`). A
+ * window: "1s", "1day"; a calendar quota by its nominal window, "30day"
+ * for a month, since the struct carries no calendar), `RateLimit`
+ * reports the binding rule (`rule`). A
  * decision with `rule_count` 0 is read as one rule, `limit` per
  * `window_ms`. Buffer rules as for `lease_metrics_prometheus` (512 bytes
  * always suffice).
@@ -1172,12 +1178,15 @@ enum lease_status lease_options_new(struct lease_options **out);
 void lease_options_free(struct lease_options *options);
 
 /**
- * Set a string option by name: `url`, `rate` ("600/min"), `key_prefix`,
+ * Set a string option by name: `url`, `rate` ("600/min", or a calendar
+ * quota: "1000/month@Europe/Berlin", "500/month@billing-day-15"; at most
+ * N each day, week, month or year of an IANA zone, which needs adaptive
+ * leasing), `key_prefix`,
  * `mode` ("lease", "exact", "local"), `on_backend_failure`
  * ("static-share", "allow", "deny"), `clock` ("system", "manual"),
  * `tiers` ("free=100/min; pro=6000/min, 1000000/day": tiers separated by
- * ';', each name=rules; "shadow 50/min" puts a tier's rules in shadow
- * mode), `default_tier` (a tier's name), `policy_file` (a TOML file of
+ * ';', each name=rules, a rule may be a calendar quota as in `rate`;
+ * "shadow 50/min" puts a tier's rules in shadow mode), `default_tier` (a tier's name), `policy_file` (a TOML file of
  * tiers and key entries) or `shadow` ("true" or "false"). The
  * string is copied: it may be freed after the call.
  *

@@ -80,7 +80,11 @@ type Config struct {
 	// WindowMs is the window in milliseconds (default 60000).
 	WindowMs uint64
 	// Rate, instead of Limit and WindowMs, gives both as a rate such as
-	// "600/min", "10/s", "100/30s" or "5000/hour".
+	// "600/min", "10/s", "100/30s" or "5000/hour", or is a calendar quota:
+	// "1000/month@Europe/Berlin" (day, week, month or year of an IANA
+	// zone; "500/month@billing-day-15" for a billing month), at most N in
+	// each period, all back at its start. A calendar quota needs adaptive
+	// leasing (ModeLease, no LeaseSize).
 	Rate string
 	// LeaseSize pins fixed leases of this many tokens (0 or Auto: adaptive
 	// leasing, leases sized by demand under OvershootBudget). Rarely needed.
@@ -118,7 +122,8 @@ type Config struct {
 	// 1000000). Setting it without ManualClock is a KindConfig error.
 	ClockStartMs uint64
 	// Tiers names plan tiers and their rules, tiers separated by ';', each
-	// name=rules: "free=100/min; pro=6000/min, 1000000/day". A call names
+	// name=rules: "free=100/min; pro=6000/min, 1000000/day" (a rule may be a
+	// calendar quota, as Rate: "pro=10/s, 25000/day@UTC"). A call names
 	// one with AcquireTier; a key's entry in the policy store or file wins.
 	Tiers string
 	// DefaultTier is the tier of a key whose caller names none and that the

@@ -100,9 +100,11 @@ type Decision struct {
 	Remaining uint64
 	// RetryAfterMs: when denied, milliseconds until a retry can succeed (0 when allowed).
 	RetryAfterMs uint64
-	// ResetAfterMs: milliseconds until the key's bucket would be full again.
+	// ResetAfterMs: milliseconds until the key's bucket would be full again
+	// (a calendar quota's: until its period ends).
 	ResetAfterMs uint64
-	// WindowMs is the key's window in milliseconds.
+	// WindowMs is the key's window in milliseconds (a calendar quota's
+	// nominal period: a day, 7 days, 30 days or 365 days).
 	WindowMs uint64
 	// Reason says why.
 	Reason Reason
@@ -118,7 +120,8 @@ type Decision struct {
 	Rules []Rule
 }
 
-// Rule is one of a key's rules: Limit tokens per WindowMs.
+// Rule is one of a key's rules: Limit tokens per WindowMs (for a calendar
+// quota, Limit per calendar period; WindowMs is its nominal length).
 type Rule struct {
 	Limit    uint64
 	WindowMs uint64

@@ -278,8 +278,10 @@ pub unsafe extern "C" fn lease_failure_policy_parse(
 }
 
 /// Parse a rate such as "600/min", "10/s", "100/30s" or "5000/hour" into a
-/// limit and a window. An invalid rate is `LEASE_ERR_CONFIG`; a rate that
-/// is not UTF-8 `LEASE_ERR_UTF8`; a NULL argument `LEASE_ERR_NULL`.
+/// limit and a window. An invalid rate is `LEASE_ERR_CONFIG`, as is a
+/// calendar quota ("1000/month@UTC": it has no limit-and-window form; give
+/// it as the `rate` or `tiers` option); a rate that is not UTF-8
+/// `LEASE_ERR_UTF8`; a NULL argument `LEASE_ERR_NULL`.
 ///
 /// # Safety
 /// `rate` is NULL or a NUL-terminated string; `limit` and `window_ms` are NULL or writable.

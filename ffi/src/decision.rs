@@ -50,9 +50,11 @@ pub struct lease_decision {
     pub remaining: u64,
     /// When denied: milliseconds until a retry can succeed (0 when allowed).
     pub retry_after_ms: u64,
-    /// Milliseconds until the key's bucket would be full again.
+    /// Milliseconds until the key's bucket would be full again (a calendar
+    /// quota's: until its period ends).
     pub reset_after_ms: u64,
-    /// The key's window in milliseconds.
+    /// The key's window in milliseconds (a calendar quota's nominal period:
+    /// 86400000 a day, 604800000 a week, 2592000000 a month, 31536000000 a year).
     pub window_ms: u64,
     /// Index of the binding rule in `rule_limits` / `rule_window_ms`: the
     /// rule that denied or, when admitted, the one with the fewest tokens
@@ -184,7 +186,9 @@ pub extern "C" fn lease_reason_name(reason: lease_reason) -> *const c_char {
 /// fields (draft-ietf-httpapi-ratelimit-headers), plus `Retry-After` in whole
 /// seconds when denied. `RateLimit-Policy` has one item per rule
 /// (`rule_count` of them; named "default" for a key with one rule, else by
-/// window: "1s", "1day"), `RateLimit` reports the binding rule (`rule`). A
+/// window: "1s", "1day"; a calendar quota by its nominal window, "30day"
+/// for a month, since the struct carries no calendar), `RateLimit`
+/// reports the binding rule (`rule`). A
 /// decision with `rule_count` 0 is read as one rule, `limit` per
 /// `window_ms`. Buffer rules as for `lease_metrics_prometheus` (512 bytes
 /// always suffice).

@@ -71,12 +71,15 @@ fn set(fname: &str, o: &mut lease_options, name: &str, value: OptionValue<'_>) -
     }
 }
 
-/// Set a string option by name: `url`, `rate` ("600/min"), `key_prefix`,
+/// Set a string option by name: `url`, `rate` ("600/min", or a calendar
+/// quota: "1000/month@Europe/Berlin", "500/month@billing-day-15"; at most
+/// N each day, week, month or year of an IANA zone, which needs adaptive
+/// leasing), `key_prefix`,
 /// `mode` ("lease", "exact", "local"), `on_backend_failure`
 /// ("static-share", "allow", "deny"), `clock` ("system", "manual"),
 /// `tiers` ("free=100/min; pro=6000/min, 1000000/day": tiers separated by
-/// ';', each name=rules; "shadow 50/min" puts a tier's rules in shadow
-/// mode), `default_tier` (a tier's name), `policy_file` (a TOML file of
+/// ';', each name=rules, a rule may be a calendar quota as in `rate`;
+/// "shadow 50/min" puts a tier's rules in shadow mode), `default_tier` (a tier's name), `policy_file` (a TOML file of
 /// tiers and key entries) or `shadow` ("true" or "false"). The
 /// string is copied: it may be freed after the call.
 ///

@@ -861,6 +861,194 @@ static void decision_headers_of_several_rules(void) {
   EXPECT_ERR(lease_decision_headers(&d, buf, sizeof buf, NULL), LEASE_ERR_CONFIG, "decision");
 }
 
+/* ---- calendar quotas ("50/day@Europe/Berlin") ---- */
+
+/* 2026-12-04T22:00:00Z and 2026-12-04T12:00:00Z as Unix ms: a manual
+ * clock's readings are Unix ms, so clock_start_ms sets the date. */
+#define DEC_4_2026_22H 1796421600000ULL
+#define DEC_4_2026_12H 1796385600000ULL
+
+/* A limiter on its own memory authority with a manual clock set to
+ * `start_ms`, from `rate` or from `tiers` with `default_tier` "pro"; NULL
+ * (and a failed check) if it cannot be built. */
+static lease_limiter *calendar_limiter(const char *url, const char *rate, const char *tiers, uint64_t start_ms) {
+  lease_options *o = new_options();
+  lease_limiter *l = NULL;
+  EXPECT(lease_options_set_str(o, "url", url), LEASE_OK);
+  EXPECT(lease_options_set_str(o, "clock", "manual"), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "clock_start_ms", (int64_t)start_ms), LEASE_OK);
+  if (rate) EXPECT(lease_options_set_str(o, "rate", rate), LEASE_OK);
+  if (tiers) {
+    EXPECT(lease_options_set_str(o, "tiers", tiers), LEASE_OK);
+    EXPECT(lease_options_set_str(o, "default_tier", "pro"), LEASE_OK);
+  }
+  EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+  lease_options_free(o);
+  return l;
+}
+
+/* Requests of cost 1 admitted on `key` at this instant until the first
+ * denial, which is left in *last. At most 1000 (then it stops: a failure). */
+static int drain(lease_limiter *l, const char *key, lease_decision *last) {
+  int n = 0;
+  for (;;) {
+    lease_status s = lease_acquire(l, KEY(key), 1, last);
+    CHECK(s == LEASE_OK, "acquire %d returned %d", n, (int)s);
+    if (s != LEASE_OK || !last->allowed || n >= 1000) return n;
+    n++;
+  }
+}
+
+/* At 22:00 UTC on 2026-12-04 it is 23:00 in Berlin: a daily quota there
+ * gives 50, then denies until Berlin's midnight an hour away (not a token
+ * bucket's refill: nothing comes back within the day), and the whole quota
+ * returns at that instant. The reset and Retry-After are the true ones. */
+static void calendar_day_in_berlin_across_midnight(void) {
+  lease_limiter *l = calendar_limiter("memory://c-cal-berlin", "50/day@Europe/Berlin", NULL, DEC_4_2026_22H);
+  lease_decision d;
+  char buf[512];
+  char text[512];
+  size_t needed = 0;
+  if (!l) return;
+  CHECK(drain(l, "k", &d) == 50, "the day's quota is 50");
+  CHECK(!d.allowed && d.reason == LEASE_REASON_EXHAUSTED, "denied, exhausted: reason %u", d.reason);
+  CHECK(d.retry_after_ms == 3600000 && d.reset_after_ms == 3600000, "until Berlin's midnight: retry %llu reset %llu",
+        (unsigned long long)d.retry_after_ms, (unsigned long long)d.reset_after_ms);
+  CHECK(d.limit == 50 && d.window_ms == 86400000 && d.remaining == 0, "limit %llu window %llu remaining %llu",
+        (unsigned long long)d.limit, (unsigned long long)d.window_ms, (unsigned long long)d.remaining);
+  CHECK(d.rule == 0 && d.rule_count == 1 && d.rule_limits[0] == 50 && d.rule_window_ms[0] == 86400000,
+        "one rule: rule %u of %u", d.rule, d.rule_count);
+  EXPECT(lease_decision_headers(&d, buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strcmp(buf,
+               "RateLimit-Policy: \"default\";q=50;w=86400\r\n"
+               "RateLimit: \"default\";r=0;t=3600\r\n"
+               "Retry-After: 3600\r\n") == 0,
+        "headers: %s", buf);
+  EXPECT(lease_policy_describe(l, KEY("k"), NULL, 0, text, sizeof text, NULL), LEASE_OK);
+  CHECK(strncmp(text, "rules: 50/day@Europe/Berlin\n", 28) == 0, "describe: %s", text);
+
+  /* One ms before midnight: still the same day, still denied. */
+  EXPECT(lease_advance_clock(l, 3600000 - 1), LEASE_OK);
+  EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  CHECK(!d.allowed && d.retry_after_ms == 1 && d.reset_after_ms == 1,
+        "a token bucket would have refilled: allowed %d retry %llu reset %llu", d.allowed,
+        (unsigned long long)d.retry_after_ms, (unsigned long long)d.reset_after_ms);
+  /* Midnight in Berlin: the next day's whole quota, reset a day away. */
+  EXPECT(lease_advance_clock(l, 1), LEASE_OK);
+  CHECK(drain(l, "k", &d) == 50, "the next day's quota");
+  CHECK(!d.allowed && d.retry_after_ms == 86400000 && d.reset_after_ms == 86400000, "retry %llu reset %llu",
+        (unsigned long long)d.retry_after_ms, (unsigned long long)d.reset_after_ms);
+  lease_limiter_free(l);
+}
+
+/* A calendar quota as one rule of a tier ("10/s, 25/day@UTC"): ten seconds
+ * of 10/s are held to 25 for the day; the daily rule binds the denial with
+ * the time to UTC midnight, and the headers name it "1day". */
+static void calendar_rule_in_a_tier(void) {
+  lease_limiter *l = calendar_limiter("memory://c-cal-tier", NULL, "pro=10/s, 25/day@UTC", DEC_4_2026_12H);
+  lease_decision d;
+  char buf[512];
+  char text[512];
+  size_t needed = 0;
+  int i, total = 0;
+  static const int per_second[10] = {10, 10, 5, 0, 0, 0, 0, 0, 0, 0};
+  if (!l) return;
+  for (i = 0; i < 10; i++) {
+    int n = drain(l, "k", &d);
+    CHECK(n == per_second[i], "second %d: %d admitted, expected %d", i, n, per_second[i]);
+    CHECK(d.rule == (i < 2 ? 0u : 1u), "second %d: rule %u binds", i, d.rule);
+    total += n;
+    EXPECT(lease_advance_clock(l, 1000), LEASE_OK);
+  }
+  CHECK(total == 25, "ten seconds of 10/s held to 25 a day: %d", total);
+  EXPECT(lease_acquire(l, KEY("k"), 1, &d), LEASE_OK);
+  CHECK(!d.allowed && d.reason == LEASE_REASON_EXHAUSTED && d.rule == 1, "the daily rule denies: rule %u", d.rule);
+  CHECK(d.rule_count == 2 && d.rule_limits[0] == 10 && d.rule_window_ms[0] == 1000 && d.rule_limits[1] == 25 &&
+            d.rule_window_ms[1] == 86400000 && d.rule_limits[2] == 0,
+        "rules: %u", d.rule_count);
+  CHECK(d.limit == 25 && d.window_ms == 86400000 && d.remaining == 0, "the binding rule's fields: limit %llu",
+        (unsigned long long)d.limit);
+  /* 12:00:10 UTC: midnight is 12 h - 10 s away. */
+  CHECK(d.retry_after_ms == 43190000 && d.reset_after_ms == 43190000, "retry %llu reset %llu",
+        (unsigned long long)d.retry_after_ms, (unsigned long long)d.reset_after_ms);
+  EXPECT(lease_decision_headers(&d, buf, sizeof buf, &needed), LEASE_OK);
+  CHECK(strcmp(buf,
+               "RateLimit-Policy: \"1s\";q=10;w=1, \"1day\";q=25;w=86400\r\n"
+               "RateLimit: \"1day\";r=0;t=43190\r\n"
+               "Retry-After: 43190\r\n") == 0,
+        "headers: %s", buf);
+  EXPECT(lease_policy_describe(l, KEY("k"), NULL, 0, text, sizeof text, NULL), LEASE_OK);
+  CHECK(strcmp(text, "rules: 10/s, 25/day@UTC\ntier: pro\nsource: tier pro (assigned by default_tier, defined in config)\n") ==
+            0,
+        "describe: %s", text);
+  /* UTC midnight: the day's quota is back, and the 1 s rule binds again. */
+  EXPECT(lease_advance_clock(l, d.retry_after_ms), LEASE_OK);
+  CHECK(drain(l, "k", &d) == 10, "the next day: 10/s again");
+  CHECK(!d.allowed && d.rule == 0, "the 1 s rule denies: rule %u", d.rule);
+  lease_limiter_free(l);
+}
+
+/* Bad calendar rules are LEASE_ERR_CONFIG with the core's message, when
+ * the option is set or at the latest when the limiter is built; calendar
+ * quotas need adaptive leasing. */
+static lease_status calendar_build(const char *rate, const char *tiers, const char *mode, int64_t lease_size) {
+  lease_options *o = new_options();
+  lease_limiter *l = (lease_limiter *)0x1;
+  lease_status s = LEASE_OK;
+  if (rate) s = lease_options_set_str(o, "rate", rate);
+  if (s == LEASE_OK && tiers) s = lease_options_set_str(o, "tiers", tiers);
+  if (s == LEASE_OK && tiers && !rate) s = lease_options_set_int(o, "limit", 5);
+  if (s == LEASE_OK && mode) s = lease_options_set_str(o, "mode", mode);
+  if (s == LEASE_OK && lease_size) s = lease_options_set_int(o, "lease_size", lease_size);
+  if (s == LEASE_OK) {
+    s = lease_limiter_new_from_options(o, &l);
+    if (s == LEASE_OK) lease_limiter_free(l);
+    else CHECK(l == NULL, "out not NULL after a failure");
+  }
+  lease_options_free(o);
+  return s;
+}
+
+static void calendar_bad_input(void) {
+  static const struct {
+    const char *rate, *tiers, *mode;
+    int64_t lease_size;
+    const char *want;
+  } bad[] = {
+      {"10/month@Mars/Olympus", NULL, NULL, 0, "does not know"},
+      {"10/month", NULL, NULL, 0, "needs a time zone"},
+      {"10/day@billing-day-3", NULL, NULL, 0, "only months have one"},
+      {"10/month@billing-day-40", NULL, NULL, 0, "1 to 31"},
+      {"9999999/month@UTC", NULL, NULL, 0, "at most 1737499 per month"},
+      {NULL, "pro=10/s, 25/day@Mars/Olympus", NULL, 0, "does not know"},
+      {"10/day@UTC", NULL, "exact", 0, "needs adaptive leasing"},
+      {"10/day@UTC", NULL, "local", 0, "needs adaptive leasing"},
+      {"10/day@UTC", NULL, NULL, 2, "needs adaptive leasing"},
+      {NULL, "t=10/day@UTC", "local", 0, "needs adaptive leasing"},
+  };
+  uint64_t limit = 0, window = 0;
+  size_t i;
+  for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    lease_status s = calendar_build(bad[i].rate, bad[i].tiers, bad[i].mode, bad[i].lease_size);
+    CHECK(s == LEASE_ERR_CONFIG, "%s / %s: status %d", bad[i].rate ? bad[i].rate : "", bad[i].tiers ? bad[i].tiers : "",
+          (int)s);
+    CHECK(strstr(lease_last_error(), bad[i].want) != NULL, "%s / %s: message lacks \"%s\"",
+          bad[i].rate ? bad[i].rate : "", bad[i].tiers ? bad[i].tiers : "", bad[i].want);
+  }
+  /* The good forms build. */
+  EXPECT(calendar_build("1737499/month@UTC", NULL, NULL, 0), LEASE_OK);
+  EXPECT(calendar_build("30/month@billing-day-31 America/New_York", NULL, NULL, 0), LEASE_OK);
+  EXPECT(calendar_build(NULL, "pro=10/s, 100/week@Europe/Berlin, 1000/year@Asia/Tokyo", NULL, 0), LEASE_OK);
+  /* lease_parse_rate answers a limit and a window, which cannot carry a
+   * calendar: a calendar quota is an error there, never a fixed window. */
+  EXPECT_ERR(lease_parse_rate("10/day@UTC", &limit, &window), LEASE_ERR_CONFIG, "rate");
+  CHECK(limit == 0 && window == 0, "written on failure: %llu/%llu", (unsigned long long)limit,
+        (unsigned long long)window);
+  /* With no "@", a day is a fixed window of 24 hours (a token bucket). */
+  EXPECT(lease_parse_rate("1000/day", &limit, &window), LEASE_OK);
+  CHECK(limit == 1000 && window == 86400000, "%llu/%llu", (unsigned long long)limit, (unsigned long long)window);
+}
+
 /* The shared store: one limiter writes (a tier, a key's assignment), a
  * second one on the same memory:// store sees it after
  * lease_refresh_policies, and bad input is a clear status. */
@@ -1286,6 +1474,9 @@ int main(void) {
   RUN(tiers_pick_the_rules);
   RUN(two_rules_with_a_refund);
   RUN(decision_headers_of_several_rules);
+  RUN(calendar_day_in_berlin_across_midnight);
+  RUN(calendar_rule_in_a_tier);
+  RUN(calendar_bad_input);
   RUN(store_is_shared_after_refresh);
   RUN(options_rules_between_options);
   RUN(options_unknown_names_and_bad_values);
