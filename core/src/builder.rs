@@ -43,6 +43,9 @@ impl Builder {
         /// Limit and window from a rate such as `"600/min"`; giving `limit`
         /// or `window_ms` as well is an error.
         rate: &str => |v| OptionValue::Str(v),
+        /// Requests of one key in flight at once, fleet-wide, for
+        /// [`Limiter::acquire_concurrent`](crate::Limiter::acquire_concurrent) (default 0: none).
+        concurrency: u64 => |v| OptionValue::Int(v.into()),
         /// Tokens per lease (default 2 % of limit, 1..=20).
         lease_size: u64 => |v| OptionValue::Int(v.into()),
         /// Prefetch below this many local tokens (default lease_size / 4, at least 1).

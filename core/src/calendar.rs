@@ -99,15 +99,26 @@ impl Calendar {
     /// No calendar: a token bucket.
     pub const NONE: Calendar = Calendar(0);
 
+    /// Not a calendar but a concurrency limit: `limit` permits in flight
+    /// (`Limiter::acquire_concurrent`), which nothing refills; each comes
+    /// back when released or when its holder's commitment expires.
+    pub const IN_FLIGHT: Calendar = Calendar(u32::MAX);
+
     /// Whether this is a calendar quota.
     #[inline]
     pub fn is_some(self) -> bool {
-        self.0 != 0
+        self.0 != 0 && self.0 != u32::MAX
+    }
+
+    /// Whether this is a concurrency limit ([`Calendar::IN_FLIGHT`]).
+    #[inline]
+    pub fn is_in_flight(self) -> bool {
+        self.0 == u32::MAX
     }
 
     /// The spec of this calendar (`None` for [`Calendar::NONE`]).
     pub fn spec(self) -> Option<Arc<CalendarSpec>> {
-        if self.0 == 0 {
+        if !self.is_some() {
             return None;
         }
         let all = CALENDARS.read().unwrap_or_else(|e| e.into_inner());

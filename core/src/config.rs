@@ -160,6 +160,10 @@ pub struct Config {
     /// bucket. Else a calendar quota (`rate = "1000/month@UTC"`): at most
     /// `limit` in each period of the calendar (`window_ms` is its nominal length).
     pub calendar: Calendar,
+    /// Requests of one key in flight at once across the fleet, for
+    /// [`crate::Limiter::acquire_concurrent`] (default 0: no such limit).
+    /// Needs adaptive leasing.
+    pub concurrency: u64,
     /// Tokens borrowed per lease. `None` (default): adaptive leasing, leases
     /// sized by demand under `overshoot_budget`. `Some(n)`: fixed leases of `n`.
     pub lease_size: Option<u64>,
@@ -218,6 +222,7 @@ impl Config {
             limit: 0,
             window_ms: 60_000,
             calendar: Calendar::NONE,
+            concurrency: 0,
             lease_size: None,
             overshoot_budget: Budget::PerMillion(20_000),
             refill_threshold: None,
@@ -245,6 +250,7 @@ impl std::fmt::Debug for Config {
             .field("limit", &self.limit)
             .field("window_ms", &self.window_ms)
             .field("calendar", &self.calendar.spec().map(|c| c.to_string()))
+            .field("concurrency", &self.concurrency)
             .field("lease_size", &self.lease_size)
             .field("overshoot_budget", &self.overshoot_budget)
             .field("refill_threshold", &self.refill_threshold)
@@ -289,10 +295,26 @@ impl Resolved {
             calendar: self.cfg.calendar,
         }
     }
+
+    /// The bucket of a key's permits in flight (`concurrency`).
+    pub fn in_flight_policy(&self) -> Quota {
+        Quota {
+            limit: self.cfg.concurrency,
+            window_ms: IN_FLIGHT_WINDOW_MS,
+            calendar: Calendar::IN_FLIGHT,
+        }
+    }
 }
 
-/// Why a limiter that does not lease adaptively refuses calendar quotas.
-pub(crate) const CALENDAR_NEEDS_LEDGER: &str = "is a calendar quota, which needs adaptive leasing (mode \"lease\" \
+/// The credit units of a concurrency limit's permits (one permit is this
+/// many units; permits never refill, so it sizes only the failure
+/// policy's shares: a share of the limit per second).
+pub(crate) const IN_FLIGHT_WINDOW_MS: u64 = 1_000;
+
+/// Why a limiter that does not lease adaptively refuses calendar quotas
+/// (and concurrency limits).
+pub(crate) const CALENDAR_NEEDS_LEDGER: &str =
+    "is a calendar quota or a concurrency limit, which needs adaptive leasing (mode \"lease\" \
      without lease_size): only the ledger resets a quota at calendar boundaries; for one request per \
      authority call, keep mode \"lease\" with a small overshoot_budget such as \"1\"";
 
@@ -384,6 +406,12 @@ impl Config {
         if self.max_keys == 0 {
             return Err(Error::config("max_keys", "must be at least 1"));
         }
+        if self.concurrency.saturating_mul(IN_FLIGHT_WINDOW_MS) > crate::bucket::MAX_CAPACITY_UNITS {
+            return Err(Error::config(
+                "concurrency",
+                format!("must be at most 2^52 / 1000 (got {})", self.concurrency),
+            ));
+        }
         if let Budget::Tokens(0) | Budget::PerMillion(0) = self.overshoot_budget {
             return Err(Error::config("overshoot_budget", "must be at least 1 token"));
         }
@@ -400,7 +428,9 @@ impl Config {
         // from demand x round trip).
         let adaptive = self.mode == Mode::Lease && self.lease_size.is_none();
         if !adaptive {
-            let field = if self.calendar.is_some() {
+            let field = if self.concurrency > 0 {
+                Some("concurrency")
+            } else if self.calendar.is_some() {
                 Some("rate")
             } else if self.tiers.iter().any(|t| t.rules.has_calendar()) {
                 Some("tiers")

@@ -189,8 +189,11 @@ pub(crate) fn args(
         ]
         .map(|n| n.to_string()),
     );
-    if let Some(b) = policy.calendar.bounds(wall) {
+    if policy.calendar.is_in_flight() {
+        v.push("n".into());
+    } else if let Some(b) = policy.calendar.bounds(wall) {
         let on_script_clock = |t: u64| if explicit { (t + now).saturating_sub(wall) } else { t };
+        v.push("c".into());
         v.extend([b.start, b.end, b.after].map(|t| on_script_clock(t).to_string()));
     }
     v

@@ -11,6 +11,7 @@ use crate::events::Event;
 pub use crate::inspection::Inspection;
 use crate::keys::validate_key;
 use crate::metrics::Metrics;
+use crate::permit::Permit;
 use crate::policy::{Assignment, Origin, PolicySource, Rules};
 use crate::rate::validate_policy;
 use crate::reservation::Reservation;
@@ -197,6 +198,58 @@ impl Limiter {
             return Ok(Some(d));
         }
         self.spawn_wait(key, cost, tier, wait, done)?;
+        Ok(None)
+    }
+
+    /// Take a permit for one request of `key` in flight: admitted while
+    /// fewer than the limiter's `concurrency` requests of the key are in
+    /// flight across the fleet (permits leased to instances in chunks, as
+    /// tokens are), denied otherwise (`retry_after_ms`: when to ask again).
+    /// Release it with [`Permit::release`] when the request ends (or drop
+    /// it). At most `concurrency` are in flight, plus the permits of
+    /// instances that died holding them, until their commitments expire at
+    /// the authority (docs/design.md, "Concurrency limits").
+    /// [`Error::Config`] when the limiter has no `concurrency`.
+    pub fn acquire_concurrent(&self, key: &str) -> Result<Permit> {
+        let bucket = self.engine.in_flight_key(key)?;
+        let d = match self.engine.admit_local(&bucket, 1, None)? {
+            Some(d) => d,
+            None => self.engine.acquire_slow(&bucket, 1, Waiting::Permit, None)?,
+        };
+        Permit::new(self.engine.clone(), key, &bucket, d)
+    }
+
+    /// [`acquire_concurrent`](Self::acquire_concurrent), awaiting instead of blocking.
+    pub async fn acquire_concurrent_async(&self, key: &str) -> Result<Permit> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if let Some(p) = self.acquire_concurrent_or_notify(key, move |p| {
+            let _ = tx.send(p);
+        })? {
+            return Ok(p);
+        }
+        rx.await.map_err(|_| Error::Closed)?
+    }
+
+    /// Callback form of [`acquire_concurrent_async`](Self::acquire_concurrent_async),
+    /// for bindings with their own event loop: `Ok(Some(permit))` when
+    /// decided without waiting, else `Ok(None)` and `done` is called once,
+    /// later, from the broker thread.
+    pub fn acquire_concurrent_or_notify(
+        &self,
+        key: &str,
+        done: impl FnOnce(Result<Permit>) + Send + 'static,
+    ) -> Result<Option<Permit>> {
+        let bucket = self.engine.in_flight_key(key)?;
+        if let Some(d) = self.engine.admit_local(&bucket, 1, None)? {
+            return Permit::new(self.engine.clone(), key, &bucket, d).map(Some);
+        }
+        if self.engine.is_inline() {
+            return self.acquire_concurrent(key).map(Some);
+        }
+        let user_key: Box<str> = key.into();
+        self.spawn_slow(&bucket, 1, Waiting::Permit, None, move |engine, bucket, _, d| {
+            done(d.and_then(|d| Permit::new(engine, &user_key, bucket, d)));
+        })?;
         Ok(None)
     }
 

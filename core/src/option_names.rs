@@ -8,6 +8,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "limit",
     "window_ms",
     "rate",
+    "concurrency",
     "lease_size",
     "overshoot_budget",
     "refill_threshold",

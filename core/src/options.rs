@@ -247,6 +247,7 @@ impl Options {
             "lease_ttl_ms" => c.lease_ttl_ms = int(field, value)?,
             "on_backend_failure" => c.on_backend_failure = string(field, value)?.parse()?,
             "expected_replicas" => c.expected_replicas = int(field, value)?,
+            "concurrency" => c.concurrency = int(field, value)?,
             "backend_timeout_ms" => c.backend_timeout_ms = int(field, value)?,
             "key_prefix" => c.key_prefix = string(field, value)?.to_string(),
             "max_keys" => {
@@ -381,9 +382,11 @@ mod tests {
             ("policy_file", Str("/etc/quotalease.toml")),
             ("policyRefreshMs", Int(250)),
             ("shadow", Bool(true)),
+            ("concurrency", Int(5)),
         ])
         .unwrap();
         assert!(c.shadow);
+        assert_eq!(c.concurrency, 5);
         assert_eq!(c.url, "memory://x");
         assert_eq!(c.tiers.len(), 2);
         assert_eq!(c.tiers[1].rules.to_string(), "100/s, 1000/day");
@@ -402,7 +405,7 @@ mod tests {
                 start_ms: MANUAL_CLOCK_START_MS
             }
         );
-        assert_eq!(OPTION_NAMES.len(), 21);
+        assert_eq!(OPTION_NAMES.len(), 22);
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub(crate) enum Waiting {
     /// the authority (it is not reported spent): a reservation's unused
     /// tokens may go back into the lease when it is settled.
     Reserve,
+    /// `acquire_concurrent`: as `Reserve`, on the bucket of a key's permits
+    /// (a name with the separator callers may not use).
+    Permit,
 }
 
 /// The cold path of a key, over its rules, with `$drive` (blocking or
@@ -182,8 +185,11 @@ impl Engine {
 
     fn decide_slow(&self, key: &str, cost: u64, waiting: Waiting, tier: Option<&str>) -> Result<Decision> {
         // The admit path checks a key's length only; the separator that
-        // names rule buckets is refused here, before the key is looked up.
-        validate_key(key)?;
+        // names rule buckets is refused here, before the key is looked up
+        // (a permit's bucket is named by the engine, after its key's check).
+        if waiting != Waiting::Permit {
+            validate_key(key)?;
+        }
         // One deadline for the whole request: its key's first policy read
         // and the lease call of each rule share one `backend_timeout_ms`.
         let deadline = Instant::now() + self.wait_bound();
@@ -196,7 +202,9 @@ impl Engine {
     }
 
     async fn decide_slow_async(&self, key: &str, cost: u64, waiting: Waiting, tier: Option<&str>) -> Result<Decision> {
-        validate_key(key)?;
+        if waiting != Waiting::Permit {
+            validate_key(key)?;
+        }
         let deadline = tokio::time::Instant::now() + self.wait_bound();
         self.await_policy_async(key, deadline).await;
         cold_path!(self, key, cost, tier, |b| self
@@ -450,7 +458,7 @@ impl Engine {
         match waiting {
             Waiting::Yes => need,
             Waiting::No if self.is_inline() => need,
-            Waiting::No | Waiting::Reserve => 0,
+            Waiting::No | Waiting::Reserve | Waiting::Permit => 0,
         }
     }
 

@@ -321,6 +321,20 @@ impl Engine {
         self.wait_idle(Duration::from_secs(10))
     }
 
+    /// The bucket of `key`'s permits in flight; [`Error::Config`] when the
+    /// limiter has no `concurrency`.
+    pub(crate) fn in_flight_key(&self, key: &str) -> Result<String> {
+        validate_key(key)?;
+        if self.r.cfg.concurrency == 0 {
+            return Err(crate::error::Error::config(
+                "concurrency",
+                "is 0, so this limiter takes no permits: set it to the most requests of one key \
+                 in flight at once across the fleet",
+            ));
+        }
+        Ok(format!("{key}{}", policies::IN_FLIGHT_SUFFIX))
+    }
+
     /// What this limiter and the authority know about `key`.
     pub fn inspect(&self, key: &str) -> Result<Inspection> {
         self.check_open()?;

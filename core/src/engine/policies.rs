@@ -22,6 +22,10 @@ use crate::error::{Error, Result};
 use crate::policy::file::PolicyFile;
 use crate::policy::{rule_key, Access, Assignment, Origin, PolicySource, Rules, Tier};
 
+/// What names the bucket of a key's permits in flight (after the key; the
+/// separator is refused in keys callers give).
+pub(crate) const IN_FLIGHT_SUFFIX: &str = "\u{1f}inflight";
+
 /// One tier as the limiter knows it now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TierDef {
@@ -213,6 +217,19 @@ impl Engine {
     }
 
     fn resolve_rules(&self, key: &str, tier: Option<&str>) -> Result<Resolution> {
+        if key.ends_with(IN_FLIGHT_SUFFIX) {
+            // a key's permits in flight: the limiter's `concurrency`
+            return Ok(Resolution {
+                rules: Rules::one(self.r.in_flight_policy()),
+                mark: MARK_PINNED,
+                source: PolicySource {
+                    tier: None,
+                    assigned_by: Origin::Config,
+                    defined_by: Origin::Config,
+                    access: None,
+                },
+            });
+        }
         if let Some(p) = lock(&self.overrides).get(key) {
             return Ok(Resolution {
                 rules: Rules::one(*p),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::entry::Entry;
 use super::{lock, Engine};
 use crate::bucket::Quota;
+use crate::calendar::Calendar;
 use crate::error::Result;
 use crate::metrics::{Counters, Metrics};
 
@@ -90,12 +91,17 @@ impl Table {
     }
 
     /// The keys to evict when the table is full: the least recently used
-    /// `max_keys / 16` (at least one), keys with a request in flight last.
+    /// `max_keys / 16` (at least one), keys with a request in flight last
+    /// (a lease call, or tokens out on reservations and permits: an entry
+    /// that leaves the table no longer reports them held).
     fn eviction_victims(&self) -> Vec<Box<str>> {
         let guard = self.map.pin();
         let mut all: Vec<(bool, u64, &Box<str>)> = guard
             .iter()
-            .map(|(k, e)| (e.in_flight.load(Relaxed), e.last_used.load(Relaxed), k))
+            .map(|(k, e)| {
+                let busy = e.in_flight.load(Relaxed) || e.reserved.load(Relaxed) > 0;
+                (busy, e.last_used.load(Relaxed), k)
+            })
             .collect();
         let n = (self.max_keys / EVICT_FRACTION).max(1).min(all.len());
         if n == 0 {
@@ -232,6 +238,18 @@ impl Engine {
         t
     }
 
+    /// A permit bucket with permits in use renews its commitment when half
+    /// of it has run: the permits stay committed at the authority while
+    /// their requests run, however long (a lease call reports them held).
+    fn renew_permits(&self, e: &Arc<Entry>, now: u64) {
+        if Calendar(e.calendar.load(Relaxed)).is_in_flight() && e.reserved.load(Acquire) > 0 {
+            let until = e.lease_until.load(Acquire);
+            if until != 0 && now + crate::ledger::TUNING.commit_ms / 2 >= until {
+                self.start_lease(e, 1, 1, 0);
+            }
+        }
+    }
+
     /// Lease TTL and idle-entry sweep (broker ticker, or `settle()`).
     pub(super) fn maintain_at(&self, now: u64) {
         if self.closed.load(Acquire) {
@@ -242,8 +260,13 @@ impl Engine {
         let mut gone = Vec::new();
         for (k, e) in guard.iter() {
             self.expire_if_idle(e, e.policy(), now);
+            self.renew_permits(e, now);
             let idle = now.saturating_sub(e.last_used.load(Relaxed));
-            if idle >= idle_drop && e.tokens.load(Relaxed) == 0 && !e.in_flight.load(Relaxed) {
+            if idle >= idle_drop
+                && e.tokens.load(Relaxed) == 0
+                && !e.in_flight.load(Relaxed)
+                && e.reserved.load(Relaxed) == 0
+            {
                 gone.push(k.clone());
             }
         }

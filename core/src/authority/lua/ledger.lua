@@ -11,9 +11,10 @@
 -- commit_ms, fallback_ms, learn_ms, min_period_ms, max_period_ms,
 -- grant_tokens, carry_ms, rate_cap_pct, saturation_pct; then `spent`, the
 -- tokens of a grant the request that asked spends as it lands; last
--- debt_pay_pct, rate_start_pct; for a calendar quota last the start of the
--- period that holds the caller's time of day, its end and the next end (on
--- this script's clock).
+-- debt_pay_pct, rate_start_pct; then the kind of bucket: none or '' a
+-- token bucket, 'c' a calendar quota followed by the start of the period
+-- that holds the caller's time of day, its end and the next end (on this
+-- script's clock), 'n' a concurrency limit (tokens are permits in flight).
 --
 -- Units: credit `c` in 1/w token (w the stored window), rates in those
 -- units per ms (the key's refill rate is `l`), commitments in tokens.
@@ -55,8 +56,13 @@ end
 -- a calendar quota: the period this script's clock is in (a clock behind
 -- the caller's, before the caller's period began, knows only its end)
 local cal_start, cal_end = nil, nil
-if ARGV[29] ~= nil and ARGV[29] ~= '' then
-  local b0, b1, b2 = tonumber(ARGV[29]), tonumber(ARGV[30]), tonumber(ARGV[31])
+-- a concurrency limit: a permit is free unless committed, c = cap - L * w
+-- (set at every refill, grant and store), so permits come back when given
+-- back, when a holder no longer reports them held and when a commitment
+-- expires (a holder that died); nothing else refills
+local conc = ARGV[29] == 'n'
+if ARGV[29] == 'c' then
+  local b0, b1, b2 = tonumber(ARGV[30]), tonumber(ARGV[31]), tonumber(ARGV[32])
   if now >= b1 then
     cal_start, cal_end = b1, b2
   elseif now >= b0 then
@@ -116,6 +122,11 @@ local function refill(to)
   if to <= s.t then return end
   local from = max(s.t, s.z)
   local room = cap - s.L * window
+  if conc then
+    s.c = cap - s.L * window
+    s.t = to
+    return
+  end
   if cal_start then
     -- a calendar quota refills nothing in a period: a whole capacity comes
     -- back at the period's start (once however many starts passed; none
@@ -228,6 +239,7 @@ local function store(me, c_until, f_until, r_until)
     if f_until then redis.call('ZADD', Z, S(f_until), 'f' .. holder) end
     if r_until then redis.call('ZADD', Z, S(r_until), 'r' .. holder) end
   end
+  if conc then s.c = cap - s.L * window end
   local full = ceil((cap - min(s.c, cap)) / limit) + max(s.z - now, 0)
   if cal_start and s.c < cap then
     -- kept until the period's start that fills it (a debt: later ones)
@@ -407,9 +419,12 @@ local function grant(me, old_L, renewing)
     end
     s.c = max(s.c - debit, -cap)
   end
+  -- (permits: free are those nobody holds, this holder's `h` included)
+  if conc then s.c = cap - (s.L + h) * window end
   local avail = whole()
-  -- (a calendar quota grants no rates: it has no refill to share)
-  local saturated = not single and not cal_start and (s.D * window / 1000000) * 100 >= limit * saturation_pct
+  -- (a calendar quota or a concurrency limit grants no rates: neither has
+  -- a refill to share)
+  local saturated = not single and not cal_start and not conc and (s.D * window / 1000000) * 100 >= limit * saturation_pct
   local part = min(max(want, need), need + floor(share() * min_period / window))
   -- rates start where the bucket runs dry; once it has (`y`, within a
   -- longest period), every saturated holder moves on at its next call
@@ -434,6 +449,9 @@ local function grant(me, old_L, renewing)
     me.L = me.L + granted - min(spent, granted)
   elseif cal_start then
     wait = max(cal_end - now, 1)
+  elseif conc then
+    -- (a permit may come back at any release: ask again soon)
+    wait = min_period
   elseif rate == 0 and wait == 0 then
     wait = ceil(max(need * window - s.c, 0) / max(limit - s.R, 1))
   end
