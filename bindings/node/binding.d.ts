@@ -13,7 +13,7 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 export declare class NativeLimiter {
   /**
    * `names[i]` is an option (as in `LimiterOptions`, or snake_case) and
-   * `values[i]` its value. `scratch`: a `Float64Array` of at least 16
+   * `values[i]` its value. `scratch`: a `Float64Array` of at least 20
    * elements the wrapper reads decisions from. `onEvent(kind, message)` is
    * called on backend transitions.
    */
@@ -26,7 +26,8 @@ export declare class NativeLimiter {
    * `undefined` or `null`). The acquires write the decision into the
    * scratch array and return `undefined`; `acquireAsync` returns a
    * Promise of `[code, limit, remaining, retryAfterMs, resetAfterMs,
-   * windowMs, rule, rule count, each rule's limit and windowMs]` (or an
+   * windowMs, rule, rule count, each rule's limit, windowMs and calendar
+   * code]` (or an
    * Error) instead when it must wait for the backend. `reserve` returns a
    * `NativeReservation` (the cost is its estimate); `reserveAsync` too, or
    * a Promise of one (or an Error) when it must wait for the backend.
@@ -135,7 +136,7 @@ export declare class NativeReservation {
   /**
    * The decision on the estimate as numbers: `[code, limit, remaining,
    * retryAfterMs, resetAfterMs, windowMs, rule, rule count, each rule's
-   * limit and windowMs]`.
+   * limit, windowMs and calendar code]`.
    */
   decision(): Array<number>
   /** The key reserved on. */
@@ -156,13 +157,22 @@ export declare class NativeReservation {
 }
 
 /**
+ * The text of the calendar with code `code` (see `calendar_code`), as a
+ * rule writes it after its `/`: `'day@UTC'`, `'month@billing-day-15 UTC'`.
+ */
+export declare function calendarText(code: number): string | null
+
+/**
  * HTTP headers for a decision (IETF RateLimit / RateLimit-Policy, plus
  * Retry-After when denied), computed by the engine. `rules`: every rule's
  * limit and windowMs in turn (none: the one rule `limit` per `windowMs`);
  * `rule`: the binding rule's index in them (default 0); `reason`: the
- * decision's reason by name (none or an unknown name: `lease`).
+ * decision's reason by name (none or an unknown name: `lease`);
+ * `calendars`: each rule's calendar as a rule writes it after its `/`
+ * (`'month@Europe/Berlin'`; `''` for a token bucket), so a calendar quota
+ * among several is named by its period (`"1month"`).
  */
-export declare function decisionHeaders(allowed: boolean, limit: number, remaining: number, retryAfterMs: number, resetAfterMs: number, windowMs: number, rule?: number | undefined | null, rules?: Array<number> | undefined | null, reason?: string | undefined | null): Record<string, string>
+export declare function decisionHeaders(allowed: boolean, limit: number, remaining: number, retryAfterMs: number, resetAfterMs: number, windowMs: number, rule?: number | undefined | null, rules?: Array<number> | undefined | null, reason?: string | undefined | null, calendars?: Array<string> | undefined | null): Record<string, string>
 
 /** The engine's version (Cargo.toml). */
 export declare function engineVersion(): string

@@ -837,6 +837,7 @@ module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __n
 module.exports = nativeBinding
 module.exports.NativeLimiter = nativeBinding.NativeLimiter
 module.exports.NativeReservation = nativeBinding.NativeReservation
+module.exports.calendarText = nativeBinding.calendarText
 module.exports.decisionHeaders = nativeBinding.decisionHeaders
 module.exports.engineVersion = nativeBinding.engineVersion
 module.exports.errorCodes = nativeBinding.errorCodes

@@ -39,7 +39,16 @@ export interface LimiterOptions {
   limit?: number
   /** Window in milliseconds (default 60000). */
   windowMs?: number
-  /** Limit and window in one string: `'600/min'`, `'10/s'`, `'100/30s'`, `'5000/hour'`. */
+  /**
+   * Limit and window in one string: `'600/min'`, `'10/s'`, `'100/30s'`, `'5000/hour'`.
+   * Or a calendar quota, at most N in each calendar period of an IANA time
+   * zone (the whole quota back at the period's start, nothing refilled within
+   * it): `'10000/day@UTC'`, `'N/week@ZONE'` (weeks start on Monday),
+   * `'1000000/month@Europe/Berlin'`, `'N/year@ZONE'`, or a month from a
+   * billing day, `'500/month@billing-day-15'` (UTC) or
+   * `'500/month@billing-day-15 America/New_York'`. A calendar quota needs
+   * adaptive leasing (no `leaseSize`, mode `'lease'`).
+   */
   rate?: string
   /** Pins fixed leases of this many tokens (default unset: adaptive leasing under `overshootBudget`). Must be <= limit. */
   leaseSize?: number
@@ -67,11 +76,15 @@ export interface LimiterOptions {
    * `{ manualStartMs }` is the same as `'manual'` with `clockStartMs`.
    */
   clock?: 'system' | 'manual' | { manualStartMs: number }
-  /** Where the manual clock starts (default 1000000); only with `clock: 'manual'`. */
+  /** Where the manual clock starts (default 1000000), in Unix ms (a calendar quota reads it as a date); only with `clock: 'manual'`. */
   clockStartMs?: number
   /** Called on every backend transition (as well as the `'degraded'` / `'recovered'` events). */
   onEvent?: (event: LimiterEvent) => void
-  /** Plan tiers: `'free=100/min; pro=6000/min, 1000000/day'` (each tier 1 to 4 rules with distinct windows). */
+  /**
+   * Plan tiers: `'free=100/min; pro=6000/min, 1000000/day'` (each tier 1 to 4
+   * rules with distinct windows); a rule may be a calendar quota as in `rate`:
+   * `'pro=10/s, 50000/month@billing-day-15'`.
+   */
   tiers?: string
   /** The tier of a key whose caller names none (and that has no entry of its own). */
   defaultTier?: string
@@ -87,10 +100,17 @@ export interface LimiterOptions {
   shadow?: boolean
 }
 
-/** One rule: `limit` tokens per `windowMs`. */
+/** One rule: `limit` tokens per `windowMs`, or a calendar quota (`calendar` set). */
 export interface PolicyRule {
   readonly limit: number
+  /** The window; a calendar quota's nominal period (a day 86400000, a week 604800000, a month 2592000000, a year 31536000000). */
   readonly windowMs: number
+  /**
+   * Only on a calendar quota: its calendar as the rule writes it after its `/`,
+   * `'day@Europe/Berlin'`, `'month@billing-day-15 UTC'` (at most `limit` in
+   * each such period). `headers()` names the rule by its period from it.
+   */
+  readonly calendar?: string
 }
 
 /** The last argument of `acquire`, `acquireSync` and `tryAcquire`. */
@@ -169,9 +189,9 @@ export interface DecisionFields {
   readonly remaining: number
   /** When denied: milliseconds until a retry can succeed (0 when allowed). */
   readonly retryAfterMs: number
-  /** Milliseconds until the key's bucket would be full again. */
+  /** Milliseconds until the key's bucket would be full again (a calendar quota's: until its period ends). */
   readonly resetAfterMs: number
-  /** The key's window in milliseconds. */
+  /** The key's window in milliseconds (a calendar quota's nominal period). */
   readonly windowMs: number
   readonly reason: Reason
   /** Index of the binding rule in `rules` (absent: 0). */

@@ -50,7 +50,8 @@ function describe(v) {
  * nine data fields (it serialises, spreads and compares as a plain object);
  * `headers()` is inherited from `Decision.prototype`. `rules` lists every
  * rule the key is held to (`[{ limit, windowMs }]`, frozen, shared by
- * decisions with the same rules); `limit`, `remaining`, `windowMs` and the
+ * decisions with the same rules; a calendar quota's has `calendar` too,
+ * `'month@Europe/Berlin'`, and its `windowMs` is the nominal period); `limit`, `remaining`, `windowMs` and the
  * times are those of the binding rule, `rules[rule]`: the one that denied,
  * or, when admitted, the one with the fewest tokens left.
  */
@@ -91,6 +92,7 @@ function headers(d) {
   }
   // A decision of an older version (or a hand-made one) has no rules: its one rule is limit per windowMs.
   let flat
+  let calendars
   if (d.rules !== undefined && d.rules !== null) {
     if (!Array.isArray(d.rules)) {
       throw fail(TypeError, codes.CONFIG, `headers(decision): \`rules\` must be an array of { limit, windowMs } (got ${describe(d.rules)})`)
@@ -101,6 +103,16 @@ function headers(d) {
         throw fail(TypeError, codes.CONFIG, `headers(decision): every rule must be { limit: number, windowMs: number } (got ${describe(r)})`)
       }
       flat.push(r.limit, r.windowMs)
+    }
+    // A calendar quota among several is named by its period ("1month"), not its nominal window.
+    if (d.rules.some((r) => r.calendar !== undefined && r.calendar !== null)) {
+      calendars = d.rules.map((r) => {
+        if (r.calendar === undefined || r.calendar === null) return ''
+        if (typeof r.calendar !== 'string') {
+          throw fail(TypeError, codes.CONFIG, `headers(decision): a rule's \`calendar\` must be a string such as 'month@UTC' (got ${describe(r.calendar)})`)
+        }
+        return r.calendar
+      })
     }
   }
   const rule = d.rule ?? undefined
@@ -117,23 +129,47 @@ function headers(d) {
     rule,
     flat,
     typeof d.reason === 'string' ? d.reason : undefined,
+    calendars,
   )
 }
 
-/** Whether `rules` holds the `n` rules stored as pairs in `a` from index `at`. */
+/** Calendar texts by the native side's codes (0: a token bucket, no calendar). */
+const calendarTexts = new Map()
+
+/** The calendar with code `code` as a rule writes it after its `/` ('month@UTC'), or undefined for 0. */
+function calendarOf(code) {
+  if (code === 0) return undefined
+  let text = calendarTexts.get(code)
+  if (text === undefined) {
+    text = native.calendarText(code) ?? undefined
+    calendarTexts.set(code, text)
+  }
+  return text
+}
+
+/** Whether `rules` holds the `n` rules stored as triples in `a` from index `at`. */
 function sameRules(rules, a, at, n) {
   if (rules === null || rules.length !== n) return false
   for (let i = 0; i < n; i++) {
     const r = rules[i]
-    if (r.limit !== a[at + 2 * i] || r.windowMs !== a[at + 2 * i + 1]) return false
+    if (r.limit !== a[at + 3 * i] || r.windowMs !== a[at + 3 * i + 1] || r.calendar !== calendarOf(a[at + 3 * i + 2])) return false
   }
   return true
 }
 
-/** The `n` rules stored as pairs (limit, windowMs) in `a` from index `at`, frozen. */
+/**
+ * The `n` rules stored as triples (limit, windowMs, calendar code) in `a`
+ * from index `at`, frozen: `{ limit, windowMs }`, and `calendar` for a
+ * calendar quota.
+ */
 function readRules(a, at, n) {
   const out = new Array(n)
-  for (let i = 0; i < n; i++) out[i] = Object.freeze({ limit: a[at + 2 * i], windowMs: a[at + 2 * i + 1] })
+  for (let i = 0; i < n; i++) {
+    const limit = a[at + 3 * i]
+    const windowMs = a[at + 3 * i + 1]
+    const calendar = calendarOf(a[at + 3 * i + 2])
+    out[i] = Object.freeze(calendar === undefined ? { limit, windowMs } : { limit, windowMs, calendar })
+  }
   return Object.freeze(out)
 }
 
@@ -437,8 +473,8 @@ class Limiter extends EventEmitter {
     super()
     const { names, values, onEvent } = nativeOptions(options)
     // [limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason | allowed << 4,
-    //  rule, rule count, limit and windowMs of each rule (at most 4)]
-    this.#scratch = new Float64Array(new ArrayBuffer(8 * 16))
+    //  rule, rule count, limit, windowMs and calendar code of each rule (at most 4)]
+    this.#scratch = new Float64Array(new ArrayBuffer(8 * 20))
     this.#rules = null
     // The native side holds this callback for as long as the limiter lives;
     // through a WeakRef it does not keep the limiter itself reachable.

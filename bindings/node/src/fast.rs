@@ -18,7 +18,8 @@ use napi::{sys, Env};
 use quotalease::{Decision, Error as QlError, ErrorKind, Limiter, Reservation};
 
 use crate::{
-    code_of, code_of_decision, Deferred, Meet, NativeReservation, Notifier, Outcome, KEY_BUF, MAX_SAFE, SCRATCH_LEN,
+    calendar_code, code_of, code_of_decision, Deferred, Meet, NativeReservation, Notifier, Outcome, KEY_BUF, MAX_SAFE,
+    SCRATCH_LEN,
 };
 
 /// What the raw functions share with the class object: the engine and the
@@ -50,8 +51,8 @@ impl Shared {
     }
 
     /// `[limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason |
-    /// allowed << 4, rule, rule count, then limit and windowMs of each rule]`
-    /// into the scratch array.
+    /// allowed << 4, rule, rule count, then limit, windowMs and calendar
+    /// code of each rule]` into the scratch array.
     #[inline]
     fn write(&self, d: &Decision) {
         if self.scratch_len >= SCRATCH_LEN {
@@ -69,8 +70,9 @@ impl Shared {
                 *self.scratch.add(6) = d.rule as f64;
                 *self.scratch.add(7) = rules.len() as f64;
                 for (i, p) in rules.iter().enumerate() {
-                    *self.scratch.add(8 + 2 * i) = p.limit as f64;
-                    *self.scratch.add(9 + 2 * i) = p.window_ms as f64;
+                    *self.scratch.add(8 + 3 * i) = p.limit as f64;
+                    *self.scratch.add(9 + 3 * i) = p.window_ms as f64;
+                    *self.scratch.add(10 + 3 * i) = calendar_code(p.calendar);
                 }
             }
         }

@@ -22,15 +22,15 @@
 mod fast;
 
 use std::ffi::{CStr, CString};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
 use quotalease::Quota;
 use quotalease::{
-    Decision, Error as QlError, ErrorKind, Event, Limiter, OptionValue, Options, PolicyListing, PolicySource, Reason,
-    Reservation, Rules,
+    Calendar, Decision, Error as QlError, ErrorKind, Event, Limiter, OptionValue, Options, PolicyListing, PolicySource,
+    Reason, Reservation, Rules,
 };
 
 /// `ERR_QUOTALEASE_` and the kind's name in capitals, for every
@@ -83,16 +83,52 @@ pub(crate) const KEY_BUF: usize = 1024;
 
 /// Numbers in the scratch array: limit, remaining, retryAfterMs,
 /// resetAfterMs, windowMs, `reason | allowed << 4`, the binding rule's
-/// index, the number of rules, then each rule's limit and windowMs.
-pub(crate) const SCRATCH_LEN: usize = 8 + 2 * quotalease::internals::MAX_RULES;
+/// index, the number of rules, then each rule's limit, windowMs and
+/// calendar code ([`calendar_code`]).
+pub(crate) const SCRATCH_LEN: usize = 8 + 3 * quotalease::internals::MAX_RULES;
+
+/// The calendars decisions have named to JavaScript, by code - 1. Only
+/// grows, as the engine's own table of calendars does (one per distinct
+/// rule text).
+static CALENDAR_CODES: RwLock<Vec<Calendar>> = RwLock::new(Vec::new());
+
+/// A rule's calendar as a number for the wrapper: 0 for a token bucket,
+/// else a code `calendarText(code)` turns into the calendar's text
+/// (`'month@Europe/Berlin'`), so the wrapper's rules (and the headers
+/// built from them) tell a calendar quota from a token bucket.
+#[inline]
+pub(crate) fn calendar_code(c: Calendar) -> f64 {
+    if !c.is_some() {
+        return 0.0;
+    }
+    let known = |all: &[Calendar]| all.iter().position(|k| *k == c).map(|i| (i + 1) as f64);
+    if let Some(code) = known(&CALENDAR_CODES.read().unwrap_or_else(|e| e.into_inner())) {
+        return code;
+    }
+    let mut all = CALENDAR_CODES.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(code) = known(&all) {
+        return code;
+    }
+    all.push(c);
+    all.len() as f64
+}
+
+/// The text of the calendar with code `code` (see `calendar_code`), as a
+/// rule writes it after its `/`: `'day@UTC'`, `'month@billing-day-15 UTC'`.
+#[napi]
+pub fn calendar_text(code: u32) -> Option<String> {
+    let all = CALENDAR_CODES.read().unwrap_or_else(|e| e.into_inner());
+    let c = *all.get((code as usize).checked_sub(1)?)?;
+    c.spec().map(|s| s.to_string())
+}
 
 /// A decision as numbers, in the scratch array's order but with the code
 /// first: `[code, limit, remaining, retryAfterMs, resetAfterMs, windowMs,
-/// rule, rule count, limit and windowMs of each rule]`.
+/// rule, rule count, limit, windowMs and calendar code of each rule]`.
 fn decision_numbers(d: &Decision) -> Vec<f64> {
     let all = d.rules();
     let rules = all.as_slice();
-    let mut v = Vec::with_capacity(8 + 2 * rules.len());
+    let mut v = Vec::with_capacity(8 + 3 * rules.len());
     v.extend_from_slice(&[
         code_of_decision(d) as f64,
         d.limit as f64,
@@ -106,11 +142,13 @@ fn decision_numbers(d: &Decision) -> Vec<f64> {
     for p in rules {
         v.push(p.limit as f64);
         v.push(p.window_ms as f64);
+        v.push(calendar_code(p.calendar));
     }
     v
 }
 
-/// `[{ limit, windowMs }, ...]`.
+/// `[{ limit, windowMs }, ...]`, with `calendar` (`'day@UTC'`) on a
+/// calendar quota.
 fn rules_value<'e>(env: &'e Env, rules: &Rules) -> Result<Array<'e>> {
     let list = rules.as_slice();
     let mut a = env.create_array(list.len() as u32)?;
@@ -118,6 +156,9 @@ fn rules_value<'e>(env: &'e Env, rules: &Rules) -> Result<Array<'e>> {
         let mut o = Object::new(env)?;
         o.set("limit", p.limit as f64)?;
         o.set("windowMs", p.window_ms as f64)?;
+        if let Some(c) = p.calendar.spec() {
+            o.set("calendar", c.to_string())?;
+        }
         a.set(i as u32, o)?;
     }
     Ok(a)
@@ -342,7 +383,7 @@ impl NativeLimiter {
 #[napi]
 impl NativeLimiter {
     /// `names[i]` is an option (as in `LimiterOptions`, or snake_case) and
-    /// `values[i]` its value. `scratch`: a `Float64Array` of at least 16
+    /// `values[i]` its value. `scratch`: a `Float64Array` of at least 20
     /// elements the wrapper reads decisions from. `onEvent(kind, message)` is
     /// called on backend transitions.
     #[napi(constructor)]
@@ -395,7 +436,8 @@ impl NativeLimiter {
     /// `undefined` or `null`). The acquires write the decision into the
     /// scratch array and return `undefined`; `acquireAsync` returns a
     /// Promise of `[code, limit, remaining, retryAfterMs, resetAfterMs,
-    /// windowMs, rule, rule count, each rule's limit and windowMs]` (or an
+    /// windowMs, rule, rule count, each rule's limit, windowMs and calendar
+    /// code]` (or an
     /// Error) instead when it must wait for the backend. `reserve` returns a
     /// `NativeReservation` (the cost is its estimate); `reserveAsync` too, or
     /// a Promise of one (or an Error) when it must wait for the backend.
@@ -679,7 +721,7 @@ pub struct NativeReservation {
 impl NativeReservation {
     /// The decision on the estimate as numbers: `[code, limit, remaining,
     /// retryAfterMs, resetAfterMs, windowMs, rule, rule count, each rule's
-    /// limit and windowMs]`.
+    /// limit, windowMs and calendar code]`.
     #[napi]
     pub fn decision(&self) -> Vec<f64> {
         decision_numbers(&self.inner.decision())
@@ -734,7 +776,10 @@ impl NativeReservation {
 /// Retry-After when denied), computed by the engine. `rules`: every rule's
 /// limit and windowMs in turn (none: the one rule `limit` per `windowMs`);
 /// `rule`: the binding rule's index in them (default 0); `reason`: the
-/// decision's reason by name (none or an unknown name: `lease`).
+/// decision's reason by name (none or an unknown name: `lease`);
+/// `calendars`: each rule's calendar as a rule writes it after its `/`
+/// (`'month@Europe/Berlin'`; `''` for a token bucket), so a calendar quota
+/// among several is named by its period (`"1month"`).
 #[napi(ts_return_type = "Record<string, string>")]
 #[allow(clippy::too_many_arguments)]
 pub fn decision_headers<'e>(
@@ -748,6 +793,7 @@ pub fn decision_headers<'e>(
     rule: Option<f64>,
     rules: Option<Vec<f64>>,
     reason: Option<String>,
+    calendars: Option<Vec<String>>,
 ) -> Result<Object<'e>, String> {
     let n = |v: f64, what: &str| whole(v, ErrorKind::Config, what);
     let reason = Reason::ALL
@@ -767,12 +813,26 @@ pub fn decision_headers<'e>(
         if flat.len() % 2 != 0 {
             return Err(bad(ErrorKind::Config, "rules must be pairs of limit and windowMs"));
         }
+        let calendars = calendars.unwrap_or_default();
+        if !calendars.is_empty() && calendars.len() != flat.len() / 2 {
+            return Err(bad(ErrorKind::Config, "calendars: one for each rule"));
+        }
         let mut list = Vec::with_capacity(flat.len() / 2);
-        for pair in flat.chunks(2) {
-            list.push(Quota::new(
-                n(pair[0], "rules[].limit")?,
-                n(pair[1], "rules[].windowMs")?,
-            ));
+        for (i, pair) in flat.chunks(2).enumerate() {
+            let (limit, window_ms) = (n(pair[0], "rules[].limit")?, n(pair[1], "rules[].windowMs")?);
+            list.push(match calendars.get(i).filter(|c| !c.is_empty()) {
+                None => Quota::new(limit, window_ms),
+                Some(c) => {
+                    let q = quotalease::parse_quota(&format!("{limit}/{c}")).map_err(js_err)?;
+                    if q.calendar.spec().is_none() || q.window_ms != window_ms {
+                        return Err(bad(
+                            ErrorKind::Config,
+                            format!("rules[{i}]: calendar {c:?} is not a calendar period of windowMs {window_ms}"),
+                        ));
+                    }
+                    q
+                }
+            });
         }
         Rules::new(&list, "rules").map_err(js_err)?
     } else {

@@ -18,13 +18,13 @@ function blocks() {
   return [...readme.matchAll(/```(js|ts)\n([\s\S]*?)```/g)].map((m) => ({ lang: m[1], code: m[2] }))
 }
 
-// The first ```js block under `### Node` of the project README (README.md at the root).
-function projectReadmeBlock() {
+// The first ```js block under `### <heading>` of the project README (README.md at the root).
+function projectReadmeBlock(heading = 'Node') {
   const readme = fs.readFileSync(path.join(PKG, '..', '..', 'README.md'), 'utf8')
-  const section = readme.match(/^### Node\n([\s\S]*?)(?=^##)/m)
-  assert.ok(section, "the project README has no '### Node' section")
+  const section = readme.match(new RegExp(`^### ${heading}\\n([\\s\\S]*?)(?=^##)`, 'm'))
+  assert.ok(section, `the project README has no '### ${heading}' section`)
   const block = section[1].match(/```js\n([\s\S]*?)```/)
-  assert.ok(block, "the project README's '### Node' section has no ```js block")
+  assert.ok(block, `the project README's '### ${heading}' section has no \`\`\`js block`)
   return block[1]
 }
 
@@ -193,6 +193,12 @@ test("the project README's Node example runs", async () => {
   const child = run(write('project-readme.js', projectReadmeBlock()))
   assert.equal(await child.exited, 0, child.err)
   assert.deepEqual(child.out.trim().split('\n'), ['0 true 4 lease', '1 true 3 lease', '2 true 2 lease', '3 true 1 lease', '4 true 0 lease', '5 false 0 exhausted'])
+})
+
+test("the project README's calendar-quota example prints what its comments say", async () => {
+  const child = run(write('project-readme-calendar.js', projectReadmeBlock('Calendar quotas')))
+  assert.equal(await child.exited, 0, child.err)
+  assert.deepEqual(child.out.trim().split('\n'), ['false 3600000', '"1s";q=10;w=1, "1month";q=50000;w=2592000'])
 })
 
 test('the behind-a-proxy example keys each client behind the trusted proxy', async () => {

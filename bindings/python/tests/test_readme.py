@@ -309,6 +309,14 @@ def test_project_readme_reserve_then_settle() -> None:
     assert lines == ["True"]
 
 
+def test_project_readme_calendar_quotas() -> None:
+    """The project README's calendar-quota example runs as written, on a manual
+    clock set to 22:00 UTC: 50 of 60 admitted, denied until Berlin's midnight an
+    hour away, admitted again once the clock crosses it."""
+    lines = printed(project_readme_block("Calendar quotas", "python"), "project_readme_calendar")
+    assert lines == ["50", "False 3600000", "True"]
+
+
 def test_behind_a_proxy_example() -> None:
     ns = run(blocks()[10], "readme_proxies")
     xff = "6.6.6.6, 1.2.3.4"

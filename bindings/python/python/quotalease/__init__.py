@@ -82,7 +82,14 @@ class Limiter(_native.Limiter):
     policy_file=None, policy_refresh_ms=None, on_event=None)``
 
     Give ``limit`` (tokens per window) and ``window_ms`` (default 60000), or
-    ``rate="600/min"`` (not both). Options left as None take the engine's
+    ``rate="600/min"`` (not both). ``rate`` (and each rule of ``tiers``) may
+    instead be a calendar quota, at most N in each calendar period of an IANA
+    time zone: ``"1000/day@UTC"``, ``"N/week@ZONE"`` (weeks start on Monday),
+    ``"1000000/month@Europe/Berlin"``, ``"N/year@ZONE"``, or a month from a
+    billing day, ``"500/month@billing-day-15"`` (UTC) or
+    ``"500/month@billing-day-15 America/New_York"``; the whole quota comes
+    back at the period's start. It needs adaptive leasing (no ``lease_size``,
+    mode "lease"). Options left as None take the engine's
     defaults (adaptive leasing: leases sized by demand under
     ``overshoot_budget``, a token count or "2%" of the limit; ``lease_size``
     pins fixed leases instead; lease_ttl_ms 2000;
