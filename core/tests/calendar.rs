@@ -6,8 +6,7 @@
 
 mod common;
 
-use common::{unique, RedisServer};
-use quotalease::{ClockKind, ErrorKind, Limiter, Mode, Reason};
+use quotalease::{ErrorKind, Limiter, Mode, Reason};
 
 /// Unix ms of an RFC 3339 instant.
 fn at(text: &str) -> u64 {
@@ -27,15 +26,7 @@ fn at(text: &str) -> u64 {
 /// One limiter per authority: `memory://` always, and a redis-server when
 /// one is there (`QUOTALEASE_REQUIRE_REDIS=1` makes it required).
 fn each_authority(start: &str, test: impl Fn(&str, quotalease::Builder)) {
-    let base = || {
-        Limiter::builder()
-            .clock(ClockKind::Manual { start_ms: at(start) })
-            .key_prefix(unique("cal"))
-    };
-    test("memory", base().url(format!("memory://{}", unique("cal"))));
-    if let Some(server) = common::redis_or_none(RedisServer::start) {
-        test("redis", base().url(server.url()));
-    }
+    common::each_authority(at(start), test)
 }
 
 /// Requests of cost 1 admitted at this instant until the first denial.

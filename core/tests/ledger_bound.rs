@@ -810,21 +810,36 @@ fn runner(cases: u32) -> proptest::test_runner::TestRunner {
     TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
 }
 
-/// `cases` random schedules of `strategy`, each run by `run`, checked
-/// and closed; a failure panics with the shrunk schedule.
-fn property(cases: u32, strategy: impl Strategy<Value = Case>, run: impl Fn(&Case) -> Result<Fleet, String>) {
+/// `cases` random schedules of `strategy`, each run and checked by `holds`;
+/// a failure panics with the shrunk schedule.
+fn each_schedule<C: Clone + std::fmt::Debug>(
+    cases: u32,
+    strategy: impl Strategy<Value = C>,
+    holds: impl Fn(&C) -> Result<(), String>,
+) {
     let r = runner(cases).run(&strategy, |c| {
-        let f = run(&c);
-        let r = f.as_ref().map_err(Clone::clone).and_then(check);
-        if let Ok(f) = f {
-            close(f);
-        }
+        let r = holds(&c);
         prop_assert!(r.is_ok(), "{}", r.unwrap_err());
         Ok(())
     });
     if let Err(e) = r {
         panic!("{e}");
     }
+}
+
+/// A fleet schedule's run checked by `check`, then closed.
+fn checked(f: Result<Fleet, String>, check: impl Fn(&Fleet) -> Result<(), String>) -> Result<(), String> {
+    let r = f.as_ref().map_err(Clone::clone).and_then(check);
+    if let Ok(f) = f {
+        close(f);
+    }
+    r
+}
+
+/// `cases` random schedules of `strategy`, each run by `run`, checked
+/// and closed.
+fn property(cases: u32, strategy: impl Strategy<Value = Case>, run: impl Fn(&Case) -> Result<Fleet, String>) {
+    each_schedule(cases, strategy, |c| checked(run(c), check));
 }
 
 #[test]
@@ -1789,21 +1804,9 @@ fn calendar_check(f: &Fleet, limit: u64) -> Result<(), String> {
 
 /// `cases` calendar schedules, each run by `run`, checked and closed.
 fn calendar_property(cases: u32, memory: bool, run: impl Fn(&Case) -> Result<Fleet, String>) {
-    let r = runner(cases).run(&calendar_case(memory), |c| {
-        let f = run(&c);
-        let r = f
-            .as_ref()
-            .map_err(Clone::clone)
-            .and_then(|f| calendar_check(f, c.limit));
-        if let Ok(f) = f {
-            close(f);
-        }
-        prop_assert!(r.is_ok(), "{}", r.unwrap_err());
-        Ok(())
+    each_schedule(cases, calendar_case(memory), |c| {
+        checked(run(c), |f| calendar_check(f, c.limit))
     });
-    if let Err(e) = r {
-        panic!("{e}");
-    }
 }
 
 /// A calendar quota admits at most its quota in each period, across its
@@ -1989,17 +1992,6 @@ fn run_permits(c: &PermitCase, url: &str, prefix: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn permit_property(cases: u32, memory: bool, run: impl Fn(&PermitCase) -> Result<(), String>) {
-    let r = runner(cases).run(&permit_case(memory), |c| {
-        let r = run(&c);
-        prop_assert!(r.is_ok(), "{}", r.unwrap_err());
-        Ok(())
-    });
-    if let Err(e) = r {
-        panic!("{e}");
-    }
-}
-
 /// At most `concurrency` permits are in flight, plus those of instances
 /// that died holding them until their commitments expire, on both
 /// authorities. Without the free permits counted as what nobody holds
@@ -2008,7 +2000,7 @@ fn permit_property(cases: u32, memory: bool, run: impl Fn(&PermitCase) -> Result
 /// (docs/design.md, "Concurrency limits").
 #[test]
 fn permits_on_the_memory_authority_keep_the_bound() {
-    permit_property(128, true, |c| {
+    each_schedule(128, permit_case(true), |c| {
         run_permits(c, &format!("memory://{}", common::unique("permits")), "p")
     });
 }
@@ -2017,7 +2009,7 @@ fn permits_on_the_memory_authority_keep_the_bound() {
 fn permits_on_redis_keep_the_bound() {
     let server = common::redis_or_skip!(common::RedisServer::start());
     let url = server.url();
-    permit_property(16, false, |c| run_permits(c, &url, &common::unique("lp")));
+    each_schedule(16, permit_case(false), |c| run_permits(c, &url, &common::unique("lp")));
 }
 
 /// The first counterexample: an instance held both permits through a

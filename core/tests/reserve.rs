@@ -14,15 +14,7 @@ const START: u64 = 1_000_000;
 /// redis-server when one is there (`QUOTALEASE_REQUIRE_REDIS=1` makes it
 /// required).
 fn each_authority(test: impl Fn(&str, quotalease::Builder)) {
-    let base = || {
-        Limiter::builder()
-            .clock(ClockKind::Manual { start_ms: START })
-            .key_prefix(unique("rsv"))
-    };
-    test("memory", base().url(format!("memory://{}", unique("rsv"))));
-    if let Some(server) = common::redis_or_none(RedisServer::start) {
-        test("redis", base().url(server.url()));
-    }
+    common::each_authority(START, test)
 }
 
 /// Requests of cost 1 admitted at this instant until the first denial.

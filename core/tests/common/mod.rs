@@ -189,6 +189,22 @@ pub fn stored_tokens(value: &str) -> u64 {
         .unwrap_or_else(|| panic!("not a stored bucket: {value:?}"))
 }
 
+/// Runs `test` with a builder on a manual clock starting at `start_ms`
+/// (a prefix of its own set), once on a `memory://NAME` authority and once
+/// on a redis-server when one is there (`QUOTALEASE_REQUIRE_REDIS=1` makes
+/// it required); the first argument names the authority.
+pub fn each_authority(start_ms: u64, test: impl Fn(&str, quotalease::Builder)) {
+    let base = || {
+        quotalease::Limiter::builder()
+            .clock(quotalease::ClockKind::Manual { start_ms })
+            .key_prefix(unique("auth"))
+    };
+    test("memory", base().url(format!("memory://{}", unique("auth"))));
+    if let Some(server) = redis_or_none(RedisServer::start) {
+        test("redis", base().url(server.url()));
+    }
+}
+
 /// A prefix no other test uses.
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
