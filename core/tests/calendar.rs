@@ -148,3 +148,45 @@ fn bad_calendar_rules_are_typed_configuration_errors() {
         assert!(e.to_string().contains("needs adaptive leasing"), "{e}");
     }
 }
+
+/// On the system clock the script reads Redis `TIME` (Unix ms) and the
+/// engine the time of day: a daily quota's wait runs to the next UTC
+/// midnight by both. (The margin bounds how far the two clocks and the
+/// test's own reading may disagree, not a speed.)
+#[test]
+fn on_the_system_clock_redis_resets_at_the_real_midnight() {
+    let server = common::redis_or_skip!(common::RedisServer::start());
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    // A zone whose midnight is hours away (UTC, else UTC-12), so the day
+    // cannot turn while the test runs.
+    let (zone, offset) = match now() % 86_400_000 {
+        t if (3_600_000..82_800_000).contains(&t) => ("UTC", 0),
+        _ => ("Etc/GMT+12", 43_200_000),
+    };
+    let l = Limiter::builder()
+        .url(server.url())
+        .key_prefix(common::unique("cal"))
+        .rate(&format!("5/day@{zone}"))
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        assert!(l.acquire("k", 1).unwrap().allowed);
+    }
+    let d = l.acquire("k", 1).unwrap();
+    assert!(!d.allowed);
+    let to_midnight = 86_400_000 - (now() + 86_400_000 - offset) % 86_400_000;
+    for (what, ms) in [
+        ("retry_after_ms", d.retry_after_ms),
+        ("reset_after_ms", d.reset_after_ms),
+    ] {
+        assert!(
+            ms.abs_diff(to_midnight) < 60_000,
+            "{what} {ms}, midnight in {to_midnight} ({zone})"
+        );
+    }
+}
