@@ -161,8 +161,9 @@ pub struct Config {
     /// `limit` in each period of the calendar (`window_ms` is its nominal length).
     pub calendar: Calendar,
     /// Requests of one key in flight at once across the fleet, for
-    /// [`crate::Limiter::acquire_concurrent`] (default 0: no such limit).
-    /// Needs adaptive leasing.
+    /// [`crate::Limiter::acquire_concurrent`] (default 0: no such limit),
+    /// unless the key's rules set one (`"100/min, 5 concurrent"`). Needs
+    /// adaptive leasing.
     pub concurrency: u64,
     /// Tokens borrowed per lease. `None` (default): adaptive leasing, leases
     /// sized by demand under `overshoot_budget`. `Some(n)`: fixed leases of `n`.
@@ -432,7 +433,11 @@ impl Config {
                 Some("concurrency")
             } else if self.calendar.is_some() {
                 Some("rate")
-            } else if self.tiers.iter().any(|t| t.rules.has_calendar()) {
+            } else if self
+                .tiers
+                .iter()
+                .any(|t| t.rules.has_calendar() || t.rules.concurrency().is_some())
+            {
                 Some("tiers")
             } else {
                 None

@@ -202,14 +202,15 @@ impl Limiter {
     }
 
     /// Take a permit for one request of `key` in flight: admitted while
-    /// fewer than the limiter's `concurrency` requests of the key are in
-    /// flight across the fleet (permits leased to instances in chunks, as
+    /// fewer than the key's concurrency limit (its rules' `"N concurrent"`,
+    /// from its tier or its policy entry, else the limiter's
+    /// `concurrency`) of its requests are in flight across the fleet (permits leased to instances in chunks, as
     /// tokens are), denied otherwise (`retry_after_ms`: when to ask again).
     /// Release it with [`Permit::release`] when the request ends (or drop
     /// it). At most `concurrency` are in flight, plus the permits of
     /// instances that died holding them, until their commitments expire at
     /// the authority (docs/design.md, "Concurrency limits").
-    /// [`Error::Config`] when the limiter has no `concurrency`.
+    /// [`Error::Config`] when the key has no concurrency limit.
     pub fn acquire_concurrent(&self, key: &str) -> Result<Permit> {
         let bucket = self.engine.in_flight_key(key)?;
         let d = match self.engine.admit_local(&bucket, 1, None)? {

@@ -10,8 +10,8 @@ use crate::reservation::Reservation;
 
 /// A request in flight on a key, from
 /// [`Limiter::acquire_concurrent`](crate::Limiter::acquire_concurrent):
-/// admitted while fewer than `concurrency` of the key's requests are in
-/// flight across the fleet. [`release`](Self::release) it when the request
+/// admitted while fewer than the key's concurrency limit of its requests
+/// are in flight across the fleet. [`release`](Self::release) it when the request
 /// ends; a permit dropped unreleased is released then.
 ///
 /// A permit is a reservation of one token of the key's permit bucket,

@@ -176,3 +176,65 @@ fn permits_are_taken_awaiting_on_redis_with_the_system_clock() {
     a.release().unwrap();
     assert!(rt.block_on(l.acquire_concurrent_async("k")).unwrap().allowed());
 }
+
+#[test]
+fn a_tier_sets_its_keys_concurrency() {
+    let url = format!("memory://{}", unique("inflight"));
+    let l = Limiter::builder()
+        .url(&url)
+        .limit(100)
+        .concurrency(3)
+        .tier("free", "100/min, 1 concurrent")
+        .tier("pro", "6000/min")
+        .default_tier("free")
+        .policy_refresh_ms(1_000)
+        .clock(ClockKind::Manual { start_ms: START })
+        .build()
+        .unwrap();
+    let held = take_all(&l, "a");
+    assert_eq!(held.len(), 1, "the default tier's 1");
+    // A key the store puts in "pro" (no concurrency of its own): the limiter's 3.
+    l.policy_assign("b", "tier:pro").unwrap();
+    assert_eq!(take_all(&l, "b").len(), 3);
+    // Raised in the store: the key's next permits follow.
+    l.policy_set_tier("free", "100/min, 2 concurrent").unwrap();
+    l.refresh_policies().unwrap();
+    let a = take_all(&l, "a");
+    assert_eq!(a.len(), 1, "one more, beside the one held");
+    assert_eq!(a[0].decision().limit, 2);
+    let tiers = l.tiers();
+    let free = tiers.iter().find(|t| t.0 == "free").unwrap();
+    assert_eq!(free.1.to_string(), "100/min, 2 concurrent");
+    assert_eq!(free.1.concurrency(), Some(2));
+    drop(held);
+}
+
+#[test]
+fn a_key_with_no_concurrency_anywhere_takes_no_permits() {
+    let l = Limiter::builder()
+        .limit(10)
+        .tier("pro", "100/min, 2 concurrent")
+        .build()
+        .unwrap();
+    let e = l.acquire_concurrent("k").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Config);
+    assert!(e.to_string().contains("the key's rules set none"), "{e}");
+    for bad in [
+        "100/min, 0 concurrent",
+        "100/min, x concurrent",
+        "100/min, 1 concurrent, 2 concurrent",
+    ] {
+        let e = Limiter::builder().limit(10).tier("t", bad).build().unwrap_err();
+        assert!(
+            e.to_string().contains("a concurrency limit is a whole number"),
+            "{bad}: {e}"
+        );
+    }
+    let e = Limiter::builder()
+        .limit(10)
+        .tier("t", "100/min, 2 concurrent")
+        .lease_size(2)
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("needs adaptive leasing"), "{e}");
+}

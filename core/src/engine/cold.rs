@@ -56,6 +56,15 @@ pub(crate) enum Waiting {
     Permit,
 }
 
+/// The key whose policy-store entry decides `key`'s rules: a permit
+/// bucket's are its key's (the tier that sets its concurrency).
+fn policy_key(key: &str, waiting: Waiting) -> &str {
+    match waiting {
+        Waiting::Permit => key.strip_suffix(super::policies::IN_FLIGHT_SUFFIX).unwrap_or(key),
+        _ => key,
+    }
+}
+
 /// The cold path of a key, over its rules, with `$drive` (blocking or
 /// awaiting) deciding one bucket `$b`: one rule is driven alone; several
 /// are driven in turn and the first denial gives the earlier rules' tokens
@@ -194,9 +203,9 @@ impl Engine {
         // and the lease call of each rule share one `backend_timeout_ms`.
         let deadline = Instant::now() + self.wait_bound();
         if waiting != Waiting::No {
-            self.await_policy(key, deadline);
+            self.await_policy(policy_key(key, waiting), deadline);
         } else {
-            let _ = self.policy_wait(key);
+            let _ = self.policy_wait(policy_key(key, waiting));
         }
         cold_path!(self, key, cost, tier, |b| self.drive(b, cost, waiting, deadline))
     }
@@ -206,7 +215,7 @@ impl Engine {
             validate_key(key)?;
         }
         let deadline = tokio::time::Instant::now() + self.wait_bound();
-        self.await_policy_async(key, deadline).await;
+        self.await_policy_async(policy_key(key, waiting), deadline).await;
         cold_path!(self, key, cost, tier, |b| self
             .drive_async(b, cost, waiting, deadline)
             .await)

@@ -321,17 +321,11 @@ impl Engine {
         self.wait_idle(Duration::from_secs(10))
     }
 
-    /// The bucket of `key`'s permits in flight; [`Error::Config`] when the
-    /// limiter has no `concurrency`.
+    /// The bucket of `key`'s permits in flight (its limit: the key's rules'
+    /// `"N concurrent"`, else the limiter's `concurrency`; a key with
+    /// neither is refused by its resolution, [`Error::Config`]).
     pub(crate) fn in_flight_key(&self, key: &str) -> Result<String> {
         validate_key(key)?;
-        if self.r.cfg.concurrency == 0 {
-            return Err(crate::error::Error::config(
-                "concurrency",
-                "is 0, so this limiter takes no permits: set it to the most requests of one key \
-                 in flight at once across the fleet",
-            ));
-        }
         Ok(format!("{key}{}", policies::IN_FLIGHT_SUFFIX))
     }
 

@@ -205,7 +205,7 @@ impl Engine {
     /// shadow mode when the limiter is.
     pub(crate) fn resolve(&self, key: &str, tier: Option<&str>) -> Result<Resolution> {
         let mut r = self.resolve_rules(key, tier)?;
-        if !self.r.adaptive && r.rules.has_calendar() {
+        if !self.r.adaptive && (r.rules.has_calendar() || r.rules.concurrency().is_some()) {
             // (the limiter's own rules were checked when it was built: this
             // is a tier or entry of the policy store or file)
             return Err(Error::config("tiers", crate::config::CALENDAR_NEEDS_LEDGER));
@@ -217,17 +217,25 @@ impl Engine {
     }
 
     fn resolve_rules(&self, key: &str, tier: Option<&str>) -> Result<Resolution> {
-        if key.ends_with(IN_FLIGHT_SUFFIX) {
-            // a key's permits in flight: the limiter's `concurrency`
+        if let Some(base) = key.strip_suffix(IN_FLIGHT_SUFFIX) {
+            // a key's permits in flight: its rules' `"N concurrent"` (its
+            // tier's, its own entry's), else the limiter's `concurrency`
+            let r = self.resolve_rules(base, None)?;
+            let n = r.rules.concurrency().unwrap_or(self.r.cfg.concurrency);
+            if n == 0 {
+                return Err(Error::config(
+                    "concurrency",
+                    "is 0 and the key's rules set none (\"5 concurrent\"), so this key takes no permits: \
+                     set the limiter's concurrency, or a concurrency in the key's tier",
+                ));
+            }
             return Ok(Resolution {
-                rules: Rules::one(self.r.in_flight_policy()),
+                rules: Rules::one(crate::bucket::Quota {
+                    limit: n,
+                    ..self.r.in_flight_policy()
+                }),
                 mark: MARK_PINNED,
-                source: PolicySource {
-                    tier: None,
-                    assigned_by: Origin::Config,
-                    defined_by: Origin::Config,
-                    access: None,
-                },
+                source: r.source,
             });
         }
         if let Some(p) = lock(&self.overrides).get(key) {

@@ -39,6 +39,9 @@ pub const RULE_SEPARATOR: char = '\u{1f}';
 pub struct Rules {
     len: u8,
     shadow: bool,
+    /// Requests of a key in flight at once (`"5 concurrent"`; 0: the
+    /// limiter's `concurrency`).
+    concurrency: u32,
     rules: [Quota; MAX_RULES],
 }
 
@@ -50,6 +53,7 @@ impl Rules {
         Rules {
             len: 1,
             shadow: false,
+            concurrency: 0,
             rules: [p, NO_RULE, NO_RULE, NO_RULE],
         }
     }
@@ -93,9 +97,11 @@ impl Rules {
     }
 
     /// Parse `"10/s, 10000/day"`: rates separated by commas (see
-    /// [`parse_rate`]), optionally after the word `shadow` (`"shadow
-    /// 100/min"`: the rules are in shadow mode). `field` names the option
-    /// in errors.
+    /// [`parse_quota`]: calendar quotas too), optionally after the word
+    /// `shadow` (`"shadow 100/min"`: the rules are in shadow mode), and
+    /// optionally one concurrency limit among them (`"100/min, 5
+    /// concurrent"`: see [`crate::Limiter::acquire_concurrent`]). `field`
+    /// names the option in errors.
     pub fn parse(text: &str, field: &'static str) -> Result<Rules> {
         let text = text.trim();
         let (shadow, text) = match text.strip_prefix(SHADOW) {
@@ -103,14 +109,41 @@ impl Rules {
             _ => (false, text),
         };
         let mut list = Vec::new();
+        let mut concurrency = 0u32;
         for part in text.split(',') {
+            if let Some(n) = part.trim().strip_suffix(CONCURRENT) {
+                let bad = || {
+                    Error::config(
+                        field,
+                        format!(
+                            "has {:?}: a concurrency limit is a whole number of requests from 1 to \
+                             {MAX_CONCURRENCY}, then \"{CONCURRENT}\", once per tier, like \"5 {CONCURRENT}\"",
+                            part.trim()
+                        ),
+                    )
+                };
+                let n: u32 = n.trim().parse().map_err(|_| bad())?;
+                if n == 0 || n > MAX_CONCURRENCY || concurrency != 0 {
+                    return Err(bad());
+                }
+                concurrency = n;
+                continue;
+            }
             let q = parse_quota(part).map_err(|e| match e {
                 Error::Config { reason, .. } => Error::config(field, reason),
                 e => e,
             })?;
             list.push(q);
         }
-        Ok(Rules::new(&list, field)?.with_shadow(shadow))
+        Ok(Rules {
+            concurrency,
+            ..Rules::new(&list, field)?.with_shadow(shadow)
+        })
+    }
+
+    /// The concurrency limit the rules set (`"5 concurrent"`), if any.
+    pub fn concurrency(&self) -> Option<u64> {
+        (self.concurrency > 0).then_some(self.concurrency as u64)
     }
 
     /// The same rules, in shadow mode or enforced.
@@ -159,6 +192,12 @@ impl fmt::Debug for Rules {
 /// The word before rules in shadow mode.
 const SHADOW: &str = "shadow";
 
+/// The word after a concurrency limit among rules (`"5 concurrent"`).
+const CONCURRENT: &str = "concurrent";
+
+/// The largest concurrency limit rules may set.
+const MAX_CONCURRENCY: u32 = 1_000_000_000;
+
 /// `"10/s, 10000/day"` (`"shadow 10/s, 10000/day"` in shadow mode): the
 /// form [`Rules::parse`] reads.
 impl fmt::Display for Rules {
@@ -174,6 +213,9 @@ impl fmt::Display for Rules {
                 Some(c) => write!(f, "{}/{c}", p.limit)?,
                 None => write!(f, "{}/{}", p.limit, window_text(p.window_ms))?,
             }
+        }
+        if self.concurrency > 0 {
+            write!(f, ", {} {CONCURRENT}", self.concurrency)?;
         }
         Ok(())
     }
@@ -535,5 +577,15 @@ mod tests {
         assert_eq!(names, ["1s", "1day"]);
         let one = Rules::parse("100/30s", "x").unwrap();
         assert_eq!(rule_name(&one, &one.first()), "default");
+    }
+
+    #[test]
+    fn a_concurrency_limit_among_rules_parses_and_prints() {
+        let r = Rules::parse(" 10/s , 3 concurrent, 1000/day ", "tiers").unwrap();
+        assert_eq!((r.len(), r.concurrency()), (2, Some(3)));
+        assert_eq!(r.to_string(), "10/s, 1000/day, 3 concurrent");
+        assert_eq!(Rules::parse(&r.to_string(), "x").unwrap(), r);
+        assert_eq!(Rules::parse("10/s", "x").unwrap().concurrency(), None);
+        assert!(Rules::parse("3 concurrent", "x").is_err(), "a rate too");
     }
 }
