@@ -90,6 +90,18 @@ export declare class NativeLimiter {
    * broker thread; the event loop never blocks.
    */
   acquireWait(key: string, cost: number, tier: string | undefined | null, waitMs: number): Promise<Array<number> | Error>
+  /**
+   * Take a permit for one request of `key` in flight (the limiter's
+   * `concurrency`), blocking the calling thread for a lease call when
+   * the key has no local lease of permits (at most `backendTimeoutMs`).
+   */
+  acquireConcurrentSync(key: string): NativePermit
+  /**
+   * `acquire_concurrent_sync` without blocking (`acquire_concurrent_or_notify`):
+   * a Promise of a `NativePermit` or an Error, settled at once when
+   * decided without waiting, else from the broker thread.
+   */
+  acquireConcurrent(key: string): Promise<NativePermit | Error>
   /** How many requests of `key` wait in `acquire_wait` in this process now. */
   waiters(key: string): number
   /**
@@ -124,6 +136,29 @@ export declare class NativeLimiter {
    * URL's credentials replaced by `***` (the core's rule).
    */
   summary(): { url: string; limit: number; windowMs: number; leaseSize: number; mode: string }
+}
+
+/**
+ * The engine's `Permit`: one of a key's requests in flight, admitted (or
+ * denied) under the limiter's `concurrency`. Made by `acquireConcurrent` /
+ * `acquireConcurrentSync`, never by `new`. Collected unreleased, an
+ * admitted permit is released (the engine's `Drop`).
+ */
+export declare class NativePermit {
+  /**
+   * The decision as numbers, as `NativeReservation.decision` gives them
+   * (`limit` is the concurrency, `remaining` the permits left).
+   */
+  decision(): Array<number>
+  /** The key the permit is for. */
+  get key(): string
+  /** Whether `release` was called. */
+  get released(): boolean
+  /**
+   * Release the permit, once: the engine's errors (released already,
+   * denied, closed) are thrown with their codes.
+   */
+  release(): void
 }
 
 /**

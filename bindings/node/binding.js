@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.NativeLimiter = nativeBinding.NativeLimiter
+module.exports.NativePermit = nativeBinding.NativePermit
 module.exports.NativeReservation = nativeBinding.NativeReservation
 module.exports.calendarText = nativeBinding.calendarText
 module.exports.decisionHeaders = nativeBinding.decisionHeaders

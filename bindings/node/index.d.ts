@@ -98,6 +98,14 @@ export interface LimiterOptions {
    * or key goes in shadow mode alone by its rules (`'beta=shadow 50/min'`).
    */
   shadow?: boolean
+  /**
+   * At most this many requests of a key in flight at once across the fleet,
+   * taken with `acquireConcurrent(key)` (0, the default: none). At most that
+   * many permits of a key are held at once, plus those of instances that died
+   * holding them, until their commitments expire (7 s after their last call).
+   * Needs adaptive leasing (mode `'lease'`, no `leaseSize`); one per limiter.
+   */
+  concurrency?: number
 }
 
 /** One rule: `limit` tokens per `windowMs`, or a calendar quota (`calendar` set). */
@@ -307,6 +315,7 @@ export declare const codes: {
   /**
    * A reservation cannot be settled so: settled already, denied (nothing was
    * reserved), or an `actual` that is not a whole number of tokens, 0 or more.
+   * Also a permit released twice, or a denied one released (no permit was taken).
    */
   readonly RESERVATION: 'ERR_QUOTALEASE_RESERVATION'
 }
@@ -341,6 +350,34 @@ export declare class Reservation {
   settle(actual: number): void
 }
 
+/**
+ * One of a key's requests in flight, from `limiter.acquireConcurrent()` /
+ * `acquireConcurrentSync()` under the limiter's `concurrency`. Release it
+ * once with `release()` when the request ends (garbage-collected unreleased,
+ * an admitted permit is released then).
+ */
+export declare class Permit {
+  private constructor()
+  /** Whether the request may go ahead (`decision.allowed`: a permit was taken). */
+  readonly allowed: boolean
+  /**
+   * The decision: `limit` is the concurrency, `remaining` the permits left;
+   * a denial (reason `'exhausted'`) has `retryAfterMs` 1000.
+   */
+  readonly decision: Decision
+  /** The key the permit is for. */
+  readonly key: string
+  /** Whether `release` was called. */
+  readonly released: boolean
+  /**
+   * Release the permit: the key may have one more request in flight. Once.
+   * @throws QuotaLeaseError `ERR_QUOTALEASE_RESERVATION` when released
+   * already or for a denied permit (no permit was taken);
+   * `ERR_QUOTALEASE_CLOSED` after `close()`.
+   */
+  release(): void
+}
+
 /** Every reason, indexed by the engine's reason code. */
 export declare const reasons: readonly Reason[]
 
@@ -371,6 +408,17 @@ export declare class Limiter extends EventEmitter {
   reserve(key: string, estimate: number, options?: ReserveOptions): Promise<Reservation>
   /** Synchronous `reserve`: may block the event loop up to `backendTimeoutMs` on a cold key. */
   reserveSync(key: string, estimate: number, options?: ReserveOptions): Reservation
+  /**
+   * Take a permit for one request of `key` in flight (the `concurrency`
+   * option): admitted while fewer than `concurrency` of the key's requests
+   * are in flight across the fleet (check `allowed`; `release()` it when the
+   * request ends). Awaits a lease request like `acquire`, without blocking
+   * the event loop. Rejects with `ERR_QUOTALEASE_CONFIG` when the limiter has
+   * no `concurrency`.
+   */
+  acquireConcurrent(key: string): Promise<Permit>
+  /** Synchronous `acquireConcurrent`: may block the event loop up to `backendTimeoutMs` on a cold key. */
+  acquireConcurrentSync(key: string): Permit
   /** How many requests of `key` wait (`acquire(key, { waitMs })`) in this process now. */
   waiters(key: string): number
   /** Synchronous `acquire`: may block the event loop up to `backendTimeoutMs` on a cold key. */

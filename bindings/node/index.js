@@ -326,6 +326,68 @@ function reserved(r) {
   return new Reservation(r)
 }
 
+/**
+ * One of a key's requests in flight, from `limiter.acquireConcurrent()` /
+ * `acquireConcurrentSync()` under the limiter's `concurrency`: `allowed`
+ * says whether the request may start. Release it once with `release()` when
+ * the request ends; garbage-collected unreleased, an admitted permit is
+ * released then (do not count on when).
+ */
+class Permit {
+  #native
+  #decision
+
+  constructor(handle) {
+    if (!(handle instanceof native.NativePermit)) {
+      throw fail(TypeError, codes.CONFIG, 'Permit: made by limiter.acquireConcurrent() or limiter.acquireConcurrentSync(), not by `new`')
+    }
+    this.#native = handle
+    this.#decision = decisionFromArray(handle.decision())
+  }
+
+  /** Whether the request may go ahead (a permit was taken). */
+  get allowed() {
+    return this.#decision.allowed
+  }
+
+  /** The decision: `limit` is the concurrency, `remaining` the permits left; a denial's `retryAfterMs` says when to ask again. */
+  get decision() {
+    return this.#decision
+  }
+
+  /** The key the permit is for. */
+  get key() {
+    return this.#native.key
+  }
+
+  /** Whether `release` was called. */
+  get released() {
+    return this.#native.released
+  }
+
+  /**
+   * Release the permit: the key may have one more request in flight. Once
+   * only: throws (`code` `ERR_QUOTALEASE_RESERVATION`) when released already
+   * or for a denied permit (no permit was taken); `ERR_QUOTALEASE_CLOSED`
+   * after the limiter was closed.
+   */
+  release() {
+    this.#native.release()
+  }
+
+  /** `Permit { key, allowed, released }` in `console.log`. */
+  [util.inspect.custom](depth, options, inspect) {
+    const { key, allowed, released } = this
+    return `Permit ${inspect({ key, allowed, released }, options)}`
+  }
+}
+
+/** Settles a cold acquireConcurrent: the native side resolves with a NativePermit or an Error. */
+function permitted(p) {
+  if (p instanceof Error) throw p
+  return new Permit(p)
+}
+
 /** The value of a store call, or its Error thrown (the engine redacts a URL it echoes). */
 function stored(r) {
   if (r instanceof Error) throw r
@@ -578,6 +640,29 @@ class Limiter extends EventEmitter {
     checkKey(key)
     const tier = reserveArgs('reserveSync', estimate, options)
     return new Reservation(this.#reserve(key, estimate, tier))
+  }
+
+  /**
+   * Take a permit for one request of `key` in flight (the `concurrency`
+   * option): admitted while fewer than `concurrency` of the key's requests
+   * are in flight across the fleet, denied otherwise. Resolves to a `Permit`
+   * (check `allowed`; `release()` it when the request ends). Waits for a
+   * lease call like `acquire`, without blocking the event loop. Rejects with
+   * `ERR_QUOTALEASE_CONFIG` when the limiter has no `concurrency`.
+   */
+  acquireConcurrent(key) {
+    try {
+      checkKey(key)
+      return this.#native.acquireConcurrent(key).then(permitted)
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /** Like `acquireConcurrent`, synchronously: may block the event loop as `acquireSync` may. */
+  acquireConcurrentSync(key) {
+    checkKey(key)
+    return new Permit(this.#native.acquireConcurrentSync(key))
   }
 
   /** How many requests of `key` wait (`acquire(key, { waitMs })`) in this process now. */
@@ -847,6 +932,7 @@ module.exports = {
   Limiter,
   Decision,
   Reservation,
+  Permit,
   headers,
   parseRate,
   httpKey,

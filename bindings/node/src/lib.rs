@@ -29,8 +29,8 @@ use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
 use quotalease::Quota;
 use quotalease::{
-    Calendar, Decision, Error as QlError, ErrorKind, Event, Limiter, OptionValue, Options, PolicyListing, PolicySource,
-    Reason, Reservation, Rules,
+    Calendar, Decision, Error as QlError, ErrorKind, Event, Limiter, OptionValue, Options, Permit, PolicyListing,
+    PolicySource, Reason, Reservation, Rules,
 };
 
 /// `ERR_QUOTALEASE_` and the kind's name in capitals, for every
@@ -213,13 +213,14 @@ type EventFn = ThreadsafeFunction<FnArgs<(String, String)>, (), FnArgs<(String, 
 
 /// The outcome of an asynchronous call, turned into a JS value on the JS
 /// thread: a decision as numbers (`decision_numbers`), a `NativeReservation`,
-/// `undefined` for calls without a result, the policy store's version (a
+/// a `NativePermit`, `undefined` for calls without a result, the policy store's version (a
 /// number), a store entry (a string or `null`), the store's listing, or an
 /// `Error` with a `code` (resolved, not rejected, so it keeps its code; the
 /// wrapper throws it).
 enum Completion {
     Decided(std::result::Result<Decision, QlError>),
     Reserved(std::result::Result<Reservation, QlError>),
+    Permitted(std::result::Result<Permit, QlError>),
     Done(std::result::Result<(), QlError>),
     Version(std::result::Result<u64, QlError>),
     Entry(std::result::Result<Option<String>, QlError>),
@@ -256,6 +257,9 @@ impl ToNapiValue for Completion {
             Completion::Reserved(Ok(r)) => {
                 return unsafe { NativeReservation::to_napi_value(env, NativeReservation { inner: r }) }
             }
+            Completion::Permitted(Ok(p)) => {
+                return unsafe { NativePermit::to_napi_value(env, NativePermit { inner: p }) }
+            }
             Completion::Done(Ok(())) => return unsafe { <()>::to_napi_value(env, ()) },
             Completion::Version(Ok(v)) => return unsafe { f64::to_napi_value(env, v as f64) },
             Completion::Entry(Ok(e)) => return unsafe { Option::<String>::to_napi_value(env, e) },
@@ -266,6 +270,7 @@ impl ToNapiValue for Completion {
             }
             Completion::Decided(Err(e))
             | Completion::Reserved(Err(e))
+            | Completion::Permitted(Err(e))
             | Completion::Done(Err(e))
             | Completion::Version(Err(e))
             | Completion::Entry(Err(e))
@@ -283,8 +288,8 @@ fn settle(d: Deferred, c: Completion) {
 }
 
 /// What an engine call with a completion callback produces: a decision
-/// (`acquire_or_notify`, `acquire_wait_or_notify`) or a reservation
-/// (`reserve_or_notify`).
+/// (`acquire_or_notify`, `acquire_wait_or_notify`), a reservation
+/// (`reserve_or_notify`) or a permit (`acquire_concurrent_or_notify`).
 trait Outcome: Sized + Send + 'static {
     fn completion(r: std::result::Result<Self, QlError>) -> Completion;
 }
@@ -298,6 +303,12 @@ impl Outcome for Decision {
 impl Outcome for Reservation {
     fn completion(r: std::result::Result<Self, QlError>) -> Completion {
         Completion::Reserved(r)
+    }
+}
+
+impl Outcome for Permit {
+    fn completion(r: std::result::Result<Self, QlError>) -> Completion {
+        Completion::Permitted(r)
     }
 }
 
@@ -644,6 +655,44 @@ impl NativeLimiter {
         Ok(promise)
     }
 
+    /// Take a permit for one request of `key` in flight (the limiter's
+    /// `concurrency`), blocking the calling thread for a lease call when
+    /// the key has no local lease of permits (at most `backendTimeoutMs`).
+    #[napi]
+    pub fn acquire_concurrent_sync(&self, key: String) -> Result<NativePermit, String> {
+        self.inner
+            .acquire_concurrent(&key)
+            .map(|p| NativePermit { inner: p })
+            .map_err(js_err)
+    }
+
+    /// `acquire_concurrent_sync` without blocking (`acquire_concurrent_or_notify`):
+    /// a Promise of a `NativePermit` or an Error, settled at once when
+    /// decided without waiting, else from the broker thread.
+    #[napi(ts_return_type = "Promise<NativePermit | Error>")]
+    pub fn acquire_concurrent<'e>(&self, env: &'e Env, key: String) -> Result<Object<'e>, String> {
+        let napi = |e: napi::Error| bad(ErrorKind::Backend, e.reason.clone());
+        let (deferred, promise): (Deferred, Object<'e>) = env.create_deferred().map_err(napi)?;
+        let (meet, mut notifier) = Notifier::<Permit>::pair();
+        let now = self.inner.acquire_concurrent_or_notify(&key, move |r| notifier.fire(r));
+        let r = match now {
+            Ok(Some(p)) => Ok(p),
+            Err(e) => Err(e),
+            Ok(None) => {
+                let mut g = meet.lock().unwrap_or_else(|p| p.into_inner());
+                match std::mem::replace(&mut *g, Meet::Empty) {
+                    Meet::Ready(r) => r,
+                    _ => {
+                        *g = Meet::Waiting(deferred);
+                        return Ok(promise);
+                    }
+                }
+            }
+        };
+        settle(deferred, Completion::Permitted(r));
+        Ok(promise)
+    }
+
     /// How many requests of `key` wait in `acquire_wait` in this process now.
     #[napi]
     pub fn waiters(&self, key: String) -> u32 {
@@ -769,6 +818,44 @@ impl NativeReservation {
         };
         env.throw_range_error(&e.to_string(), Some(code_str(e.kind())))
             .map_err(|t| bad(ErrorKind::Backend, t.reason.clone()))
+    }
+}
+
+/// The engine's `Permit`: one of a key's requests in flight, admitted (or
+/// denied) under the limiter's `concurrency`. Made by `acquireConcurrent` /
+/// `acquireConcurrentSync`, never by `new`. Collected unreleased, an
+/// admitted permit is released (the engine's `Drop`).
+#[napi]
+pub struct NativePermit {
+    inner: Permit,
+}
+
+#[napi]
+impl NativePermit {
+    /// The decision as numbers, as `NativeReservation.decision` gives them
+    /// (`limit` is the concurrency, `remaining` the permits left).
+    #[napi]
+    pub fn decision(&self) -> Vec<f64> {
+        decision_numbers(&self.inner.decision())
+    }
+
+    /// The key the permit is for.
+    #[napi(getter)]
+    pub fn key(&self) -> String {
+        self.inner.key().to_owned()
+    }
+
+    /// Whether `release` was called.
+    #[napi(getter)]
+    pub fn released(&self) -> bool {
+        self.inner.is_released()
+    }
+
+    /// Release the permit, once: the engine's errors (released already,
+    /// denied, closed) are thrown with their codes.
+    #[napi]
+    pub fn release(&self) -> Result<(), String> {
+        self.inner.release().map_err(js_err)
     }
 }
 

@@ -201,6 +201,7 @@ test('module exports', () => {
   assert.deepEqual(Object.keys(ql).sort(), [
     'Decision',
     'Limiter',
+    'Permit',
     'Reservation',
     'codes',
     'engineVersion',

@@ -57,8 +57,8 @@ function run(file, env = {}) {
 const all = blocks()
 test.after(() => fs.rmSync(DIR, { recursive: true, force: true }))
 
-test('the README has the quick start, the Express examples in JS and TS, Fastify, tiers and the store, Express with tiers, OpenTelemetry, behind a proxy, and reserve, then settle', () => {
-  assert.deepEqual(all.map((b) => b.lang), ['js', 'js', 'ts', 'js', 'js', 'js', 'js', 'js', 'js'])
+test('the README has the quick start, the Express examples in JS and TS, Fastify, tiers and the store, Express with tiers, OpenTelemetry, behind a proxy, reserve, then settle, and concurrency limits', () => {
+  assert.deepEqual(all.map((b) => b.lang), ['js', 'js', 'ts', 'js', 'js', 'js', 'js', 'js', 'js', 'js'])
 })
 
 test('the quick start runs', async () => {
@@ -201,6 +201,12 @@ test("the project README's calendar-quota example prints what its comments say",
   assert.deepEqual(child.out.trim().split('\n'), ['false 3600000', '"1s";q=10;w=1, "1month";q=50000;w=2592000'])
 })
 
+test("the project README's concurrency-limit example prints what its comments say", async () => {
+  const child = run(write('project-readme-concurrency.js', projectReadmeBlock('Concurrency limits')))
+  assert.equal(await child.exited, 0, child.err)
+  assert.deepEqual(child.out.trim().split('\n'), ['200 true true true true true false'])
+})
+
 test('the behind-a-proxy example keys each client behind the trusted proxy', async () => {
   const child = run(write('proxy-app.js', all[7].code), { PORT: '0' })
   let url
@@ -224,4 +230,10 @@ test('the reserve, then settle example prints what its comments say', async () =
   // 1000 - 120 used - 1 (a token refills every 3.6 s)
   assert.match(lines[0], /^true (879|880)$/)
   assert.equal(lines[1], '150')
+})
+
+test('the concurrency-limit example prints what its comments say', async () => {
+  const child = run(write('concurrency.js', all[9].code))
+  assert.equal(await child.exited, 0, child.err)
+  assert.deepEqual(child.out.trim().split('\n'), ['429, retry in 1000 ms', 'exported false'])
 })

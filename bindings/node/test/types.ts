@@ -23,6 +23,7 @@ import {
   type RateLimitHeaders,
   type Reason,
   Reservation,
+  Permit,
   type ReserveOptions,
 } from 'quotalease'
 import { rateLimit } from 'quotalease/express'
@@ -165,4 +166,25 @@ async function reservations(): Promise<number> {
   return estimate + debited
 }
 
-export { handle, readonlyDecision, tiers, reservations }
+async function permits(): Promise<number> {
+  const l = new Limiter({ limit: 100, concurrency: 5 })
+  const p: Permit = await l.acquireConcurrent('k')
+  const q: Permit = l.acquireConcurrentSync('k')
+  const allowed: boolean = p.allowed
+  const d: Decision = p.decision
+  const key: string = p.key
+  const released: boolean = p.released
+  const nothing: void = q.release()
+  // @ts-expect-error: the key is a string
+  await l.acquireConcurrent(5)
+  // @ts-expect-error: concurrency is a number
+  new Limiter({ limit: 100, concurrency: '5' })
+  // @ts-expect-error: released is readonly
+  p.released = true
+  // @ts-expect-error: made by acquireConcurrent, not by new
+  new Permit()
+  void [allowed, key, released, nothing]
+  return d.limit
+}
+
+export { handle, readonlyDecision, tiers, reservations, permits }

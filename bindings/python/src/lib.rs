@@ -99,7 +99,8 @@ fn make_error_types(py: Python<'_>) -> PyResult<ErrorTypes> {
             "ReservationError",
             Some(py.get_type::<PyValueError>()),
             "A reservation cannot be settled so (also a ValueError): it was settled already, it \
-             was denied (nothing was reserved), or the actual cost is negative.",
+             was denied (nothing was reserved), or the actual cost is negative. Also raised by \
+             `Permit.release` for a permit released already or denied (no permit was taken).",
         )?,
     })
 }
@@ -563,6 +564,94 @@ impl Reservation {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Permit.
+
+/// One of a key's requests in flight, from `Limiter.acquire_concurrent`:
+/// admitted while fewer than `concurrency` of the key's requests are in
+/// flight across the fleet. Released once with `release()` (or by leaving
+/// its `with` / `async with` block; dropped unreleased, it is released).
+#[pyclass(frozen, module = "quotalease._native", name = "Permit")]
+struct Permit {
+    p: ql::Permit,
+}
+
+impl Permit {
+    /// What leaving a `with` block does: release an admitted permit not
+    /// released yet (a denied one holds nothing).
+    fn release_if_held(&self, py: Python<'_>) -> PyResult<()> {
+        if self.p.allowed() && !self.p.is_released() {
+            py.detach(|| self.p.release()).map_err(|e| to_pyerr(py, e))?;
+        }
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl Permit {
+    /// Whether the request may go ahead (a permit was taken).
+    #[getter]
+    fn allowed(&self) -> bool {
+        self.p.allowed()
+    }
+    /// The decision: `limit` is the concurrency, `remaining` the permits
+    /// left; a denial's `retry_after_ms` says when to ask again.
+    #[getter]
+    fn decision(&self) -> Decision {
+        Decision { d: self.p.decision() }
+    }
+    /// The key the permit is for.
+    #[getter]
+    fn key(&self) -> &str {
+        self.p.key()
+    }
+    /// Whether `release` was called.
+    #[getter]
+    fn released(&self) -> bool {
+        self.p.is_released()
+    }
+
+    /// Release the permit: the key may have one more request in flight.
+    /// Once only: ReservationError when released already or denied (no
+    /// permit was taken); ClosedError when the limiter was closed.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.p.release()).map_err(|e| to_pyerr(py, e))
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Releases an admitted permit not released yet; exceptions go on.
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.release_if_held(py)?;
+        Ok(false)
+    }
+
+    fn __aenter__(slf: Py<Self>) -> Ready {
+        Ready { value: slf.into_any() }
+    }
+
+    /// As `__exit__` (a release never waits for the backend).
+    #[pyo3(signature = (*_exc))]
+    fn __aexit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<Ready> {
+        self.release_if_held(py)?;
+        Ok(Ready {
+            value: PyBool::new(py, false).to_owned().into_any().unbind(),
+        })
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let key = PyString::new(py, self.p.key()).repr()?;
+        Ok(format!(
+            "Permit(key={key}, allowed={}, released={})",
+            if self.p.allowed() { "True" } else { "False" },
+            if self.p.is_released() { "True" } else { "False" },
+        ))
+    }
+}
+
 /// An awaitable ready at once with `value`: what `Reservation.__aenter__`
 /// and `__aexit__` return (nothing to wait for, on any event loop).
 #[pyclass(frozen, module = "quotalease._native", name = "_Ready")]
@@ -601,7 +690,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// What an asyncio future completed from the broker thread carries: a
-/// Decision or a Reservation.
+/// Decision, a Reservation or a Permit.
 trait Answer: Send + 'static {
     fn into_py_any(self, py: Python<'_>) -> PyResult<Py<PyAny>>;
 }
@@ -615,6 +704,12 @@ impl Answer for ql::Decision {
 impl Answer for ql::Reservation {
     fn into_py_any(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Ok(Py::new(py, Reservation { r: self })?.into_any())
+    }
+}
+
+impl Answer for ql::Permit {
+    fn into_py_any(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(Py::new(py, Permit { p: self })?.into_any())
     }
 }
 
@@ -850,6 +945,33 @@ impl Limiter {
             .map_err(|e| to_pyerr(py, e))?;
         if let Some(r) = now {
             return Ok(Bound::new(py, Reservation { r })?.into_any());
+        }
+        answer_or_future(py, &slot)
+    }
+
+    /// Take a permit for one request of `key` in flight (the limiter's
+    /// `concurrency`): admitted while fewer than `concurrency` of the key's
+    /// requests are in flight across the fleet, else denied. Waits (GIL
+    /// released, at most backend_timeout_ms) when the key has no local
+    /// lease of permits. ConfigError when the limiter has no `concurrency`.
+    fn acquire_concurrent(&self, py: Python<'_>, key: &str) -> PyResult<Permit> {
+        py.detach(|| self.inner.acquire_concurrent(key))
+            .map(|p| Permit { p })
+            .map_err(|e| to_pyerr(py, e))
+    }
+
+    /// For `Limiter.acquire_concurrent_async`: a Permit when decided now,
+    /// else an asyncio future of the running loop, completed from the
+    /// broker thread.
+    fn _acquire_concurrent_or_future<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
+        let slot = Arc::new(Mutex::new(Slot::Empty));
+        let theirs = slot.clone();
+        let now = self
+            .inner
+            .acquire_concurrent_or_notify(key, move |res| complete(&theirs, res))
+            .map_err(|e| to_pyerr(py, e))?;
+        if let Some(p) = now {
+            return Ok(Bound::new(py, Permit { p })?.into_any());
         }
         answer_or_future(py, &slot)
     }
@@ -1177,6 +1299,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Limiter>()?;
     m.add_class::<Decision>()?;
     m.add_class::<Reservation>()?;
+    m.add_class::<Permit>()?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(http_key, m)?)?;
     m.add_function(wrap_pyfunction!(metrics_prometheus, m)?)?;

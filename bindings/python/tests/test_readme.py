@@ -24,10 +24,10 @@ from conftest import ROOT
 def blocks() -> list[str]:
     text = (ROOT / "bindings" / "python" / "README.md").read_text()
     found = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(found) == 15, (
+    assert len(found) == 16, (
         "expected the quick start, the FastAPI middleware, Flask, the FastAPI dependency, Django, gRPC,"
         " OpenTelemetry, plan tiers, the policy store, the integrations' tier examples, behind a proxy,"
-        " check(), the metrics endpoint, and reserve then settle (sync, asyncio)"
+        " check(), the metrics endpoint, reserve then settle (sync, asyncio), and concurrency limits"
     )
     return found
 
@@ -317,6 +317,14 @@ def test_project_readme_calendar_quotas() -> None:
     assert lines == ["50", "False 3600000", "True"]
 
 
+def test_project_readme_concurrency_limits() -> None:
+    """The project README's concurrency-limit example runs as written on
+    memory://: 5 permits of user:42 taken, the sixth denied, and once they are
+    released (leaving the blocks) one is taken again."""
+    lines = printed(project_readme_block("Concurrency limits", "python"), "project_readme_concurrency")
+    assert lines == ["True 4", "[True, True, True, True, False]", "True"]
+
+
 def test_behind_a_proxy_example() -> None:
     ns = run(blocks()[10], "readme_proxies")
     xff = "6.6.6.6, 1.2.3.4"
@@ -355,3 +363,8 @@ def test_reserve_then_settle_example() -> None:
 
 def test_reserve_async_example() -> None:
     assert printed(blocks()[14], "readme_reserve_async") == ["200"]
+
+
+def test_concurrency_limits_example() -> None:
+    """Two permits of 2 taken, the third denied; leaving the block released both."""
+    assert printed(blocks()[15], "readme_concurrency") == ["True True False 1000", "True True"]

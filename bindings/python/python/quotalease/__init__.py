@@ -18,7 +18,8 @@ refuses (wrong password, database, scheme, protocol, ACL) raises
 MisconfiguredError from ``acquire`` and ``check()``: it is not an outage, so no
 failure policy hides it. ``Reservation.settle`` raises ReservationError (also a
 ValueError) when settled twice, for a denied reservation, or for a negative
-actual cost. A wrong *type* (a key that is not a str, a cost that is not an int,
+actual cost, and ``Permit.release`` raises it when released twice or for a
+denied permit. A wrong *type* (a key that is not a str, a cost that is not an int,
 an option given as a bool or a list) raises TypeError.
 """
 
@@ -38,6 +39,7 @@ from ._native import (
     InvalidCostError,
     InvalidKeyError,
     MisconfiguredError,
+    Permit,
     QuotaLeaseError,
     Reservation,
     ReservationError,
@@ -56,6 +58,7 @@ __all__ = [
     "InvalidKeyError",
     "Limiter",
     "MisconfiguredError",
+    "Permit",
     "QuotaLeaseError",
     "Reservation",
     "ReservationError",
@@ -79,7 +82,8 @@ class Limiter(_native.Limiter):
     on_backend_failure="static-share", expected_replicas=None,
     backend_timeout_ms=None, key_prefix="ql", max_keys=None, mode="lease",
     clock=None, clock_start_ms=None, tiers=None, default_tier=None,
-    policy_file=None, policy_refresh_ms=None, on_event=None)``
+    policy_file=None, policy_refresh_ms=None, shadow=False, concurrency=None,
+    on_event=None)``
 
     Give ``limit`` (tokens per window) and ``window_ms`` (default 60000), or
     ``rate="600/min"`` (not both). ``rate`` (and each rule of ``tiers``) may
@@ -114,6 +118,18 @@ class Limiter(_native.Limiter):
     debt if need be. Left unsettled (a ``with`` block exited, the object
     dropped), it keeps the estimate.
 
+    Concurrency limits: ``concurrency=N`` allows at most N requests of a key
+    in flight at once across the fleet. ``with limiter.acquire_concurrent(key)
+    as permit:`` takes a permit (``permit.allowed``, ``permit.decision``:
+    ``limit`` is N, ``remaining`` the permits left) and leaving the block
+    releases it (or ``permit.release()``, once); ``async with await
+    limiter.acquire_concurrent_async(key) as permit:`` in asyncio. Beyond
+    the N, only the permits of instances that died holding them count, until
+    their commitments expire at the backend (7 s after their last call). A
+    released permit stays in this instance's lease until lease_ttl_ms or
+    ``flush()``, then other instances can take it. It needs adaptive leasing
+    (no ``lease_size``, mode "lease"); one concurrency per limiter.
+
     ``on_event(kind, message)`` is called from the broker thread on every
     backend transition ("degraded" / "recovered"), which is also logged on the
     ``quotalease`` logger (ERROR / WARNING).
@@ -141,6 +157,15 @@ class Limiter(_native.Limiter):
         if isinstance(r, Reservation):
             return r
         return await r
+
+    async def acquire_concurrent_async(self, key: str) -> Permit:
+        """Like :meth:`acquire_concurrent`, but awaits a pending lease instead
+        of blocking the event loop: ``async with await
+        limiter.acquire_concurrent_async(key) as permit:``."""
+        p = self._acquire_concurrent_or_future(key)
+        if isinstance(p, Permit):
+            return p
+        return await p
 
     async def check_async(self) -> None:
         """Like :meth:`check` (connect now and run a read-only probe: None,
