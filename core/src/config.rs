@@ -11,7 +11,7 @@ use crate::rate::validate_policy;
 use crate::redact::RedactedUrl;
 use crate::url::parse_url;
 
-pub(crate) use crate::keys::{validate_key, validate_key_len};
+pub(crate) use crate::keys::validate_key;
 pub(crate) use crate::url::BackendSpec;
 #[cfg(feature = "redis")]
 pub(crate) use crate::url::{tls_files, SentinelSpec, TlsFiles};

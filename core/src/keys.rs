@@ -32,6 +32,22 @@ pub fn validate_key_len(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// The admit path's check: as [`validate_key_len`], but long enough for
+/// the engine's own bucket names (a key's permit bucket is the key and a
+/// 9-byte suffix). A caller's key of 513 to 521 bytes passes here, finds no
+/// entry (none is made for it) and is refused on the cold path by
+/// [`validate_key`], with the same error.
+#[inline]
+pub(crate) fn validate_bucket_len(key: &str) -> Result<()> {
+    if key.len().wrapping_sub(1) >= MAX_KEY_LEN + MAX_BUCKET_SUFFIX {
+        return Err(key_len_error(key.len()));
+    }
+    Ok(())
+}
+
+/// The longest suffix the engine adds to a key to name a bucket of its own.
+pub(crate) const MAX_BUCKET_SUFFIX: usize = 9;
+
 #[cold]
 #[inline(never)]
 fn key_len_error(len: usize) -> Error {

@@ -238,3 +238,18 @@ fn a_key_with_no_concurrency_anywhere_takes_no_permits() {
         .unwrap_err();
     assert!(e.to_string().contains("needs adaptive leasing"), "{e}");
 }
+
+#[test]
+fn the_longest_key_takes_permits_and_a_longer_one_is_refused() {
+    let l = Limiter::builder().limit(10).concurrency(1).build().unwrap();
+    let longest = "x".repeat(quotalease::MAX_KEY_LEN);
+    assert!(l.acquire(&longest, 1).unwrap().allowed);
+    assert!(l.acquire_concurrent(&longest).unwrap().allowed());
+    for len in [quotalease::MAX_KEY_LEN + 1, quotalease::MAX_KEY_LEN + 9] {
+        let e = l.acquire_concurrent(&"x".repeat(len)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidKey);
+        assert!(e.to_string().contains(&format!("the key is {len} bytes long")), "{e}");
+        let e = l.acquire(&"x".repeat(len), 1).unwrap_err();
+        assert!(e.to_string().contains(&format!("the key is {len} bytes long")), "{e}");
+    }
+}

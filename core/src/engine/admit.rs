@@ -8,10 +8,11 @@ use std::sync::Arc;
 use super::entry::{Entry, MORE_CALENDAR};
 use super::Engine;
 use crate::bucket::Quota;
-use crate::config::{validate_key_len, Mode};
+use crate::config::Mode;
 use crate::decision::{Decision, Reason};
 use crate::error::{Error, Result};
 use crate::fork;
+use crate::keys::validate_bucket_len;
 use crate::metrics::Counters;
 use crate::policy::{RuleSet, MAX_RULES};
 
@@ -89,7 +90,7 @@ impl Engine {
         if fork::current() != self.gen.load(Relaxed) {
             self.check_open()?;
         }
-        validate_key_len(key)?;
+        validate_bucket_len(key)?;
         if self.r.cfg.mode == Mode::Exact {
             if let Some(t) = tier {
                 self.tier_id(t)?;

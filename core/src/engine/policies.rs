@@ -25,6 +25,7 @@ use crate::policy::{rule_key, Access, Assignment, Origin, PolicySource, Rules, T
 /// What names the bucket of a key's permits in flight (after the key; the
 /// separator is refused in keys callers give).
 pub(crate) const IN_FLIGHT_SUFFIX: &str = "\u{1f}inflight";
+const _: () = assert!(IN_FLIGHT_SUFFIX.len() <= crate::keys::MAX_BUCKET_SUFFIX);
 
 /// One tier as the limiter knows it now.
 #[derive(Clone, Debug, PartialEq, Eq)]
