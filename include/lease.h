@@ -44,6 +44,7 @@
 typedef struct lease_limiter lease_limiter;
 typedef struct lease_options lease_options;
 typedef struct lease_reservation lease_reservation;
+typedef struct lease_permit lease_permit;
 typedef struct lease_config lease_config;
 typedef struct lease_decision lease_decision;
 typedef struct lease_inspection lease_inspection;
@@ -143,7 +144,9 @@ enum lease_status {
   LEASE_ERR_MISCONFIGURED = 10,
   /**
    * `lease_reservation_settle` refused: the reservation was settled
-   * already, it was denied (nothing was reserved), or `actual` is negative.
+   * already, it was denied (nothing was reserved), or `actual` is negative;
+   * or `lease_permit_release` refused: the permit was released already,
+   * or it was denied (no permit was taken).
    */
   LEASE_ERR_RESERVATION = 11,
 };
@@ -185,8 +188,9 @@ struct lease_limiter;
  * `on_backend_failure`, `expected_replicas`, `backend_timeout_ms`,
  * `key_prefix`, `max_keys`, `mode`, `clock`, `clock_start_ms`, and for
  * plan tiers and the shared policy store `tiers`, `default_tier`,
- * `policy_file`, `policy_refresh_ms`, and `shadow` (shadow mode: 1 or 0 with
- * `lease_options_set_int`). An option not set keeps its default;
+ * `policy_file`, `policy_refresh_ms`, `shadow` (shadow mode: 1 or 0 with
+ * `lease_options_set_int`), and `concurrency` (`lease_acquire_concurrent`).
+ * An option not set keeps its default;
  * setting it again under the same name replaces the value, and under its
  * other spelling ("window_ms" after "windowMs") is `LEASE_ERR_CONFIG`.
  *
@@ -196,6 +200,14 @@ struct lease_limiter;
  * it and may run on many threads at once.
  */
 struct lease_options;
+
+/**
+ * A permit (opaque): one request of a key in flight, counted against the
+ * limiter's `concurrency` across the fleet until it is released (or
+ * denied: then nothing was taken). Made by `lease_acquire_concurrent`,
+ * released by `lease_permit_free`.
+ */
+struct lease_permit;
 
 /**
  * A reservation (opaque): a request admitted (or denied) at an estimate
@@ -1212,7 +1224,10 @@ enum lease_status lease_options_set_str(struct lease_options *options,
  * `backend_timeout_ms`, `max_keys`, `clock_start_ms` or
  * `policy_refresh_ms` (how often the shared policy store is polled; 0, the
  * default: no store) or `shadow` (1: shadow mode, every request the rules
- * deny is admitted with `LEASE_REASON_SHADOW`; 0, the default: enforced).
+ * deny is admitted with `LEASE_REASON_SHADOW`; 0, the default: enforced)
+ * or `concurrency` (most requests of one key in flight at once across the
+ * fleet, taken with `lease_acquire_concurrent`; 0, the default: none; it
+ * needs adaptive leasing, `mode` "lease" without `lease_size`).
  *
  * The value is signed so that a negative number (a C `int` gone wrong) is
  * a clear `LEASE_ERR_CONFIG` naming the option instead of a huge unsigned
@@ -1229,6 +1244,65 @@ enum lease_status lease_options_set_str(struct lease_options *options,
 enum lease_status lease_options_set_int(struct lease_options *options,
                                         const char *name,
                                         int64_t value);
+
+/**
+ * Take a permit for one request of `key` in flight: admitted while fewer
+ * than the limiter's `concurrency` (an option set by name with
+ * `lease_options_set_int`) requests of the key are in flight across every
+ * limiter of the authority, denied otherwise. The decision is written to
+ * `*out` (`limit` is the `concurrency`, `remaining` the permits left; a
+ * denial is `LEASE_REASON_EXHAUSTED` with `retry_after_ms`, when to ask
+ * again) and a permit handle to `*permit` (also for a denial; free every
+ * handle with `lease_permit_free`). Release an admitted permit with
+ * `lease_permit_release` when the request ends; freed unreleased, it is
+ * released then. May wait for one lease call (at most
+ * `backend_timeout_ms`), as `lease_acquire` does.
+ *
+ * At most `concurrency` permits of a key are held at once, plus those of
+ * instances that died holding them, until their commitments expire at the
+ * authority (7 s after such an instance's last call). A released permit
+ * stays in this limiter's local lease, idle, until it is given back after
+ * `lease_ttl_ms` (or by `lease_flush`); this limiter takes it again at once.
+ *
+ * Errors: `LEASE_ERR_NULL`; `LEASE_ERR_INVALID_KEY` / `LEASE_ERR_UTF8` for
+ * a bad key; `LEASE_ERR_CONFIG` when the limiter has no `concurrency` (0,
+ * the default); `LEASE_ERR_CLOSED`. A limiter with `concurrency` needs
+ * adaptive leasing (`mode` "lease" without `lease_size`): building one
+ * otherwise is `LEASE_ERR_CONFIG`. `*out` and `*permit` are written only
+ * on `LEASE_OK`.
+ *
+ * # Safety
+ * `limiter` is NULL or live; `key` is NULL or readable for `key_len`
+ * bytes; `out` and `permit` are NULL or writable.
+ */
+enum lease_status lease_acquire_concurrent(const struct lease_limiter *limiter,
+                                           const uint8_t *key,
+                                           size_t key_len,
+                                           struct lease_decision *out,
+                                           struct lease_permit **permit);
+
+/**
+ * Release `permit`: its key may have one more request in flight. Once
+ * only.
+ *
+ * Errors: `LEASE_ERR_NULL`; `LEASE_ERR_RESERVATION` when it was released
+ * already or was denied (no permit was taken); `LEASE_ERR_CLOSED` when its
+ * limiter was closed.
+ *
+ * # Safety
+ * `permit` is NULL or came from `lease_acquire_concurrent` and was not freed.
+ */
+enum lease_status lease_permit_release(const struct lease_permit *permit);
+
+/**
+ * Free a permit. NULL is a no-op. An admitted permit not yet released is
+ * released now.
+ *
+ * # Safety
+ * `permit` is NULL or came from `lease_acquire_concurrent` and was not
+ * freed; no other call on it may run during or after this one.
+ */
+void lease_permit_free(struct lease_permit *permit);
 
 /**
  * Define (or redefine) plan tier `name` in the shared policy store as

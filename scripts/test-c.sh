@@ -2,7 +2,7 @@
 # C tests (`make test-c`): the header is fresh, `make install` produces a tree
 # that C programs build against with pkg-config, and every C test (API, bad
 # input, hostile input from a seeded generator, pthreads hammer, inspect, real
-# Redis with events, the conformance vectors on
+# Redis with events, concurrency limits on memory and Redis, the conformance vectors on
 # memory and Redis) passes twice: plain, and under AddressSanitizer +
 # LeakSanitizer + UBSan. Ends with "N passed, N failed".
 set -euo pipefail
@@ -106,7 +106,7 @@ for variant in plain asan; do
   if [ "$variant" = asan ]; then
     extra=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
   fi
-  for t in test_api test_hammer test_inspect test_redis test_fuzz; do
+  for t in test_api test_hammer test_inspect test_concurrency test_redis test_fuzz; do
     cc "${cflags[@]}" "${extra[@]}" "$src/$t.c" -o "$out/$t" $(pkg-config --cflags --libs lease) -lpthread
   done
   cc "${cflags[@]}" "${extra[@]}" "$src/test_vectors.c" "$src/json.c" -o "$out/test_vectors" \
@@ -117,6 +117,7 @@ for variant in plain asan; do
   run "[$variant] hostile input (10000 seeded random calls)" "$out/test_fuzz"
   run "[$variant] pthreads hammer (memory + Redis)" env QL_REDIS_URL="$url" "$out/test_hammer"
   run "[$variant] inspect (memory + Redis)" env QL_REDIS_URL="$url" "$out/test_inspect"
+  run "[$variant] concurrency limits (memory + Redis)" env QL_REDIS_URL="$url" "$out/test_concurrency"
   run "[$variant] vectors on memory" "$out/test_vectors" tests/vectors memory
   run "[$variant] vectors on Redis" "$out/test_vectors" tests/vectors redis "$url"
   run "[$variant] Redis integration and events" env QL_REDIS_PORT="$events_port" QL_REDISCTL="$redisctl" "$out/test_redis"

@@ -143,6 +143,11 @@ type Config struct {
 	// watch what a limit would do before enforcing it. One tier or key can
 	// be put in shadow mode alone by its rules ("shadow 100/min").
 	Shadow bool
+	// Concurrency is the most requests of one key in flight at once across
+	// the fleet, taken with AcquireConcurrent (0, the default: none). It
+	// needs adaptive leasing (ModeLease, no LeaseSize); otherwise New is a
+	// KindConfig error.
+	Concurrency uint64
 	// OnEvent, when set, is called on every backend transition (degraded /
 	// recovered), from the limiter's broker thread. It must return quickly.
 	OnEvent func(Event)
@@ -271,6 +276,7 @@ func (cfg *Config) options() []option {
 	if cfg.Shadow {
 		opts = append(opts, option{name: "shadow", num: 1})
 	}
+	num("concurrency", cfg.Concurrency)
 	return opts
 }
 

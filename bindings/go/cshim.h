@@ -81,6 +81,28 @@ static inline ql_result ql_reservation_settle(const lease_reservation *res, int6
 	return r;
 }
 
+typedef struct {
+	lease_status status;
+	lease_decision d;
+	lease_permit *permit;
+	char *err;
+} ql_permit_result;
+
+static inline ql_permit_result ql_acquire_concurrent(const lease_limiter *l, _GoString_ key) {
+	ql_permit_result r;
+	r.permit = NULL;
+	r.status = lease_acquire_concurrent(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), &r.d, &r.permit);
+	r.err = r.status == LEASE_OK ? NULL : ql_err(r.status);
+	return r;
+}
+
+static inline ql_result ql_permit_release(const lease_permit *p) {
+	ql_result r;
+	r.status = lease_permit_release(p);
+	r.err = r.status == LEASE_OK ? NULL : ql_err(r.status);
+	return r;
+}
+
 static inline uint64_t ql_waiters(const lease_limiter *l, _GoString_ key) {
 	uint64_t n = 0;
 	lease_waiters(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), &n);

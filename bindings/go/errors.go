@@ -35,7 +35,8 @@ const (
 	KindMisconfigured
 	// KindReservation: a reservation cannot be settled so: it was settled
 	// (or closed) already, it was denied (nothing was reserved), or the
-	// actual cost is negative.
+	// actual cost is negative; or a permit cannot be released: it was
+	// released (or closed) already, or it was denied (no permit was taken).
 	KindReservation
 )
 
@@ -98,7 +99,8 @@ var (
 	// Check when the backend refuses the configuration.
 	ErrMisconfigured = &Error{Kind: KindMisconfigured}
 	// ErrReservation: errors.Is(err, ErrReservation) after Reservation.Settle
-	// when it cannot settle (twice, a denied reservation, a negative actual).
+	// when it cannot settle (twice, a denied reservation, a negative actual),
+	// and after Permit.Release when it cannot release (twice, a denied permit).
 	ErrReservation = &Error{Kind: KindReservation}
 )
 

@@ -65,6 +65,8 @@ type middleware struct {
 	denied  http.Handler
 	onError func(http.ResponseWriter, *http.Request, error)
 	proxies *TrustedProxies
+	// concurrent: a permit per request (WithConcurrency) instead of tokens.
+	concurrent bool
 }
 
 // WithCost sets the tokens a request takes (default 1).
@@ -88,6 +90,20 @@ func WithTier(f func(*http.Request) string) MiddlewareOption {
 // The handler's goroutine waits. d <= 0: no wait (the default).
 func WithWait(d time.Duration) MiddlewareOption {
 	return func(m *middleware) { m.wait = d }
+}
+
+// WithConcurrency limits the requests of a key in flight at once instead
+// of its rate: each request takes a permit (AcquireConcurrent; the limiter
+// needs Config.Concurrency, else every request goes to the error handler),
+// released when the next handler returns (or panics). A request past the
+// limit is answered 429 (WithDeniedHandler's, or the default body) with
+// Retry-After and no RateLimit headers, which describe rates. WithCost,
+// WithTier and WithWait do not apply. For a rate and a concurrency limit
+// both, stack two middlewares on the limiter:
+//
+//	h := quotalease.Middleware(lim, key)(quotalease.Middleware(lim, key, quotalease.WithConcurrency())(mux))
+func WithConcurrency() MiddlewareOption {
+	return func(m *middleware) { m.concurrent = true }
 }
 
 // WithDeniedHandler replaces the default 429 response (application/problem+json,
@@ -168,6 +184,10 @@ func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.H
 				tier = m.tier(r)
 			}
 			k, err := HTTPKey(raw)
+			if err == nil && m.concurrent {
+				m.serveConcurrent(w, r, next, k)
+				return
+			}
 			var d Decision
 			if err == nil && m.wait > 0 {
 				d, err = m.lim.AcquireWait(k, cost, tier, m.wait)
@@ -193,4 +213,24 @@ func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.H
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// serveConcurrent serves r under a permit of key k (WithConcurrency).
+func (m *middleware) serveConcurrent(w http.ResponseWriter, r *http.Request, next http.Handler, k string) {
+	p, err := m.lim.AcquireConcurrent(k)
+	if err != nil {
+		m.onError(w, r, err)
+		return
+	}
+	defer p.Close() // releases an admitted permit, also when next panics
+	if !p.Allowed {
+		w.Header().Set("Retry-After", p.Decision.Headers().Get("Retry-After"))
+		if m.denied != nil {
+			m.denied.ServeHTTP(w, r)
+		} else {
+			writeProblem(w, p.Decision)
+		}
+		return
+	}
+	next.ServeHTTP(w, r)
 }

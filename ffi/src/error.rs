@@ -45,7 +45,9 @@ pub enum lease_status {
     /// message names the host (credentials removed) and what to change.
     LEASE_ERR_MISCONFIGURED = 10,
     /// `lease_reservation_settle` refused: the reservation was settled
-    /// already, it was denied (nothing was reserved), or `actual` is negative.
+    /// already, it was denied (nothing was reserved), or `actual` is negative;
+    /// or `lease_permit_release` refused: the permit was released already,
+    /// or it was denied (no permit was taken).
     LEASE_ERR_RESERVATION = 11,
 }
 

@@ -68,6 +68,7 @@ mod keys;
 mod limiter;
 mod metrics;
 mod options;
+mod permit;
 mod policy;
 mod reservation;
 mod version;

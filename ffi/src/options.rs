@@ -20,8 +20,9 @@ use crate::error::{c_str, fail, fail_with, lease_status, lease_status::*, null_a
 /// `on_backend_failure`, `expected_replicas`, `backend_timeout_ms`,
 /// `key_prefix`, `max_keys`, `mode`, `clock`, `clock_start_ms`, and for
 /// plan tiers and the shared policy store `tiers`, `default_tier`,
-/// `policy_file`, `policy_refresh_ms`, and `shadow` (shadow mode: 1 or 0 with
-/// `lease_options_set_int`). An option not set keeps its default;
+/// `policy_file`, `policy_refresh_ms`, `shadow` (shadow mode: 1 or 0 with
+/// `lease_options_set_int`), and `concurrency` (`lease_acquire_concurrent`).
+/// An option not set keeps its default;
 /// setting it again under the same name replaces the value, and under its
 /// other spelling ("window_ms" after "windowMs") is `LEASE_ERR_CONFIG`.
 ///
@@ -128,7 +129,10 @@ pub unsafe extern "C" fn lease_options_set_str(
 /// `backend_timeout_ms`, `max_keys`, `clock_start_ms` or
 /// `policy_refresh_ms` (how often the shared policy store is polled; 0, the
 /// default: no store) or `shadow` (1: shadow mode, every request the rules
-/// deny is admitted with `LEASE_REASON_SHADOW`; 0, the default: enforced).
+/// deny is admitted with `LEASE_REASON_SHADOW`; 0, the default: enforced)
+/// or `concurrency` (most requests of one key in flight at once across the
+/// fleet, taken with `lease_acquire_concurrent`; 0, the default: none; it
+/// needs adaptive leasing, `mode` "lease" without `lease_size`).
 ///
 /// The value is signed so that a negative number (a C `int` gone wrong) is
 /// a clear `LEASE_ERR_CONFIG` naming the option instead of a huge unsigned
