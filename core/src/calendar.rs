@@ -16,8 +16,6 @@ use jiff::civil::Date;
 use jiff::tz::TimeZone;
 use jiff::{Timestamp, ToSpan};
 
-use crate::error::{Error, Result};
-
 /// The length of a calendar period.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Period {
@@ -137,36 +135,37 @@ impl Calendar {
     /// Parse what follows a rule's `@` for a period: a time zone
     /// (`"Europe/Berlin"`, `"UTC"`), or for a month `"billing-day-15"`,
     /// optionally followed by a space and a time zone (UTC by default).
-    pub fn parse(period: Period, anchor: &str) -> Result<Calendar> {
+    /// The error is what is wrong, as a rule's configuration error says it
+    /// ([`crate::parse_quota`] makes it one; a leaf module, this one names
+    /// no error type).
+    pub fn parse(period: Period, anchor: &str) -> Result<Calendar, String> {
         let anchor = anchor.trim();
         let (billing_day, zone) = match anchor.strip_prefix(BILLING_DAY) {
             Some(rest) => {
                 let (day, zone) = rest.split_once(char::is_whitespace).unwrap_or((rest, "UTC"));
-                let day: u8 = day.parse().ok().filter(|d| (1..=31).contains(d)).ok_or_else(|| {
-                    bad(format!(
-                        "has billing day {day:?}; it must be a day of the month, 1 to 31"
-                    ))
-                })?;
+                let day: u8 = day
+                    .parse()
+                    .ok()
+                    .filter(|d| (1..=31).contains(d))
+                    .ok_or_else(|| format!("has billing day {day:?}; it must be a day of the month, 1 to 31"))?;
                 if period != Period::Month {
-                    return Err(bad(format!(
+                    return Err(format!(
                         "has a billing day on a {}; only months have one (\"1000/month@billing-day-15\")",
                         period.name()
-                    )));
+                    ));
                 }
                 (day, zone.trim())
             }
             None => (1, anchor),
         };
         if zone.is_empty() {
-            return Err(bad(
-                "has no time zone after \"@\"; name one, like \"UTC\" or \"Europe/Berlin\"".into(),
-            ));
+            return Err("has no time zone after \"@\"; name one, like \"UTC\" or \"Europe/Berlin\"".into());
         }
         let tz = jiff::tz::db().get(zone).map_err(|_| {
-            bad(format!(
+            format!(
                 "names the time zone {zone:?}, which the time zone database does not know; \
                  use an IANA name like \"UTC\", \"Europe/Berlin\" or \"America/New_York\""
-            ))
+            )
         })?;
         Ok(Calendar::intern(CalendarSpec {
             period,
@@ -191,10 +190,6 @@ impl Calendar {
 }
 
 const BILLING_DAY: &str = "billing-day-";
-
-fn bad(reason: String) -> Error {
-    Error::config("rate", reason)
-}
 
 /// A boundary as Unix ms (boundaries before 1970 read as 0).
 fn ms(d: Date_) -> u64 {

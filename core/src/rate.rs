@@ -99,7 +99,7 @@ pub fn parse_quota(text: &str) -> Result<Quota> {
     let (n, unit) = rate.trim().split_once('/').ok_or_else(bad)?;
     let limit: u64 = n.trim().parse().map_err(|_| bad())?;
     let period = period_of(unit.trim()).ok_or_else(bad)?;
-    let calendar = Calendar::parse(period, anchor)?;
+    let calendar = Calendar::parse(period, anchor).map_err(|reason| Error::config("rate", reason))?;
     let window_ms = period.nominal_ms();
     validate_policy(limit, window_ms).map_err(|e| match e {
         Error::Config { .. } if limit > 0 => Error::config(
