@@ -135,6 +135,13 @@ pub struct Answer {
     pub learning_ms: u64,
 }
 
+/// The script's `KEYS` for the state stored under `key`: the hash, the
+/// sorted set of expiries, and the line of holders waiting for a permit
+/// (a concurrency limit's; empty otherwise). One hash tag: one slot.
+pub(crate) fn keys(key: &str) -> Vec<String> {
+    vec![key.to_string(), format!("{key}:x"), format!("{key}:w")]
+}
+
 /// The script's arguments after `KEYS` for one lease (`op` "l") or give-back
 /// (`op` of [`crate::wire::Back::ledger_op`], `held` = the tokens). `now`:
 /// the caller's clock reading, whether the script uses it (else Redis

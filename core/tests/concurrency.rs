@@ -253,3 +253,23 @@ fn the_longest_key_takes_permits_and_a_longer_one_is_refused() {
         assert!(e.to_string().contains(&format!("the key is {len} bytes long")), "{e}");
     }
 }
+
+#[test]
+fn a_released_permit_goes_to_the_instance_waiting_first() {
+    each_authority(|name, l1, l2| {
+        // l1 takes the three (asking for no fourth: it is not in line).
+        let mut mine: Vec<Permit> = (0..3).map(|_| l1.acquire_concurrent("k").unwrap()).collect();
+        assert!(mine.iter().all(Permit::allowed), "{name}");
+        // l2 asks and is denied: it waits in line.
+        assert!(take_all(&l2, "k").is_empty(), "{name}");
+        // l1 releases one and asks again at once: the permit went back,
+        // and l2 is ahead of it in line.
+        mine.pop().unwrap().release().unwrap();
+        assert!(!l1.acquire_concurrent("k").unwrap().allowed(), "{name}: l2 waits first");
+        // l2's next ask (after its denial's recheck) takes it.
+        advance(&[&l1, &l2], 500);
+        let theirs = take_all(&l2, "k");
+        assert_eq!(theirs.len(), 1, "{name}");
+        drop(mine);
+    });
+}

@@ -90,7 +90,7 @@ impl Default for MemoryAuthority {
 
 /// The two keys the ledger keeps for `key`: its state and its expiries.
 pub(crate) fn ledger_keys(key: &str) -> Vec<String> {
-    vec![key.to_string(), format!("{key}:x")]
+    ledger::keys(key)
 }
 
 #[derive(Default)]

@@ -381,7 +381,7 @@ impl Connection {
                         };
                         ScriptCall {
                             script: scripts.ledger.clone(),
-                            keys: ledger_keys(key),
+                            keys: crate::ledger::keys(key),
                             args: crate::ledger::args(
                                 what.ledger_op(*leaving),
                                 *policy,
@@ -424,7 +424,7 @@ impl Connection {
                         }
                         Some(a) => ScriptCall {
                             script: scripts.ledger.clone(),
-                            keys: ledger_keys(key),
+                            keys: crate::ledger::keys(key),
                             args: crate::ledger::args(
                                 "l",
                                 *policy,
@@ -589,10 +589,6 @@ fn parse_lease(v: Value, adaptive: bool) -> Result<Reply, String> {
 
 /// The ledger's two Redis keys for a bucket key: the state and its expiries
 /// (the same hash tag, so one cluster slot).
-fn ledger_keys(key: &str) -> Vec<String> {
-    vec![key.to_string(), format!("{key}:x")]
-}
-
 #[cfg(test)]
 mod tests {
     use super::within;

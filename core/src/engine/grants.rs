@@ -314,8 +314,12 @@ impl Engine {
             // A calendar quota's wait runs to the period's end: denials stay
             // local for a longest period only, so tokens others give back
             // are found (its denials still say the true wait).
+            // A permit bucket's denials stay local for a recheck: a permit
+            // may come back at any release.
             let wait = if p.calendar.is_some() {
                 g.wait_ms.min(crate::ledger::TUNING.max_period_ms)
+            } else if p.calendar.is_in_flight() {
+                g.wait_ms.min(crate::ledger::TUNING.recheck_ms)
             } else {
                 g.wait_ms
             };

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::entry::Entry;
 use super::Engine;
 use crate::bucket::MAX_CAPACITY_UNITS;
+use crate::calendar::Calendar;
 use crate::decision::{Decision, Reason};
 use crate::error::Result;
 use crate::metrics::Counters;
@@ -124,6 +125,19 @@ impl Engine {
                 let local = n.min(room);
                 self.refund_local(e, local);
                 Counters::add(&self.counters.tokens_expired, n - local);
+                if Calendar(e.calendar.load(Relaxed)).is_in_flight() {
+                    // A released permit goes back at once, where the first
+                    // instance in the line gets it: kept idle here, this
+                    // instance's next requests took it again and again while
+                    // the others were denied (6 processes on 3 permits: 3 got
+                    // none in 40 s).
+                    let back = e.tokens.swap(0, AcqRel);
+                    if back > 0 {
+                        self.give_back(e, e.policy(), back);
+                    }
+                    // (a denial's memo is stale: a permit just came back)
+                    e.exhausted_until.store(0, Relaxed);
+                }
             }
             _ => self.refund_local(e, n),
         }

@@ -245,7 +245,8 @@ impl Engine {
         if Calendar(e.calendar.load(Relaxed)).is_in_flight() && e.reserved.load(Acquire) > 0 {
             let until = e.lease_until.load(Acquire);
             if until != 0 && now + crate::ledger::TUNING.commit_ms / 2 >= until {
-                self.start_lease(e, 1, 1, 0);
+                // want 0: re-commit what it holds, take nothing more
+                self.start_lease(e, 0, 1, 0);
             }
         }
     }

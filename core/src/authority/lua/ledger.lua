@@ -2,8 +2,9 @@
 -- Runs in Redis and, unchanged, in the memory authority's embedded Lua 5.1.
 --
 -- KEYS[1] the key's state (a hash), KEYS[2] its expiries (a sorted set of
--- "c<holder>" commitment, "r<holder>" rate and "f<holder>" fallback-share
--- expiries).
+-- "c<holder>" commitment, "r<holder>" rate, "f<holder>" fallback-share and
+-- "w<holder>" place-in-line expiries), KEYS[3] a concurrency limit's line
+-- of holders waiting for a permit (a sorted set by when they first asked).
 -- ARGV: op ("l" lease, "g" give back, "x" give back and leave, "d" debit),
 -- limit, window_ms, now ("" for Redis TIME), holder, demand (milli-tokens/s),
 -- held (tokens; for "g" and "x": tokens returned; for "d": tokens taken), want, need, single, rate_now, carry_now, fallback_used, the
@@ -23,7 +24,7 @@
 --   I2  max(c, 0) + L * w <= l * w (L: sum of live commitments)
 --   I3  a holder spends a commitment only before its expiry (engine)
 --   I4  F (sum of valid fallback shares) <= l
-local K, Z = KEYS[1], KEYS[2]
+local K, Z, W = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
 local limit, window = tonumber(ARGV[2]), tonumber(ARGV[3])
 local holder = ARGV[5]
@@ -213,6 +214,9 @@ local function reap()
       redis.call('ZADD', Z, S(at + min_period), 'e' .. id)
     elseif kind == 'e' then
       -- (the renewal's grace ended)
+    elseif kind == 'w' then
+      -- a waiter that stopped asking leaves the line
+      redis.call('ZREM', W, id)
     else
       s.F = s.F - conv(r.f, r.w)
       r.f = 0
@@ -257,6 +261,7 @@ local function store(me, c_until, f_until, r_until)
   local px = S(alive + 1000 + pad)
   redis.call('PEXPIRE', K, px)
   redis.call('PEXPIRE', Z, px)
+  if conc then redis.call('PEXPIRE', W, px) end
 end
 
 -- store with no new commitment: the state, and this holder's record
@@ -292,7 +297,8 @@ local function leave(me)
   end
   s.F = max(s.F - conv(me.f, me.w), 0)
   me.L, me.r, me.d, me.f, me.live = 0, 0, 0, 0, false
-  redis.call('ZREM', Z, 'c' .. holder, 'r' .. holder, 'f' .. holder, 'e' .. holder)
+  redis.call('ZREM', Z, 'c' .. holder, 'r' .. holder, 'f' .. holder, 'e' .. holder, 'w' .. holder)
+  if conc then redis.call('ZREM', W, holder) end
 end
 
 -- give back (op "g"): unspent tokens of this holder's commitment return to
@@ -405,6 +411,33 @@ end
 -- saturated key a chunk is at most a share of the refill over the shortest
 -- period, and a holder renewing a rate gets a rate again. The `spent` part
 -- of a chunk is spent by the request that asked as it lands.
+-- the line (a concurrency limit): holders denied a permit wait in it by
+-- when they first asked, each keeping its place for a shortest period
+-- after its last ask; while one waits, a permit goes only to the first in
+-- line (a holder that releases and asks again at once no longer takes
+-- every permit from the others). Withholding permits cannot break the bound.
+local function line_ahead()
+  local first = redis.call('ZRANGE', W, '0', '0')[1]
+  return first ~= nil and first ~= holder
+end
+local function queue(served)
+  if served then
+    redis.call('ZREM', W, holder)
+    redis.call('ZREM', Z, 'w' .. holder)
+  else
+    if not redis.call('ZSCORE', W, holder) then
+      -- after the last in line, even within one millisecond (ties would
+      -- be ordered by holder id)
+      local last = redis.call('ZRANGE', W, '-1', '-1', 'WITHSCORES')
+      local at = now
+      if last[2] then at = max(at, tonumber(last[2]) + 1) end
+      redis.call('ZADD', W, S(at), holder)
+    end
+    redis.call('ZADD', Z, S(now + min_period), 'w' .. holder)
+  end
+end
+
+local renew_only = false
 local function grant(me, old_L, renewing)
   local h = min(held, old_L)
   if used > 0 then
@@ -422,6 +455,7 @@ local function grant(me, old_L, renewing)
   -- (permits: free are those nobody holds, this holder's `h` included)
   if conc then s.c = cap - (s.L + h) * window end
   local avail = whole()
+  if conc and (renew_only or line_ahead()) then avail = 0 end
   -- (a calendar quota or a concurrency limit grants no rates: neither has
   -- a refill to share)
   local saturated = not single and not cal_start and not conc and (s.D * window / 1000000) * 100 >= limit * saturation_pct
@@ -489,13 +523,19 @@ local lost = guard(me)
 local old_L, renewing = join(me)
 if need < 1 then need = 1 end
 if need > limit then need = limit end
-if single then want = need end
+-- a permit bucket's renewal (want 0) re-commits what its holder reports
+-- and asks for nothing: it takes no permit and no place in the line
+renew_only = conc and want == 0
+-- (a permit is granted to the request that asks, never ahead: one held
+-- idle at an instance would be one the others wait for)
+if single or conc then want = need end
 
 local granted, rate, period, wait
 if s.z > now then
   granted, rate, period, wait = relearn(me)
 else
   granted, rate, period, wait = grant(me, old_L, renewing)
+  if conc and not renew_only then queue(granted >= need) end
 end
 me.r = rate
 s.L = s.L + me.L
