@@ -47,6 +47,20 @@ export interface RateLimitOptions<Req extends IncomingMessage = IncomingMessage,
    * "detail":"rate limit exceeded","retry_after_ms":N}`, as in every quotalease middleware.
    */
   onDenied?: (req: Req, res: Res, next: NextFunction, decision: Decision) => void
+  /**
+   * Limit the requests of a key in flight at once instead of its rate: each
+   * request takes a permit (`limiter.acquireConcurrent(key)`; the limiter needs
+   * its `concurrency` option, else every request goes to `next(err)` with
+   * `ERR_QUOTALEASE_CONFIG`), released once when the response emits 'finish'
+   * or 'close', so an aborted request gives its permit back too. A request past
+   * the limit gets `onDenied` (the 429 above by default) with `Retry-After`
+   * and no RateLimit headers, which describe rates; `req.rateLimit` is the
+   * permit's decision. `cost`, `tier` and `waitMs` do not apply: giving one is
+   * an `ERR_QUOTALEASE_CONFIG` error when the middleware is built. For a rate
+   * and a concurrency limit both, use two middlewares, the rate one first.
+   * Default: false.
+   */
+  concurrency?: boolean
 }
 
 /** The middleware puts the request's decision here. */
@@ -55,7 +69,8 @@ export interface RateLimitedRequest extends IncomingMessage {
 }
 
 /**
- * Middleware: one `limiter.acquire(key(req), cost)` per request, the IETF
+ * Middleware: one `limiter.acquire(key(req), cost)` per request (with
+ * `concurrency: true`, one permit per request in flight instead), the IETF
  * `RateLimit-Policy` / `RateLimit` headers on every response, 429 with
  * `Retry-After` when denied. The decision is on `req.rateLimit`. A key over
  * 512 bytes is limited under `httpKey(key)` (its sha256), never an error; a

@@ -2,7 +2,8 @@
 // Express / Connect middleware: one decision per request, RateLimit headers
 // on every response, 429 with Retry-After when denied.
 
-const { PROBLEM_CONTENT_TYPE, checkOptions, decide, keyOption, problemBody, setHeaders } = require('./http-common.js')
+const { httpKey } = require('./index.js')
+const { PROBLEM_CONTENT_TYPE, checkOptions, decide, fail, keyOption, problemBody, setHeaders } = require('./http-common.js')
 
 function defaultKey(req) {
   return req.ip || (req.socket && req.socket.remoteAddress) || 'unknown'
@@ -17,7 +18,7 @@ function defaultOnDenied(req, res, next, decision) {
   res.end(body)
 }
 
-const KNOWN = ['limiter', 'key', 'cost', 'tier', 'waitMs', 'skip', 'onDenied', 'trustedProxies']
+const KNOWN = ['limiter', 'key', 'cost', 'tier', 'waitMs', 'skip', 'onDenied', 'trustedProxies', 'concurrency']
 
 /**
  * `rateLimit({ limiter, key?, cost?, tier?, waitMs?, skip?, onDenied?, trustedProxies? })`
@@ -26,11 +27,27 @@ const KNOWN = ['limiter', 'key', 'cost', 'tier', 'waitMs', 'skip', 'onDenied', '
  * its tokens (the event loop free) instead of a 429. `trustedProxies` (a hop count or CIDRs): the
  * default key is the client's address from X-Forwarded-For / Forwarded
  * through those hops instead of `req.ip`. The decision is on `req.rateLimit`.
+ * `concurrency: true`: a permit per request in flight instead of tokens (see
+ * `concurrencyLimit`); `cost`, `tier` and `waitMs` do not apply.
  */
 function rateLimit(options) {
   checkOptions('rateLimit', options, KNOWN)
   const key = keyOption('rateLimit', options, defaultKey)
-  const { limiter, cost = 1, tier, waitMs, skip, onDenied = defaultOnDenied } = options
+  const { limiter, cost = 1, tier, waitMs, skip, onDenied = defaultOnDenied, concurrency = false } = options
+  if (typeof concurrency !== 'boolean') {
+    throw fail(TypeError, 'rateLimit: `concurrency` must be true or false')
+  }
+  if (concurrency) {
+    const given = ['cost', 'tier', 'waitMs'].filter((name) => options[name] !== undefined)
+    if (given.length > 0) {
+      throw fail(
+        Error,
+        `rateLimit: ${given.map((n) => '`' + n + '`').join(' and ')} cannot be combined with \`concurrency: true\` ` +
+          '(a request takes one permit); put a second rateLimit() without concurrency in front for a rate limit too',
+      )
+    }
+    return concurrencyLimit(limiter, key, skip, onDenied)
+  }
 
   return function quotaleaseRateLimit(req, res, next) {
     try {
@@ -53,6 +70,63 @@ function rateLimit(options) {
       },
       (err) => next(err),
     )
+  }
+}
+
+/**
+ * The `concurrency: true` middleware: each request takes a permit of its key
+ * (`limiter.acquireConcurrent`), released once when the response emits
+ * 'finish' or 'close' (an aborted request too). Past the limiter's
+ * `concurrency`, `onDenied` answers (429 by default) with `Retry-After` and
+ * no RateLimit headers, which describe rates. The permit's decision is on
+ * `req.rateLimit`. A limiter error (no `concurrency` configured, an empty
+ * key) goes to `next(err)`.
+ */
+function concurrencyLimit(limiter, key, skip, onDenied) {
+  return function quotaleaseConcurrency(req, res, next) {
+    let raw
+    try {
+      if (skip && skip(req)) return next()
+      raw = key(req)
+    } catch (err) {
+      return next(err)
+    }
+    Promise.resolve(raw)
+      .then((k) => limiter.acquireConcurrent(httpKey(k)))
+      .then(
+        (permit) => {
+          const decision = permit.decision
+          req.rateLimit = decision
+          if (!permit.allowed) {
+            try {
+              res.setHeader('Retry-After', decision.headers()['Retry-After'])
+              onDenied(req, res, next, decision)
+            } catch (err) {
+              return next(err)
+            }
+            return
+          }
+          let released = false
+          const release = () => {
+            if (released) return
+            released = true
+            res.off('finish', release)
+            res.off('close', release)
+            try {
+              permit.release()
+            } catch {
+              // The limiter was closed meanwhile: nothing left to give back to.
+            }
+          }
+          res.once('finish', release)
+          res.once('close', release)
+          // The client went away while the permit was being taken: 'close' has
+          // been emitted already, so give the permit back now.
+          if (res.destroyed || res.writableFinished) return release()
+          next()
+        },
+        (err) => next(err),
+      )
   }
 }
 

@@ -183,3 +183,147 @@ test('express: waitMs waits for the refill instead of a 429; shadow admissions c
   assert.equal(r.headers.get('ratelimit'), null)
   assert.throws(() => rateLimit({ limiter, waitMs: -1 }), { name: 'TypeError', message: /`waitMs` must be a whole number/ })
 })
+
+// --- concurrency: true: a permit per request in flight ------------------------
+
+function deferred() {
+  let resolve
+  const promise = new Promise((r) => {
+    resolve = r
+  })
+  return { promise, resolve }
+}
+
+/**
+ * An Express app under `rateLimit({ concurrency: true })` whose requests wait
+ * at their path's gate after announcing themselves (`entered`), and whose
+ * responses' 'close' (after the middleware's listeners, registered first)
+ * resolves `closed`. '/boom/N' throws.
+ */
+async function gatedApp(t, limiter, options = {}) {
+  const gates = new Map()
+  const entered = new Map()
+  const closed = new Map()
+  const slot = (map, path) => {
+    if (!map.has(path)) map.set(path, deferred())
+    return map.get(path)
+  }
+  const app = express()
+  app.use(rateLimit({ limiter, key: (req) => req.get('x-user') || 'anon', concurrency: true, ...options }))
+  app.use((req, res, next) => {
+    res.once('close', () => slot(closed, req.path).resolve())
+    next()
+  })
+  app.get('/boom/:n', () => {
+    throw new Error('boom')
+  })
+  app.get('/{*path}', async (req, res) => {
+    slot(entered, req.path).resolve()
+    await slot(gates, req.path).promise
+    res.send(`done ${req.path} ${req.rateLimit.remaining}`)
+  })
+  app.use((err, req, res, next) => res.status(500).json({ code: err.code, message: err.message }))
+  const srv = await listen(app)
+  t.after(async () => {
+    for (const gate of gates.values()) gate.resolve() // a failed test leaves none waiting
+    await srv.close()
+    await limiter.close()
+  })
+  return {
+    srv,
+    open: (path) => slot(gates, path).resolve(),
+    entered: (path) => slot(entered, path).promise,
+    closed: (path) => slot(closed, path).promise,
+    get: (path, user = 'ann', init = {}) => fetch(`${srv.base}${path}`, { headers: { 'x-user': user }, ...init }),
+  }
+}
+
+async function assertConcurrencyDenied(r) {
+  assert.equal(r.status, 429)
+  assert.equal(r.headers.get('retry-after'), '1')
+  assert.equal(r.headers.get('ratelimit'), null, 'no RateLimit fields for a permit')
+  assert.equal(r.headers.get('ratelimit-policy'), null)
+  assert.equal(r.headers.get('content-type'), 'application/problem+json')
+  const body = await r.text()
+  const retryAfterMs = JSON.parse(body).retry_after_ms
+  assert.ok(Number.isInteger(retryAfterMs) && retryAfterMs > 0 && retryAfterMs <= 1000, body)
+  assert.equal(
+    body,
+    `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit exceeded","retry_after_ms":${retryAfterMs}}`,
+  )
+}
+
+test('express concurrency: N in flight, the next gets 429 with Retry-After, a finished request frees its permit', async (t) => {
+  const app = await gatedApp(t, new Limiter({ limit: 1000, concurrency: 2 }))
+  const first = app.get('/a')
+  const second = app.get('/b')
+  await app.entered('/a')
+  await app.entered('/b')
+  await assertConcurrencyDenied(await app.get('/c'))
+  // another key has its own permits
+  app.open('/bob')
+  const bob = await app.get('/bob', 'bob')
+  assert.equal(bob.status, 200)
+  assert.equal(await bob.text(), 'done /bob 1')
+  // one finishes: its permit is free again
+  app.open('/a')
+  const a = await first
+  assert.equal(a.status, 200)
+  assert.equal(a.headers.get('ratelimit'), null)
+  assert.match(await a.text(), /^done \/a [01]$/)
+  await app.closed('/a')
+  const third = app.get('/c')
+  await app.entered('/c')
+  await assertConcurrencyDenied(await app.get('/d'))
+  app.open('/b')
+  app.open('/c')
+  assert.deepEqual([(await second).status, (await third).status], [200, 200])
+  await app.closed('/b')
+  await app.closed('/c')
+  app.open('/d')
+  app.open('/e')
+  const both = await Promise.all([app.get('/d'), app.get('/e')])
+  assert.deepEqual(both.map((r) => r.status), [200, 200])
+})
+
+test('express concurrency: a handler that throws and an aborted request give their permits back', async (t) => {
+  const app = await gatedApp(t, new Limiter({ limit: 1000, concurrency: 1 }))
+  for (let i = 0; i < 3; i++) {
+    // the error reaches the error handler; the permit is released on 'finish'
+    const r = await app.get(`/boom/${i}`)
+    assert.equal(r.status, 500, 'the previous request released its permit')
+    assert.equal((await r.json()).message, 'boom')
+    await app.closed(`/boom/${i}`)
+  }
+  // the client aborts while its request holds the permit: released on 'close'
+  const abort = new AbortController()
+  const aborted = app.get('/slow', 'ann', { signal: abort.signal })
+  await app.entered('/slow')
+  await assertConcurrencyDenied(await app.get('/other'))
+  abort.abort()
+  await assert.rejects(aborted, { name: 'AbortError' })
+  await app.closed('/slow')
+  app.open('/other')
+  const other = await app.get('/other')
+  assert.equal(other.status, 200)
+  assert.equal(await other.text(), 'done /other 0')
+})
+
+test('express concurrency: a limiter without concurrency goes to next(err); cost, tier and waitMs are refused', async (t) => {
+  const app = await gatedApp(t, new Limiter({ limit: 1000 }))
+  const r = await app.get('/')
+  assert.equal(r.status, 500)
+  const body = await r.json()
+  assert.equal(body.code, 'ERR_QUOTALEASE_CONFIG')
+  assert.match(body.message, /`concurrency` is 0/)
+  const limiter = new Limiter({ limit: 10, concurrency: 1 })
+  t.after(() => limiter.close())
+  for (const option of [{ cost: 2 }, { cost: () => 1 }, { tier: 'pro' }, { waitMs: 100 }]) {
+    const name = Object.keys(option)[0]
+    assert.throws(() => rateLimit({ limiter, concurrency: true, ...option }), {
+      code: 'ERR_QUOTALEASE_CONFIG',
+      message: new RegExp(`\`${name}\` cannot be combined with \`concurrency: true\``),
+    })
+  }
+  assert.throws(() => rateLimit({ limiter, concurrency: 'yes' }), { name: 'TypeError', code: 'ERR_QUOTALEASE_CONFIG' })
+})

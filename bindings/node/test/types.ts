@@ -83,6 +83,9 @@ app.use(rateLimit({ limiter, trustedProxies: ['10.0.0.0/8', '::1'] }))
 app.use(rateLimit({ limiter, trustedProxies: '10.0.0.0/8' }))
 // @ts-expect-error trustedProxies is a hop count or CIDRs
 app.use(rateLimit({ limiter, trustedProxies: true }))
+app.use(rateLimit({ limiter, key: () => 'k', concurrency: true }))
+// @ts-expect-error concurrency is true or false
+app.use(rateLimit({ limiter, concurrency: 2 }))
 
 async function readonlyDecision(): Promise<void> {
   const d = await limiter.acquire('k')

@@ -4,6 +4,7 @@ a small JSON body when denied, the key function gets the request."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import Any
 
@@ -334,3 +335,174 @@ def test_middleware_pass_shadow_admissions_without_headers_and_deny_blocked_keys
         blocked = client.get("/", headers={"x-user": "bot"})
         assert blocked.status_code == 429 and "retry-after" in blocked.headers
     assert limiter.metrics()["shadow_denied"] == 1
+
+
+# --- concurrency=True: a permit per request in flight -------------------------
+
+
+class GatedApp:
+    """A raw ASGI app whose every request waits at its path's gate, the
+    response start already sent when ``stream`` is set (a streaming body),
+    after announcing itself in ``entered``; "/boom" raises."""
+
+    def __init__(self, stream: bool = False) -> None:
+        self.stream = stream
+        self.gates: dict[str, asyncio.Event] = {}
+        self.entered: dict[str, asyncio.Event] = {}
+
+    def gate(self, path: str) -> asyncio.Event:
+        return self.gates.setdefault(path, asyncio.Event())
+
+    def arrival(self, path: str) -> asyncio.Event:
+        return self.entered.setdefault(path, asyncio.Event())
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope["path"]
+        self.arrival(path).set()
+        if path == "/boom":
+            raise RuntimeError("boom")
+        if self.stream:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await self.gate(path).wait()
+            await send({"type": "http.response.body", "body": b"streamed"})
+            return
+        await self.gate(path).wait()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-app", b"1")]})
+        await send({"type": "http.response.body", "body": b"done"})
+
+
+async def asgi_request(app: Any, path: str, headers: list[tuple[bytes, bytes]] | None = None) -> list[dict[str, Any]]:
+    """One HTTP request through the ASGI ``app``: the messages it sent."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers or [],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+    }
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(dict(message))
+
+    await app(scope, receive, send)
+    return sent
+
+
+def status_headers_body(sent: list[dict[str, Any]]) -> tuple[int, dict[str, str], bytes]:
+    start = sent[0]
+    assert start["type"] == "http.response.start"
+    headers = {bytes(n).decode("latin-1"): bytes(v).decode("latin-1") for n, v in start["headers"]}
+    assert len(headers) == len(start["headers"]), "no header twice"
+    body = b"".join(m.get("body", b"") for m in sent[1:])
+    return start["status"], headers, body
+
+
+def check_concurrency_denied(sent: list[dict[str, Any]]) -> None:
+    """The 429 of a request past the concurrency: the problem body,
+    ``Retry-After: 1`` and no RateLimit fields (they describe rates)."""
+    status, headers, body = status_headers_body(sent)
+    assert status == 429
+    check_problem(headers["content-type"], body)
+    assert headers["content-length"] == str(len(body))
+    assert headers["retry-after"] == "1"
+    assert "ratelimit" not in headers and "ratelimit-policy" not in headers
+    assert set(headers) == {"content-type", "content-length", "retry-after"}
+
+
+async def test_asgi_concurrency_admits_n_in_flight_and_a_finished_request_frees_its_permit() -> None:
+    limiter = Limiter(limit=1000, concurrency=2)
+    inner = GatedApp()
+    mw = ql_asgi.RateLimitMiddleware(inner, limiter=limiter, key=lambda r: r.headers.get("x-user"), concurrency=True)
+    ann = [(b"x-user", b"ann")]
+    first = asyncio.create_task(asgi_request(mw, "/a", ann))
+    second = asyncio.create_task(asgi_request(mw, "/b", ann))
+    await inner.arrival("/a").wait()
+    await inner.arrival("/b").wait()
+    # two of ann's requests in flight: the third is denied and never reaches the app
+    check_concurrency_denied(await asgi_request(mw, "/c", ann))
+    assert "/c" not in inner.entered
+    # another key has its own permits; key() returning None is not limited
+    inner.gate("/bob").set()
+    assert status_headers_body(await asgi_request(mw, "/bob", [(b"x-user", b"bob")]))[0] == 200
+    inner.gate("/free").set()
+    for _ in range(3):
+        assert status_headers_body(await asgi_request(mw, "/free"))[0] == 200
+    # one finishes (its response sent, no RateLimit fields on it): its permit is free again
+    inner.gate("/a").set()
+    status, headers, body = status_headers_body(await first)
+    assert (status, body, headers) == (200, b"done", {"x-app": "1"})
+    third = asyncio.create_task(asgi_request(mw, "/c", ann))
+    await inner.arrival("/c").wait()
+    # /b and /c in flight now: the next is denied again
+    check_concurrency_denied(await asgi_request(mw, "/d", ann))
+    inner.gate("/b").set()
+    inner.gate("/c").set()
+    assert [status_headers_body(await t)[0] for t in (second, third)] == [200, 200]
+    # both released: two fit again
+    inner.gate("/d").set()
+    inner.gate("/e").set()
+    done = await asyncio.gather(asgi_request(mw, "/d", ann), asgi_request(mw, "/e", ann))
+    assert [status_headers_body(s)[0] for s in done] == [200, 200]
+    limiter.close()
+
+
+async def test_asgi_concurrency_releases_when_the_app_raises_and_holds_a_streaming_body() -> None:
+    limiter = Limiter(limit=1000, concurrency=1)
+    inner = GatedApp(stream=True)
+    mw = ql_asgi.RateLimitMiddleware(inner, limiter=limiter, key=lambda r: "k", concurrency=True)
+    # each raise gives its permit back, or the second would be a 429; the
+    # exceptions (and their frames, the permit among their locals) are kept, as
+    # an error reporter would, so it is the release that frees the permit, not
+    # its garbage collection (try/except, as pytest.raises lets go of the frames)
+    kept: list[RuntimeError] = []
+    for _ in range(3):
+        try:
+            await asgi_request(mw, "/boom")
+        except RuntimeError as e:
+            kept.append(e)
+    assert [str(e) for e in kept] == ["boom"] * 3
+    # a streaming response holds its permit until its body is sent
+    streaming = asyncio.create_task(asgi_request(mw, "/stream"))
+    await inner.arrival("/stream").wait()
+    check_concurrency_denied(await asgi_request(mw, "/other"))
+    inner.gate("/stream").set()
+    status, _, body = status_headers_body(await streaming)
+    assert (status, body) == (200, b"streamed")
+    inner.gate("/other").set()
+    assert status_headers_body(await asgi_request(mw, "/other"))[0] == 200
+    limiter.close()
+
+
+def test_asgi_concurrency_on_starlette_and_its_misconfiguration() -> None:
+    limiter = Limiter(limit=1000, concurrency=1)
+    app = plain_app()
+    app.add_middleware(ql_asgi.RateLimitMiddleware, limiter=limiter, key=lambda r: "k", concurrency=True)
+    with TestClient(app) as client:
+        r = client.get("/")  # one at a time: each finished request gives its permit back
+        assert (r.status_code, r.text) == (200, "hello") and "ratelimit" not in r.headers
+        assert [client.get("/").status_code for _ in range(3)] == [200] * 3
+    # a limiter without concurrency: every request raises its ConfigError
+    no_concurrency = Limiter(limit=1000)
+    app2 = plain_app()
+    app2.add_middleware(ql_asgi.RateLimitMiddleware, limiter=no_concurrency, key=lambda r: "k", concurrency=True)
+    with TestClient(app2) as client, pytest.raises(ConfigError, match="`concurrency` is 0"):
+        client.get("/")
+    # cost, tier and wait_ms do not apply to a permit: an error, not ignored
+    for option in ({"cost": 2}, {"cost": lambda r: 1}, {"tier": "pro"}, {"wait_ms": 100}):
+        with pytest.raises(ConfigError, match=f"{next(iter(option))} cannot be combined with concurrency=True"):
+            ql_asgi.RateLimitMiddleware(plain_app(), limiter, concurrency=True, **option)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="concurrency must be a bool"):
+        ql_asgi.RateLimitMiddleware(plain_app(), limiter, concurrency=2)  # type: ignore[arg-type]
+    limiter.close()
+    no_concurrency.close()

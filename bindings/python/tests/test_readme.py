@@ -367,4 +367,4 @@ def test_reserve_async_example() -> None:
 
 def test_concurrency_limits_example() -> None:
     """Two permits of 2 taken, the third denied; leaving the block released both."""
-    assert printed(blocks()[15], "readme_concurrency") == ["True True False 1000", "True True"]
+    assert printed(blocks()[15], "readme_concurrency") == ["True True False 250", "True True"]

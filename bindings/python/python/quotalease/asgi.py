@@ -32,6 +32,20 @@ limit such as a ``quotalease.fastapi.limit`` dependency) keeps those, as
 Django's middleware does. A key longer than 512 bytes is
 limited under ``quotalease.http_key(key)`` ("sha256:" and its hex digest),
 as in every quotalease middleware, instead of failing the request.
+
+``concurrency=True`` limits the requests of a key in flight at once instead
+of its rate: each limited request takes a permit (``await
+limiter.acquire_concurrent_async(key)``; the limiter needs ``concurrency=N``,
+else every request raises its ``quotalease.ConfigError``) and gives it back
+when the app returns or raises, so a streaming response holds its permit
+until its body is sent. A request past the N gets the same 429 body with
+``Retry-After`` and no ``RateLimit`` headers (they describe rates), and never
+reaches the app. ``cost``, ``tier`` and ``wait_ms`` do not apply: giving one
+with ``concurrency=True`` raises ``quotalease.ConfigError`` here. For a rate
+and a concurrency limit both, wrap one middleware in another::
+
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, concurrency=True)
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)  # outermost: the rate
 """
 
 from __future__ import annotations
@@ -39,7 +53,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from . import Limiter
+from . import ConfigError, Decision, Limiter, Permit
 from ._middleware import PROBLEM_CONTENT_TYPE, Rule, denied_body, header_pairs
 from ._proxies import TrustedProxies, TrustedProxiesSpec, asgi_forwarding, default_key_check
 
@@ -96,12 +110,27 @@ class RateLimitMiddleware:
         tier: str | Callable[[Any], str | None] | None = None,
         trusted_proxies: TrustedProxiesSpec = None,
         wait_ms: int | None = None,
+        concurrency: bool = False,
     ) -> None:
         self.app = app
         key = default_key(key, trusted_proxies, "RateLimitMiddleware")
         self.rule: Rule[Any] = Rule(
             limiter, key, cost, skip=skip, tier=tier, wait_ms=wait_ms, who="RateLimitMiddleware"
         )
+        if not isinstance(concurrency, bool):
+            raise TypeError(f"RateLimitMiddleware: concurrency must be a bool, not {type(concurrency).__name__}")
+        if concurrency:
+            given = [
+                name
+                for name, set_ in (("cost", cost != 1), ("tier", tier is not None), ("wait_ms", wait_ms is not None))
+                if set_
+            ]
+            if given:
+                raise ConfigError(
+                    f"RateLimitMiddleware: {' and '.join(given)} cannot be combined with concurrency=True "
+                    "(a request takes one permit); wrap one middleware in another for a rate limit too"
+                )
+        self.concurrency = concurrency
         self.limiter = limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -109,25 +138,16 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         request = _Request(scope, receive) if _Request is not None else scope
+        if self.concurrency:
+            await self._call_concurrent(request, scope, receive, send)
+            return
         decision = await self.rule.acquire_async(request)
         if decision is None:
             await self.app(scope, receive, send)
             return
         extra = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in header_pairs(decision)]
         if not decision.allowed:
-            body = denied_body(decision)
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 429,
-                    "headers": [
-                        (b"content-type", PROBLEM_CONTENT_TYPE.encode()),
-                        (b"content-length", str(len(body)).encode()),
-                        *extra,
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await _send_denied(send, decision, extra)
             return
 
         async def send_with_headers(message: Message) -> None:
@@ -141,3 +161,44 @@ class RateLimitMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+    async def _call_concurrent(self, request: Any, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app under a permit of the request's key (``concurrency=True``)."""
+        resolved = self.rule.resolve(request)
+        if resolved is None:
+            await self.app(scope, receive, send)
+            return
+        acquire = getattr(self.limiter, "acquire_concurrent_async", None)
+        if acquire is None:  # a bare native limiter: use its future
+            p = self.limiter._acquire_concurrent_or_future(resolved[0])
+            permit = p if isinstance(p, Permit) else await p
+        else:
+            permit = await acquire(resolved[0])
+        if not permit.allowed:
+            decision = permit.decision
+            retry_after = [
+                (b"retry-after", v.encode("latin-1")) for n, v in header_pairs(decision) if n.lower() == "retry-after"
+            ]
+            await _send_denied(send, decision, retry_after)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            permit.release()
+
+
+async def _send_denied(send: Send, decision: Decision, headers: list[tuple[bytes, bytes]]) -> None:
+    """The 429 of every quotalease middleware, with ``headers`` (RateLimit, Retry-After)."""
+    body = denied_body(decision)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 429,
+            "headers": [
+                (b"content-type", PROBLEM_CONTENT_TYPE.encode()),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
