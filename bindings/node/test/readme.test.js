@@ -235,5 +235,5 @@ test('the reserve, then settle example prints what its comments say', async () =
 test('the concurrency-limit example prints what its comments say', async () => {
   const child = run(write('concurrency.js', all[9].code))
   assert.equal(await child.exited, 0, child.err)
-  assert.deepEqual(child.out.trim().split('\n'), ['429, retry in 1000 ms', 'exported false'])
+  assert.deepEqual(child.out.trim().split('\n'), ['429, retry in 250 ms', 'exported false'])
 })
