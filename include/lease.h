@@ -1247,29 +1247,30 @@ enum lease_status lease_options_set_int(struct lease_options *options,
 
 /**
  * Take a permit for one request of `key` in flight: admitted while fewer
- * than the limiter's `concurrency` (an option set by name with
- * `lease_options_set_int`) requests of the key are in flight across every
- * limiter of the authority, denied otherwise. The decision is written to
- * `*out` (`limit` is the `concurrency`, `remaining` the permits left; a
- * denial is `LEASE_REASON_EXHAUSTED` with `retry_after_ms`, when to ask
+ * than the key's concurrency limit of its requests are in flight across
+ * every limiter of the authority, denied otherwise. The limit is the
+ * `"N concurrent"` of the key's rules (its own policy entry's, else its
+ * assigned or default tier's), else the limiter's `concurrency` (an
+ * option set by name with `lease_options_set_int`). The decision is
+ * written to `*out` (`limit` is that limit, `remaining` the permits left;
+ * a denial is `LEASE_REASON_EXHAUSTED` with `retry_after_ms`, when to ask
  * again) and a permit handle to `*permit` (also for a denial; free every
  * handle with `lease_permit_free`). Release an admitted permit with
  * `lease_permit_release` when the request ends; freed unreleased, it is
  * released then. May wait for one lease call (at most
  * `backend_timeout_ms`), as `lease_acquire` does.
  *
- * At most `concurrency` permits of a key are held at once, plus those of
+ * At most that many permits of a key are held at once, plus those of
  * instances that died holding them, until their commitments expire at the
  * authority (7 s after such an instance's last call). A released permit
- * stays in this limiter's local lease, idle, until it is given back after
- * `lease_ttl_ms` (or by `lease_flush`); this limiter takes it again at once.
+ * goes back to the authority at once, for any limiter to take.
  *
  * Errors: `LEASE_ERR_NULL`; `LEASE_ERR_INVALID_KEY` / `LEASE_ERR_UTF8` for
- * a bad key; `LEASE_ERR_CONFIG` when the limiter has no `concurrency` (0,
- * the default); `LEASE_ERR_CLOSED`. A limiter with `concurrency` needs
- * adaptive leasing (`mode` "lease" without `lease_size`): building one
- * otherwise is `LEASE_ERR_CONFIG`. `*out` and `*permit` are written only
- * on `LEASE_OK`.
+ * a bad key; `LEASE_ERR_CONFIG` when the key has no concurrency limit (the
+ * limiter's `concurrency` is 0, the default, and its rules set none);
+ * `LEASE_ERR_CLOSED`. A limiter with `concurrency` needs adaptive leasing
+ * (`mode` "lease" without `lease_size`): building one otherwise is
+ * `LEASE_ERR_CONFIG`. `*out` and `*permit` are written only on `LEASE_OK`.
  *
  * # Safety
  * `limiter` is NULL or live; `key` is NULL or readable for `key_len`
@@ -1280,6 +1281,26 @@ enum lease_status lease_acquire_concurrent(const struct lease_limiter *limiter,
                                            size_t key_len,
                                            struct lease_decision *out,
                                            struct lease_permit **permit);
+
+/**
+ * `lease_acquire_concurrent` in plan tier `tier` (`tier_len` bytes of
+ * UTF-8; NULL with `tier_len` 0 names none, as `lease_acquire_concurrent`):
+ * the tier's `"N concurrent"` is the key's limit unless the key has a
+ * policy entry of its own. Errors: as `lease_acquire_concurrent`, and
+ * `LEASE_ERR_CONFIG` for an unknown tier or one that is not UTF-8,
+ * `LEASE_ERR_NULL` for a NULL `tier` with a length.
+ *
+ * # Safety
+ * As for `lease_acquire_concurrent`; `tier` is NULL or readable for
+ * `tier_len` bytes.
+ */
+enum lease_status lease_acquire_concurrent_tier(const struct lease_limiter *limiter,
+                                                const uint8_t *key,
+                                                size_t key_len,
+                                                const uint8_t *tier,
+                                                size_t tier_len,
+                                                struct lease_decision *out,
+                                                struct lease_permit **permit);
 
 /**
  * Release `permit`: its key may have one more request in flight. Once

@@ -270,6 +270,44 @@ func TestConcurrencyBadInput(t *testing.T) {
 	}
 }
 
+// AcquireConcurrentTier: the tier a call names sets its key's concurrency;
+// "" is no tier (Config.Concurrency); an unknown tier is KindConfig and
+// takes nothing.
+func TestConcurrencyACallsTierSetsItsLimit(t *testing.T) {
+	cfg := manual(100, 60_000)
+	cfg.Concurrency = 3
+	cfg.Tiers = "free=100/min, 1 concurrent; pro=100/min, 2 concurrent"
+	l := mustNew(t, cfg)
+	take := func(key, tier string) int {
+		n := 0
+		for {
+			p, err := l.AcquireConcurrentTier(key, tier)
+			if err != nil {
+				t.Fatalf("%s in %q: %v", key, tier, err)
+			}
+			defer p.Close()
+			if !p.Allowed {
+				return n
+			}
+			n++
+		}
+	}
+	for _, c := range []struct {
+		key, tier string
+		want      int
+	}{{"a", "free", 1}, {"b", "pro", 2}, {"c", "", 3}} {
+		if got := take(c.key, c.tier); got != c.want {
+			t.Fatalf("%s in %q: %d permits, want %d", c.key, c.tier, got, c.want)
+		}
+	}
+	if _, err := l.AcquireConcurrentTier("d", "gold"); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "gold") {
+		t.Fatalf("unknown tier: %v", err)
+	}
+	if got := take("d", ""); got != 3 {
+		t.Fatalf("d after the unknown tier: %d", got)
+	}
+}
+
 // WithConcurrency: a permit per request, held while the handler runs and
 // released when it returns (or panics); a request past the limit is a 429
 // with Retry-After and the problem body. The handlers are called directly
@@ -371,5 +409,55 @@ func TestMiddlewareWithConcurrency(t *testing.T) {
 	plain.ServeHTTP(rec, request())
 	if rec.Code != http.StatusServiceUnavailable || !errors.Is(got, ErrConfig) {
 		t.Fatalf("no concurrency: %d %v", rec.Code, got)
+	}
+}
+
+// WithConcurrency with WithTier: the request's tier sets its key's limit.
+func TestMiddlewareWithConcurrencyAndTier(t *testing.T) {
+	cfg := manual(1000, 60_000)
+	cfg.Concurrency = 3
+	cfg.Tiers = "free=1000/min, 1 concurrent"
+	l := mustNew(t, cfg)
+	entered := make(chan struct{})
+	gate := make(chan struct{})
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-gate
+	})
+	h := Middleware(l, ByHeader("X-Api-Key"), WithConcurrency(),
+		WithTier(func(r *http.Request) string { return r.Header.Get("X-Tier") }))(slow)
+	request := func(tier string) *http.Request {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set("X-Api-Key", "k")
+		req.Header.Set("X-Tier", tier)
+		return req
+	}
+	done := make(chan int)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, request("free"))
+		done <- rec.Code
+	}()
+	<-entered
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, request("free"))
+	if rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("free's second in flight: %d", rec.Code)
+	}
+	close(gate)
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("first: %d", code)
+	}
+	var got error
+	gold := Middleware(l, ByHeader("X-Api-Key"), WithConcurrency(),
+		WithTier(func(r *http.Request) string { return "gold" }),
+		WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+			got = err
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}))(hello)
+	rec = httptest.NewRecorder()
+	gold.ServeHTTP(rec, request("gold"))
+	if rec.Code != http.StatusServiceUnavailable || !errors.Is(got, ErrConfig) || !strings.Contains(got.Error(), "gold") {
+		t.Fatalf("unknown tier: %d %v", rec.Code, got)
 	}
 }

@@ -88,10 +88,13 @@ typedef struct {
 	char *err;
 } ql_permit_result;
 
-static inline ql_permit_result ql_acquire_concurrent(const lease_limiter *l, _GoString_ key) {
+static inline ql_permit_result ql_acquire_concurrent(const lease_limiter *l, _GoString_ key, _GoString_ tier) {
 	ql_permit_result r;
+	size_t tn = _GoStringLen(tier);
+	const uint8_t *t = tn ? (const uint8_t *)_GoStringPtr(tier) : NULL;
 	r.permit = NULL;
-	r.status = lease_acquire_concurrent(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), &r.d, &r.permit);
+	r.status = lease_acquire_concurrent_tier(l, (const uint8_t *)_GoStringPtr(key), _GoStringLen(key), t, tn, &r.d,
+	                                         &r.permit);
 	r.err = r.status == LEASE_OK ? NULL : ql_err(r.status);
 	return r;
 }

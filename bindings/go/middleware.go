@@ -97,8 +97,9 @@ func WithWait(d time.Duration) MiddlewareOption {
 // needs Config.Concurrency, else every request goes to the error handler),
 // released when the next handler returns (or panics). A request past the
 // limit is answered 429 (WithDeniedHandler's, or the default body) with
-// Retry-After and no RateLimit headers, which describe rates. WithCost,
-// WithTier and WithWait do not apply. For a rate and a concurrency limit
+// Retry-After and no RateLimit headers, which describe rates. WithTier
+// picks the tier whose "N concurrent" applies (AcquireConcurrentTier);
+// WithCost and WithWait do not apply. For a rate and a concurrency limit
 // both, stack two middlewares on the limiter:
 //
 //	h := quotalease.Middleware(lim, key)(quotalease.Middleware(lim, key, quotalease.WithConcurrency())(mux))
@@ -185,7 +186,7 @@ func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.H
 			}
 			k, err := HTTPKey(raw)
 			if err == nil && m.concurrent {
-				m.serveConcurrent(w, r, next, k)
+				m.serveConcurrent(w, r, next, k, tier)
 				return
 			}
 			var d Decision
@@ -216,8 +217,8 @@ func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.H
 }
 
 // serveConcurrent serves r under a permit of key k (WithConcurrency).
-func (m *middleware) serveConcurrent(w http.ResponseWriter, r *http.Request, next http.Handler, k string) {
-	p, err := m.lim.AcquireConcurrent(k)
+func (m *middleware) serveConcurrent(w http.ResponseWriter, r *http.Request, next http.Handler, k, tier string) {
+	p, err := m.lim.AcquireConcurrentTier(k, tier)
 	if err != nil {
 		m.onError(w, r, err)
 		return

@@ -28,18 +28,19 @@ type Permit struct {
 }
 
 // AcquireConcurrent takes a permit for one request of key in flight:
-// admitted while fewer than Config.Concurrency requests of the key are in
-// flight across every limiter on the authority (permits are leased in
-// chunks, as tokens are), denied otherwise (Permit.Allowed false). It may
+// admitted while fewer than the key's concurrency limit of its requests are
+// in flight across every limiter on the authority (permits are leased in
+// chunks, as tokens are), denied otherwise (Permit.Allowed false). The
+// limit is the "N concurrent" of the key's rules (its own policy entry's,
+// else its assigned or default tier's), else Config.Concurrency. It may
 // wait for one lease call (at most BackendTimeoutMs), as Acquire does.
 //
-// At most Concurrency permits of a key are held at once, plus those of an
+// At most that many permits of a key are held at once, plus those of an
 // instance that died holding them, until its commitments expire at the
-// authority (7 s after its last call). A released permit stays idle in this
-// limiter's lease until LeaseTTLMs passes (or Flush), then goes back to the
-// fleet.
+// authority (7 s after its last call). A released permit goes back to the
+// authority at once, for any limiter to take.
 //
-// Errors: KindConfig when the limiter has no Concurrency; KindInvalidKey;
+// Errors: KindConfig when the key has no concurrency limit; KindInvalidKey;
 // KindClosed.
 //
 //	p, err := lim.AcquireConcurrent("tenant:7")
@@ -47,10 +48,17 @@ type Permit struct {
 //	defer p.Close()
 //	if !p.Allowed { ... answer 429 ... }
 func (l *Limiter) AcquireConcurrent(key string) (*Permit, error) {
+	return l.AcquireConcurrentTier(key, "")
+}
+
+// AcquireConcurrentTier is AcquireConcurrent in plan tier tier ("" names
+// none): the tier's "N concurrent" sets the key's limit unless the key has
+// a policy entry of its own. An unknown tier is KindConfig.
+func (l *Limiter) AcquireConcurrentTier(key, tier string) (*Permit, error) {
 	if l == nil {
 		return nil, errNil
 	}
-	r := C.ql_acquire_concurrent(l.ptr, key)
+	r := C.ql_acquire_concurrent(l.ptr, key, tier)
 	runtime.KeepAlive(l)
 	if r.status != C.LEASE_OK {
 		return nil, newError(r.status, r.err, ctxKey)

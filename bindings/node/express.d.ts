@@ -55,8 +55,9 @@ export interface RateLimitOptions<Req extends IncomingMessage = IncomingMessage,
    * or 'close', so an aborted request gives its permit back too. A request past
    * the limit gets `onDenied` (the 429 above by default) with `Retry-After`
    * and no RateLimit headers, which describe rates; `req.rateLimit` is the
-   * permit's decision. `cost`, `tier` and `waitMs` do not apply: giving one is
-   * an `ERR_QUOTALEASE_CONFIG` error when the middleware is built. For a rate
+   * permit's decision. `tier` picks the tier whose `"N concurrent"` applies;
+   * `cost` and `waitMs` do not: giving one is an `ERR_QUOTALEASE_CONFIG` error
+   * when the middleware is built. For a rate
    * and a concurrency limit both, use two middlewares, the rate one first.
    * Default: false.
    */

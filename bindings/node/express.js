@@ -28,7 +28,8 @@ const KNOWN = ['limiter', 'key', 'cost', 'tier', 'waitMs', 'skip', 'onDenied', '
  * default key is the client's address from X-Forwarded-For / Forwarded
  * through those hops instead of `req.ip`. The decision is on `req.rateLimit`.
  * `concurrency: true`: a permit per request in flight instead of tokens (see
- * `concurrencyLimit`); `cost`, `tier` and `waitMs` do not apply.
+ * `concurrencyLimit`); `tier` picks the tier whose `"N concurrent"` applies;
+ * `cost` and `waitMs` do not apply.
  */
 function rateLimit(options) {
   checkOptions('rateLimit', options, KNOWN)
@@ -38,7 +39,7 @@ function rateLimit(options) {
     throw fail(TypeError, 'rateLimit: `concurrency` must be true or false')
   }
   if (concurrency) {
-    const given = ['cost', 'tier', 'waitMs'].filter((name) => options[name] !== undefined)
+    const given = ['cost', 'waitMs'].filter((name) => options[name] !== undefined)
     if (given.length > 0) {
       throw fail(
         Error,
@@ -46,7 +47,7 @@ function rateLimit(options) {
           '(a request takes one permit); put a second rateLimit() without concurrency in front for a rate limit too',
       )
     }
-    return concurrencyLimit(limiter, key, skip, onDenied)
+    return concurrencyLimit(limiter, key, tier, skip, onDenied)
   }
 
   return function quotaleaseRateLimit(req, res, next) {
@@ -77,22 +78,25 @@ function rateLimit(options) {
  * The `concurrency: true` middleware: each request takes a permit of its key
  * (`limiter.acquireConcurrent`), released once when the response emits
  * 'finish' or 'close' (an aborted request too). Past the limiter's
- * `concurrency`, `onDenied` answers (429 by default) with `Retry-After` and
- * no RateLimit headers, which describe rates. The permit's decision is on
- * `req.rateLimit`. A limiter error (no `concurrency` configured, an empty
- * key) goes to `next(err)`.
+ * concurrency limit, `onDenied` answers (429 by default) with `Retry-After`
+ * and no RateLimit headers, which describe rates. The permit's decision is on
+ * `req.rateLimit`. A limiter error (no concurrency limit for the key, an
+ * unknown tier, an empty key) goes to `next(err)`.
  */
-function concurrencyLimit(limiter, key, skip, onDenied) {
+function concurrencyLimit(limiter, key, tier, skip, onDenied) {
   return function quotaleaseConcurrency(req, res, next) {
     let raw
+    let options
     try {
       if (skip && skip(req)) return next()
       raw = key(req)
+      const t = typeof tier === 'function' ? tier(req) : tier
+      if (t !== undefined && t !== null) options = { tier: t }
     } catch (err) {
       return next(err)
     }
     Promise.resolve(raw)
-      .then((k) => limiter.acquireConcurrent(httpKey(k)))
+      .then((k) => limiter.acquireConcurrent(httpKey(k), options))
       .then(
         (permit) => {
           const decision = permit.decision

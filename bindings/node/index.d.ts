@@ -133,6 +133,9 @@ export interface ReserveOptions {
   tier?: string | null
 }
 
+/** `acquireConcurrent` options: the plan tier, as `reserve`'s. */
+export type ConcurrentOptions = ReserveOptions
+
 /** `acquire` options: a tier, and a bounded wait. */
 export interface AcquireWaitOptions extends AcquireOptions {
   /**
@@ -410,15 +413,17 @@ export declare class Limiter extends EventEmitter {
   reserveSync(key: string, estimate: number, options?: ReserveOptions): Reservation
   /**
    * Take a permit for one request of `key` in flight (the `concurrency`
-   * option): admitted while fewer than `concurrency` of the key's requests
-   * are in flight across the fleet (check `allowed`; `release()` it when the
-   * request ends). Awaits a lease request like `acquire`, without blocking
-   * the event loop. Rejects with `ERR_QUOTALEASE_CONFIG` when the limiter has
-   * no `concurrency`.
+   * option, or the `"N concurrent"` of the key's rules: its own entry's,
+   * `options.tier`'s or its assigned tier's): admitted while fewer than that
+   * many of the key's requests are in flight across the fleet (check
+   * `allowed`; `release()` it when the request ends). Awaits a lease request
+   * like `acquire`, without blocking the event loop. Rejects with
+   * `ERR_QUOTALEASE_CONFIG` when the key has no concurrency limit or the tier
+   * is unknown.
    */
-  acquireConcurrent(key: string): Promise<Permit>
+  acquireConcurrent(key: string, options?: ConcurrentOptions): Promise<Permit>
   /** Synchronous `acquireConcurrent`: may block the event loop up to `backendTimeoutMs` on a cold key. */
-  acquireConcurrentSync(key: string): Permit
+  acquireConcurrentSync(key: string, options?: ConcurrentOptions): Permit
   /** How many requests of `key` wait (`acquire(key, { waitMs })`) in this process now. */
   waiters(key: string): number
   /** Synchronous `acquire`: may block the event loop up to `backendTimeoutMs` on a cold key. */

@@ -238,6 +238,11 @@ function reserveArgs(method, estimate, options) {
   if (typeof estimate !== 'number') {
     throw fail(TypeError, codes.INVALID_COST, `invalid estimate: the estimate must be a number of tokens (got ${describe(estimate)})`)
   }
+  return tierOption(method, options)
+}
+
+/** The tier of a call whose only option is `{ tier }` (`reserve`, `acquireConcurrent`). */
+function tierOption(method, options) {
   if (options === undefined || options === null) return undefined
   if (!isPlainObject(options)) {
     throw fail(TypeError, codes.CONFIG, `${method}: options must be an object such as { tier: 'pro' } (got ${describe(options)})`)
@@ -644,25 +649,29 @@ class Limiter extends EventEmitter {
 
   /**
    * Take a permit for one request of `key` in flight (the `concurrency`
-   * option): admitted while fewer than `concurrency` of the key's requests
-   * are in flight across the fleet, denied otherwise. Resolves to a `Permit`
-   * (check `allowed`; `release()` it when the request ends). Waits for a
-   * lease call like `acquire`, without blocking the event loop. Rejects with
-   * `ERR_QUOTALEASE_CONFIG` when the limiter has no `concurrency`.
+   * option, or the `"N concurrent"` of the key's rules: its own entry's,
+   * `options.tier`'s or its assigned tier's): admitted while fewer than that
+   * many of the key's requests are in flight across the fleet, denied
+   * otherwise. Resolves to a `Permit` (check `allowed`; `release()` it when
+   * the request ends). Waits for a lease call like `acquire`, without
+   * blocking the event loop. Rejects with `ERR_QUOTALEASE_CONFIG` when the
+   * key has no concurrency limit, or the tier is unknown.
    */
-  acquireConcurrent(key) {
+  acquireConcurrent(key, options) {
     try {
       checkKey(key)
-      return this.#native.acquireConcurrent(key).then(permitted)
+      const tier = tierOption('acquireConcurrent', options)
+      return this.#native.acquireConcurrent(key, tier).then(permitted)
     } catch (err) {
       return Promise.reject(err)
     }
   }
 
   /** Like `acquireConcurrent`, synchronously: may block the event loop as `acquireSync` may. */
-  acquireConcurrentSync(key) {
+  acquireConcurrentSync(key, options) {
     checkKey(key)
-    return new Permit(this.#native.acquireConcurrentSync(key))
+    const tier = tierOption('acquireConcurrentSync', options)
+    return new Permit(this.#native.acquireConcurrentSync(key, tier))
   }
 
   /** How many requests of `key` wait (`acquire(key, { waitMs })`) in this process now. */

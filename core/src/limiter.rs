@@ -202,28 +202,31 @@ impl Limiter {
     }
 
     /// Take a permit for one request of `key` in flight: admitted while
-    /// fewer than the key's concurrency limit (its rules' `"N concurrent"`,
-    /// from its tier or its policy entry, else the limiter's
-    /// `concurrency`) of its requests are in flight across the fleet (permits leased to instances in chunks, as
+    /// fewer than the key's concurrency limit (its rules' `"N concurrent"`:
+    /// its policy entry's, else those of `tier` or of the tier the key is
+    /// assigned, else the limiter's `concurrency`) of its requests are in
+    /// flight across the fleet (permits leased to instances in chunks, as
     /// tokens are), denied otherwise (`retry_after_ms`: when to ask again).
+    /// `tier` is chosen as in [`acquire_with`](Self::acquire_with).
     /// Release it with [`Permit::release`] when the request ends (or drop
     /// it). At most `concurrency` are in flight, plus the permits of
     /// instances that died holding them, until their commitments expire at
     /// the authority (docs/design.md, "Concurrency limits").
-    /// [`Error::Config`] when the key has no concurrency limit.
-    pub fn acquire_concurrent(&self, key: &str) -> Result<Permit> {
+    /// [`Error::Config`] when the key has no concurrency limit;
+    /// [`Error::UnknownTier`].
+    pub fn acquire_concurrent(&self, key: &str, tier: Option<&str>) -> Result<Permit> {
         let bucket = self.engine.in_flight_key(key)?;
-        let d = match self.engine.admit_local(&bucket, 1, None)? {
+        let d = match self.engine.admit_local(&bucket, 1, tier)? {
             Some(d) => d,
-            None => self.engine.acquire_slow(&bucket, 1, Waiting::Permit, None)?,
+            None => self.engine.acquire_slow(&bucket, 1, Waiting::Permit, tier)?,
         };
-        Permit::new(self.engine.clone(), key, &bucket, d)
+        Permit::new(self.engine.clone(), key, &bucket, tier, d)
     }
 
     /// [`acquire_concurrent`](Self::acquire_concurrent), awaiting instead of blocking.
-    pub async fn acquire_concurrent_async(&self, key: &str) -> Result<Permit> {
+    pub async fn acquire_concurrent_async(&self, key: &str, tier: Option<&str>) -> Result<Permit> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        if let Some(p) = self.acquire_concurrent_or_notify(key, move |p| {
+        if let Some(p) = self.acquire_concurrent_or_notify(key, tier, move |p| {
             let _ = tx.send(p);
         })? {
             return Ok(p);
@@ -238,18 +241,19 @@ impl Limiter {
     pub fn acquire_concurrent_or_notify(
         &self,
         key: &str,
+        tier: Option<&str>,
         done: impl FnOnce(Result<Permit>) + Send + 'static,
     ) -> Result<Option<Permit>> {
         let bucket = self.engine.in_flight_key(key)?;
-        if let Some(d) = self.engine.admit_local(&bucket, 1, None)? {
-            return Permit::new(self.engine.clone(), key, &bucket, d).map(Some);
+        if let Some(d) = self.engine.admit_local(&bucket, 1, tier)? {
+            return Permit::new(self.engine.clone(), key, &bucket, tier, d).map(Some);
         }
         if self.engine.is_inline() {
-            return self.acquire_concurrent(key).map(Some);
+            return self.acquire_concurrent(key, tier).map(Some);
         }
         let user_key: Box<str> = key.into();
-        self.spawn_slow(&bucket, 1, Waiting::Permit, None, move |engine, bucket, _, d| {
-            done(d.and_then(|d| Permit::new(engine, &user_key, bucket, d)));
+        self.spawn_slow(&bucket, 1, Waiting::Permit, tier, move |engine, bucket, tier, d| {
+            done(d.and_then(|d| Permit::new(engine, &user_key, bucket, tier, d)));
         })?;
         Ok(None)
     }

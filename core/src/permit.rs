@@ -25,9 +25,15 @@ pub struct Permit {
 }
 
 impl Permit {
-    pub(crate) fn new(engine: Arc<Engine>, key: &str, bucket: &str, decision: Decision) -> Result<Self> {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        key: &str,
+        bucket: &str,
+        tier: Option<&str>,
+        decision: Decision,
+    ) -> Result<Self> {
         Ok(Permit {
-            inner: Reservation::new(engine, bucket, None, 1, decision)?,
+            inner: Reservation::new(engine, bucket, tier, 1, decision)?,
             key: key.into(),
         })
     }

@@ -37,7 +37,7 @@ fn each_authority(test: impl Fn(&str, Limiter, Limiter)) {
 fn take_all(l: &Limiter, key: &str) -> Vec<Permit> {
     let mut out = Vec::new();
     loop {
-        let p = l.acquire_concurrent(key).unwrap();
+        let p = l.acquire_concurrent(key, None).unwrap();
         if !p.allowed() {
             assert_eq!(p.decision().reason, Reason::Exhausted);
             assert!(p.decision().retry_after_ms > 0);
@@ -71,9 +71,9 @@ fn at_most_the_limit_is_in_flight_and_a_release_frees_one() {
         assert_eq!(held[0].key(), "k", "{name}");
         held[0].release().unwrap();
         assert!(held[0].is_released(), "{name}");
-        let again = l.acquire_concurrent("k").unwrap();
+        let again = l.acquire_concurrent("k", None).unwrap();
         assert!(again.allowed(), "{name}: the released permit is taken again");
-        assert!(!l.acquire_concurrent("k").unwrap().allowed(), "{name}");
+        assert!(!l.acquire_concurrent("k", None).unwrap().allowed(), "{name}");
         // Other keys have their own permits.
         assert_eq!(take_all(&l, "other").len(), 3, "{name}");
     });
@@ -123,22 +123,25 @@ fn a_dead_instances_permits_come_back_after_its_commitment() {
 #[test]
 fn bad_use_is_a_typed_error() {
     let l = Limiter::builder().limit(10).build().unwrap();
-    let e = l.acquire_concurrent("k").unwrap_err();
+    let e = l.acquire_concurrent("k", None).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Config, "{e}");
     assert!(e.to_string().contains("`concurrency` is 0"), "{e}");
     let l = Limiter::builder().limit(10).concurrency(1).build().unwrap();
-    assert_eq!(l.acquire_concurrent("").unwrap_err().kind(), ErrorKind::InvalidKey);
     assert_eq!(
-        l.acquire_concurrent("a\u{1f}b").unwrap_err().kind(),
+        l.acquire_concurrent("", None).unwrap_err().kind(),
         ErrorKind::InvalidKey
     );
-    let p = l.acquire_concurrent("k").unwrap();
+    assert_eq!(
+        l.acquire_concurrent("a\u{1f}b", None).unwrap_err().kind(),
+        ErrorKind::InvalidKey
+    );
+    let p = l.acquire_concurrent("k", None).unwrap();
     p.release().unwrap();
     let e = p.release().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Reservation);
     assert!(e.to_string().contains("released already"), "{e}");
-    let _held = l.acquire_concurrent("k").unwrap();
-    let denied = l.acquire_concurrent("k").unwrap();
+    let _held = l.acquire_concurrent("k", None).unwrap();
+    let denied = l.acquire_concurrent("k", None).unwrap();
     assert!(!denied.allowed());
     let e = denied.release().unwrap_err();
     assert!(e.to_string().contains("no permit was taken"), "{e}");
@@ -169,12 +172,12 @@ fn permits_are_taken_awaiting_on_redis_with_the_system_clock() {
         .enable_all()
         .build()
         .unwrap();
-    let a = rt.block_on(l.acquire_concurrent_async("k")).unwrap();
-    let b = rt.block_on(l.acquire_concurrent_async("k")).unwrap();
+    let a = rt.block_on(l.acquire_concurrent_async("k", None)).unwrap();
+    let b = rt.block_on(l.acquire_concurrent_async("k", None)).unwrap();
     assert!(a.allowed() && b.allowed());
-    assert!(!rt.block_on(l.acquire_concurrent_async("k")).unwrap().allowed());
+    assert!(!rt.block_on(l.acquire_concurrent_async("k", None)).unwrap().allowed());
     a.release().unwrap();
-    assert!(rt.block_on(l.acquire_concurrent_async("k")).unwrap().allowed());
+    assert!(rt.block_on(l.acquire_concurrent_async("k", None)).unwrap().allowed());
 }
 
 #[test]
@@ -210,13 +213,53 @@ fn a_tier_sets_its_keys_concurrency() {
 }
 
 #[test]
+fn a_callers_tier_sets_the_concurrency_of_its_call() {
+    let l = Limiter::builder()
+        .url(format!("memory://{}", unique("inflight")))
+        .limit(100)
+        .concurrency(3)
+        .tier("free", "100/min, 1 concurrent")
+        .tier("pro", "6000/min, 2 concurrent")
+        .policy_refresh_ms(1_000)
+        .clock(ClockKind::Manual { start_ms: START })
+        .build()
+        .unwrap();
+    let take = |key: &str, tier: Option<&str>| {
+        let mut held = Vec::new();
+        loop {
+            let p = l.acquire_concurrent(key, tier).unwrap();
+            if !p.allowed() {
+                return held;
+            }
+            held.push(p);
+        }
+    };
+    let free = take("a", Some("free"));
+    assert_eq!(free.len(), 1);
+    assert_eq!(free[0].decision().limit, 1);
+    let pro = take("b", Some("pro"));
+    assert_eq!(pro.len(), 2);
+    assert_eq!(take("c", None).len(), 3, "no tier: the limiter's concurrency");
+    // Released under its tier, the permit is free again for that tier.
+    drop(free);
+    assert_eq!(take("a", Some("free")).len(), 1);
+    let e = l.acquire_concurrent("a", Some("gold")).unwrap_err();
+    assert!(matches!(e, quotalease::Error::UnknownTier { .. }), "{e}");
+    // A key with an entry of its own keeps it whatever tier the call names.
+    l.policy_assign("d", "10/s, 4 concurrent").unwrap();
+    l.refresh_policies().unwrap();
+    assert_eq!(take("d", Some("free")).len(), 4);
+    drop(pro);
+}
+
+#[test]
 fn a_key_with_no_concurrency_anywhere_takes_no_permits() {
     let l = Limiter::builder()
         .limit(10)
         .tier("pro", "100/min, 2 concurrent")
         .build()
         .unwrap();
-    let e = l.acquire_concurrent("k").unwrap_err();
+    let e = l.acquire_concurrent("k", None).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Config);
     assert!(e.to_string().contains("the key's rules set none"), "{e}");
     for bad in [
@@ -244,9 +287,9 @@ fn the_longest_key_takes_permits_and_a_longer_one_is_refused() {
     let l = Limiter::builder().limit(10).concurrency(1).build().unwrap();
     let longest = "x".repeat(quotalease::MAX_KEY_LEN);
     assert!(l.acquire(&longest, 1).unwrap().allowed);
-    assert!(l.acquire_concurrent(&longest).unwrap().allowed());
+    assert!(l.acquire_concurrent(&longest, None).unwrap().allowed());
     for len in [quotalease::MAX_KEY_LEN + 1, quotalease::MAX_KEY_LEN + 9] {
-        let e = l.acquire_concurrent(&"x".repeat(len)).unwrap_err();
+        let e = l.acquire_concurrent(&"x".repeat(len), None).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidKey);
         assert!(e.to_string().contains(&format!("the key is {len} bytes long")), "{e}");
         let e = l.acquire(&"x".repeat(len), 1).unwrap_err();
@@ -258,14 +301,17 @@ fn the_longest_key_takes_permits_and_a_longer_one_is_refused() {
 fn a_released_permit_goes_to_the_instance_waiting_first() {
     each_authority(|name, l1, l2| {
         // l1 takes the three (asking for no fourth: it is not in line).
-        let mut mine: Vec<Permit> = (0..3).map(|_| l1.acquire_concurrent("k").unwrap()).collect();
+        let mut mine: Vec<Permit> = (0..3).map(|_| l1.acquire_concurrent("k", None).unwrap()).collect();
         assert!(mine.iter().all(Permit::allowed), "{name}");
         // l2 asks and is denied: it waits in line.
         assert!(take_all(&l2, "k").is_empty(), "{name}");
         // l1 releases one and asks again at once: the permit went back,
         // and l2 is ahead of it in line.
         mine.pop().unwrap().release().unwrap();
-        assert!(!l1.acquire_concurrent("k").unwrap().allowed(), "{name}: l2 waits first");
+        assert!(
+            !l1.acquire_concurrent("k", None).unwrap().allowed(),
+            "{name}: l2 waits first"
+        );
         // l2's next ask (after its denial's recheck) takes it.
         advance(&[&l1, &l2], 500);
         let theirs = take_all(&l2, "k");

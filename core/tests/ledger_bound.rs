@@ -1929,7 +1929,7 @@ fn run_permits(c: &PermitCase, url: &str, prefix: &str) -> Result<(), String> {
         match *st {
             PermitStep::Take(i) => {
                 if let Some((l, held)) = live.get_mut(i).and_then(Option::as_mut) {
-                    let p = l.acquire_concurrent("k").map_err(|e| e.to_string())?;
+                    let p = l.acquire_concurrent("k", None).map_err(|e| e.to_string())?;
                     if p.allowed() {
                         held.push(p);
                     }

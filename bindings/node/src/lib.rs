@@ -659,9 +659,9 @@ impl NativeLimiter {
     /// `concurrency`), blocking the calling thread for a lease call when
     /// the key has no local lease of permits (at most `backendTimeoutMs`).
     #[napi]
-    pub fn acquire_concurrent_sync(&self, key: String) -> Result<NativePermit, String> {
+    pub fn acquire_concurrent_sync(&self, key: String, tier: Option<String>) -> Result<NativePermit, String> {
         self.inner
-            .acquire_concurrent(&key)
+            .acquire_concurrent(&key, tier.as_deref())
             .map(|p| NativePermit { inner: p })
             .map_err(js_err)
     }
@@ -670,11 +670,18 @@ impl NativeLimiter {
     /// a Promise of a `NativePermit` or an Error, settled at once when
     /// decided without waiting, else from the broker thread.
     #[napi(ts_return_type = "Promise<NativePermit | Error>")]
-    pub fn acquire_concurrent<'e>(&self, env: &'e Env, key: String) -> Result<Object<'e>, String> {
+    pub fn acquire_concurrent<'e>(
+        &self,
+        env: &'e Env,
+        key: String,
+        tier: Option<String>,
+    ) -> Result<Object<'e>, String> {
         let napi = |e: napi::Error| bad(ErrorKind::Backend, e.reason.clone());
         let (deferred, promise): (Deferred, Object<'e>) = env.create_deferred().map_err(napi)?;
         let (meet, mut notifier) = Notifier::<Permit>::pair();
-        let now = self.inner.acquire_concurrent_or_notify(&key, move |r| notifier.fire(r));
+        let now = self
+            .inner
+            .acquire_concurrent_or_notify(&key, tier.as_deref(), move |r| notifier.fire(r));
         let r = match now {
             Ok(Some(p)) => Ok(p),
             Err(e) => Err(e),

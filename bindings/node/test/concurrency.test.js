@@ -212,6 +212,35 @@ test('concurrency options: 0 is none, bad values and fixed leases are config err
   await ok.close()
 })
 
+test("a call's tier sets its concurrency; bad options are errors", async () => {
+  const l = new Limiter({ limit: 100, concurrency: 3, tiers: { free: '100/min, 1 concurrent', pro: '100/min, 2 concurrent' } })
+  const take = (key, options) => {
+    const held = []
+    for (;;) {
+      const p = l.acquireConcurrentSync(key, options)
+      if (!p.allowed) return held
+      held.push(p)
+    }
+  }
+  assert.equal(take('a', { tier: 'free' }).length, 1)
+  const pro = []
+  for (;;) {
+    const p = await l.acquireConcurrent('b', { tier: 'pro' })
+    if (!p.allowed) break
+    assert.equal(p.decision.limit, 2)
+    pro.push(p)
+  }
+  assert.equal(pro.length, 2)
+  assert.equal(take('c', { tier: null }).length, 3, "no tier: the limiter's concurrency")
+  assert.throws(() => l.acquireConcurrentSync('d', { tier: 'gold' }), { ...CONFIG, message: /gold/ })
+  await assert.rejects(l.acquireConcurrent('d', { tier: 'gold' }), { ...CONFIG, message: /gold/ })
+  assert.throws(() => l.acquireConcurrentSync('d', { tier: 5 }), { name: 'TypeError', ...CONFIG })
+  assert.throws(() => l.acquireConcurrentSync('d', { cost: 2 }), { ...CONFIG, message: /unknown option `cost`/ })
+  await assert.rejects(l.acquireConcurrent('d', 'pro'), { name: 'TypeError', ...CONFIG })
+  assert.equal(take('d').length, 3, 'no bad call took a permit of d')
+  await l.close()
+})
+
 test('bad keys: the sync form throws, the Promise form rejects', async () => {
   const l = new Limiter({ limit: 10, concurrency: 1 })
   for (const bad of ['', 'a\u001fb', 'k'.repeat(513)]) {

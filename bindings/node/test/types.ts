@@ -173,6 +173,10 @@ async function permits(): Promise<number> {
   const l = new Limiter({ limit: 100, concurrency: 5 })
   const p: Permit = await l.acquireConcurrent('k')
   const q: Permit = l.acquireConcurrentSync('k')
+  const t: Permit = await l.acquireConcurrent('k', { tier: 'pro' })
+  const u: Permit = l.acquireConcurrentSync('k', { tier: null })
+  // @ts-expect-error: the tier is a string
+  l.acquireConcurrentSync('k', { tier: 5 })
   const allowed: boolean = p.allowed
   const d: Decision = p.decision
   const key: string = p.key
@@ -186,7 +190,7 @@ async function permits(): Promise<number> {
   p.released = true
   // @ts-expect-error: made by acquireConcurrent, not by new
   new Permit()
-  void [allowed, key, released, nothing]
+  void [allowed, key, released, nothing, t, u]
   return d.limit
 }
 

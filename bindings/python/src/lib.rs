@@ -950,12 +950,16 @@ impl Limiter {
     }
 
     /// Take a permit for one request of `key` in flight (the limiter's
-    /// `concurrency`): admitted while fewer than `concurrency` of the key's
-    /// requests are in flight across the fleet, else denied. Waits (GIL
-    /// released, at most backend_timeout_ms) when the key has no local
-    /// lease of permits. ConfigError when the limiter has no `concurrency`.
-    fn acquire_concurrent(&self, py: Python<'_>, key: &str) -> PyResult<Permit> {
-        py.detach(|| self.inner.acquire_concurrent(key))
+    /// `concurrency`, or the "N concurrent" of the key's rules: its own
+    /// entry's, `tier`'s or its assigned tier's): admitted while fewer than
+    /// that many of the key's requests are in flight across the fleet, else
+    /// denied. Waits (GIL released, at most backend_timeout_ms) when the key
+    /// has no local lease of permits. ConfigError when the key has no
+    /// concurrency limit or the tier is unknown.
+    #[pyo3(signature = (key, *, tier = None))]
+    fn acquire_concurrent(&self, py: Python<'_>, key: &str, tier: Option<&Bound<'_, PyAny>>) -> PyResult<Permit> {
+        let tier = tier_arg(tier)?;
+        py.detach(|| self.inner.acquire_concurrent(key, tier))
             .map(|p| Permit { p })
             .map_err(|e| to_pyerr(py, e))
     }
@@ -963,12 +967,19 @@ impl Limiter {
     /// For `Limiter.acquire_concurrent_async`: a Permit when decided now,
     /// else an asyncio future of the running loop, completed from the
     /// broker thread.
-    fn _acquire_concurrent_or_future<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (key, *, tier = None))]
+    fn _acquire_concurrent_or_future<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        tier: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let tier = tier_arg(tier)?;
         let slot = Arc::new(Mutex::new(Slot::Empty));
         let theirs = slot.clone();
         let now = self
             .inner
-            .acquire_concurrent_or_notify(key, move |res| complete(&theirs, res))
+            .acquire_concurrent_or_notify(key, tier, move |res| complete(&theirs, res))
             .map_err(|e| to_pyerr(py, e))?;
         if let Some(p) = now {
             return Ok(Bound::new(py, Permit { p })?.into_any());

@@ -484,6 +484,29 @@ async def test_asgi_concurrency_releases_when_the_app_raises_and_holds_a_streami
     limiter.close()
 
 
+async def test_asgi_concurrency_takes_the_requests_tier() -> None:
+    limiter = Limiter(limit=1000, concurrency=3, tiers="free=1000/min, 1 concurrent")
+    inner = GatedApp()
+    mw = ql_asgi.RateLimitMiddleware(
+        inner,
+        limiter=limiter,
+        key=lambda r: "k",
+        tier=lambda r: r.headers.get("x-tier"),
+        concurrency=True,
+    )
+    free = [(b"x-tier", b"free")]
+    first = asyncio.create_task(asgi_request(mw, "/a", free))
+    await inner.arrival("/a").wait()
+    # the tier's 1 concurrent: the second of its requests is denied
+    check_concurrency_denied(await asgi_request(mw, "/b", free))
+    inner.gate("/a").set()
+    assert status_headers_body(await first)[0] == 200
+    # an unknown tier is the limiter's error, not a silent default
+    with pytest.raises(ConfigError, match="gold"):
+        await asgi_request(mw, "/c", [(b"x-tier", b"gold")])
+    limiter.close()
+
+
 def test_asgi_concurrency_on_starlette_and_its_misconfiguration() -> None:
     limiter = Limiter(limit=1000, concurrency=1)
     app = plain_app()
@@ -498,8 +521,8 @@ def test_asgi_concurrency_on_starlette_and_its_misconfiguration() -> None:
     app2.add_middleware(ql_asgi.RateLimitMiddleware, limiter=no_concurrency, key=lambda r: "k", concurrency=True)
     with TestClient(app2) as client, pytest.raises(ConfigError, match="`concurrency` is 0"):
         client.get("/")
-    # cost, tier and wait_ms do not apply to a permit: an error, not ignored
-    for option in ({"cost": 2}, {"cost": lambda r: 1}, {"tier": "pro"}, {"wait_ms": 100}):
+    # cost and wait_ms do not apply to a permit: an error, not ignored
+    for option in ({"cost": 2}, {"cost": lambda r: 1}, {"wait_ms": 100}):
         with pytest.raises(ConfigError, match=f"{next(iter(option))} cannot be combined with concurrency=True"):
             ql_asgi.RateLimitMiddleware(plain_app(), limiter, concurrency=True, **option)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="concurrency must be a bool"):

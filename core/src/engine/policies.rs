@@ -220,8 +220,9 @@ impl Engine {
     fn resolve_rules(&self, key: &str, tier: Option<&str>) -> Result<Resolution> {
         if let Some(base) = key.strip_suffix(IN_FLIGHT_SUFFIX) {
             // a key's permits in flight: its rules' `"N concurrent"` (its
-            // tier's, its own entry's), else the limiter's `concurrency`
-            let r = self.resolve_rules(base, None)?;
+            // own entry's, the call's tier's or its assigned tier's), else
+            // the limiter's `concurrency`; chosen again as its key's are
+            let r = self.resolve_rules(base, tier)?;
             let n = r.rules.concurrency().unwrap_or(self.r.cfg.concurrency);
             if n == 0 {
                 return Err(Error::config(
@@ -235,7 +236,7 @@ impl Engine {
                     limit: n,
                     ..self.r.in_flight_policy()
                 }),
-                mark: MARK_PINNED,
+                mark: r.mark,
                 source: r.source,
             });
         }

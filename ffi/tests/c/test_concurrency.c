@@ -312,6 +312,40 @@ ON_BOTH(two_limiters_share_the_permits)
 ON_BOTH(a_long_held_permit_is_kept)
 ON_BOTH(free_without_release_releases)
 
+/* A call's tier sets its concurrency; an unknown or unreadable tier is a
+ * clear error that takes nothing. */
+static void a_calls_tier_sets_its_concurrency(void) {
+  lease_options *o = new_options();
+  lease_limiter *l = NULL;
+  lease_permit *a = NULL, *b = NULL, *c = NULL, *p = (lease_permit *)0x1;
+  lease_decision d;
+  EXPECT(lease_options_set_str(o, "url", "memory://c-concurrency-tiers"), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "limit", 100), LEASE_OK);
+  EXPECT(lease_options_set_int(o, "concurrency", 3), LEASE_OK);
+  EXPECT(lease_options_set_str(o, "tiers", "free=100/min, 1 concurrent; pro=100/min, 2 concurrent"), LEASE_OK);
+  EXPECT(lease_limiter_new_from_options(o, &l), LEASE_OK);
+  lease_options_free(o);
+  if (!l) return;
+  EXPECT(lease_acquire_concurrent_tier(l, KEY("a"), KEY("free"), &d, &a), LEASE_OK);
+  CHECK(d.allowed && d.limit == 1, "free: allowed %d limit %llu", d.allowed, U(d.limit));
+  EXPECT(lease_acquire_concurrent_tier(l, KEY("a"), KEY("free"), &d, &b), LEASE_OK);
+  CHECK(!d.allowed, "free's one permit is held");
+  lease_permit_free(b);
+  b = NULL;
+  EXPECT(lease_acquire_concurrent_tier(l, KEY("b"), KEY("pro"), &d, &b), LEASE_OK);
+  CHECK(d.allowed && d.limit == 2, "pro: limit %llu", U(d.limit));
+  EXPECT(lease_acquire_concurrent(l, KEY("c"), &d, &c), LEASE_OK);
+  CHECK(d.allowed && d.limit == 3, "no tier: the limiter's concurrency, limit %llu", U(d.limit));
+  EXPECT_ERR(lease_acquire_concurrent_tier(l, KEY("d"), KEY("gold"), &d, &p), LEASE_ERR_CONFIG, "gold");
+  EXPECT_ERR(lease_acquire_concurrent_tier(l, KEY("d"), KEY("fr\xff"), &d, &p), LEASE_ERR_CONFIG, "UTF-8");
+  EXPECT_ERR(lease_acquire_concurrent_tier(l, KEY("d"), NULL, 4, &d, &p), LEASE_ERR_NULL, "tier");
+  CHECK(p == (lease_permit *)0x1, "permit written on a failure");
+  lease_permit_free(a);
+  lease_permit_free(b);
+  lease_permit_free(c);
+  lease_limiter_free(l);
+}
+
 int main(void) {
   redis_url = getenv("QL_REDIS_URL");
   if (!redis_url) {
@@ -323,6 +357,7 @@ int main(void) {
   RUN(a_long_held_permit_is_kept_memory);
   RUN(free_without_release_releases_memory);
   RUN(bad_input);
+  RUN(a_calls_tier_sets_its_concurrency);
   RUN(at_most_the_limit_and_a_release_frees_one_redis);
   RUN(two_limiters_share_the_permits_redis);
   RUN(a_long_held_permit_is_kept_redis);

@@ -118,17 +118,17 @@ class Limiter(_native.Limiter):
     debt if need be. Left unsettled (a ``with`` block exited, the object
     dropped), it keeps the estimate.
 
-    Concurrency limits: ``concurrency=N`` allows at most N requests of a key
-    in flight at once across the fleet. ``with limiter.acquire_concurrent(key)
+    Concurrency limits: ``concurrency=N`` (or ``"N concurrent"`` among a
+    tier's or a key's rules, ``tier=`` chosen as in ``acquire``) allows at
+    most N requests of a key in flight at once across the fleet. ``with limiter.acquire_concurrent(key)
     as permit:`` takes a permit (``permit.allowed``, ``permit.decision``:
     ``limit`` is N, ``remaining`` the permits left) and leaving the block
     releases it (or ``permit.release()``, once); ``async with await
     limiter.acquire_concurrent_async(key) as permit:`` in asyncio. Beyond
     the N, only the permits of instances that died holding them count, until
     their commitments expire at the backend (7 s after their last call). A
-    released permit stays in this instance's lease until lease_ttl_ms or
-    ``flush()``, then other instances can take it. It needs adaptive leasing
-    (no ``lease_size``, mode "lease"); one concurrency per limiter.
+    released permit goes back at once, for any instance to take. It needs
+    adaptive leasing (no ``lease_size``, mode "lease").
 
     ``on_event(kind, message)`` is called from the broker thread on every
     backend transition ("degraded" / "recovered"), which is also logged on the
@@ -158,11 +158,11 @@ class Limiter(_native.Limiter):
             return r
         return await r
 
-    async def acquire_concurrent_async(self, key: str) -> Permit:
+    async def acquire_concurrent_async(self, key: str, *, tier: str | None = None) -> Permit:
         """Like :meth:`acquire_concurrent`, but awaits a pending lease instead
         of blocking the event loop: ``async with await
         limiter.acquire_concurrent_async(key) as permit:``."""
-        p = self._acquire_concurrent_or_future(key)
+        p = self._acquire_concurrent_or_future(key, tier=tier)
         if isinstance(p, Permit):
             return p
         return await p

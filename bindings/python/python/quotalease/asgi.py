@@ -40,8 +40,9 @@ else every request raises its ``quotalease.ConfigError``) and gives it back
 when the app returns or raises, so a streaming response holds its permit
 until its body is sent. A request past the N gets the same 429 body with
 ``Retry-After`` and no ``RateLimit`` headers (they describe rates), and never
-reaches the app. ``cost``, ``tier`` and ``wait_ms`` do not apply: giving one
-with ``concurrency=True`` raises ``quotalease.ConfigError`` here. For a rate
+reaches the app. ``tier`` picks the tier whose ``"N concurrent"`` applies;
+``cost`` and ``wait_ms`` do not: giving one with ``concurrency=True`` raises
+``quotalease.ConfigError`` here. For a rate
 and a concurrency limit both, wrap one middleware in another::
 
     app.add_middleware(RateLimitMiddleware, limiter=limiter, concurrency=True)
@@ -122,7 +123,7 @@ class RateLimitMiddleware:
         if concurrency:
             given = [
                 name
-                for name, set_ in (("cost", cost != 1), ("tier", tier is not None), ("wait_ms", wait_ms is not None))
+                for name, set_ in (("cost", cost != 1), ("wait_ms", wait_ms is not None))
                 if set_
             ]
             if given:
@@ -168,12 +169,14 @@ class RateLimitMiddleware:
         if resolved is None:
             await self.app(scope, receive, send)
             return
+        key, _, options = resolved
+        tier = options.get("tier")
         acquire = getattr(self.limiter, "acquire_concurrent_async", None)
         if acquire is None:  # a bare native limiter: use its future
-            p = self.limiter._acquire_concurrent_or_future(resolved[0])
+            p = self.limiter._acquire_concurrent_or_future(key, tier=tier)
             permit = p if isinstance(p, Permit) else await p
         else:
-            permit = await acquire(resolved[0])
+            permit = await acquire(key, tier=tier)
         if not permit.allowed:
             decision = permit.decision
             retry_after = [
