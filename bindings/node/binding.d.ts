@@ -95,13 +95,13 @@ export declare class NativeLimiter {
    * `concurrency`), blocking the calling thread for a lease call when
    * the key has no local lease of permits (at most `backendTimeoutMs`).
    */
-  acquireConcurrentSync(key: string): NativePermit
+  acquireConcurrentSync(key: string, tier?: string | undefined | null): NativePermit
   /**
    * `acquire_concurrent_sync` without blocking (`acquire_concurrent_or_notify`):
    * a Promise of a `NativePermit` or an Error, settled at once when
    * decided without waiting, else from the broker thread.
    */
-  acquireConcurrent(key: string): Promise<NativePermit | Error>
+  acquireConcurrent(key: string, tier?: string | undefined | null): Promise<NativePermit | Error>
   /** How many requests of `key` wait in `acquire_wait` in this process now. */
   waiters(key: string): number
   /**
