@@ -57,6 +57,24 @@ declare namespace rateLimit {
      * `{ statusCode: 429, error: 'Too Many Requests', message }`.
      */
     onDenied?: (request: FastifyRequest, reply: FastifyReply, decision: Decision) => unknown
+    /**
+     * Limit the requests of a key in flight at once instead of its rate: each
+     * request takes a permit (`limiter.acquireConcurrent(key)` in the
+     * `onRequest` hook; the limiter needs its `concurrency` option, else every
+     * request goes to Fastify's error handler with `ERR_QUOTALEASE_CONFIG`),
+     * released once when the raw response emits 'finish' or 'close': sent,
+     * answered by the error handler after a throw, or aborted by the client. A
+     * request past the limit gets `onDenied` (the 429 above by default) with
+     * `Retry-After` and no RateLimit headers, which describe rates;
+     * `request.rateLimit` is the permit's decision. `tier` picks the tier whose
+     * `"N concurrent"` applies; `cost` and `waitMs` do not: giving one in the
+     * same options (the plugin's, or a route's `config.rateLimit`) is an
+     * `ERR_QUOTALEASE_CONFIG` error at registration, and the plugin's are not
+     * used by a route that sets `concurrency: true`. For a rate and a
+     * concurrency limit both, register the plugin twice, the rate one first.
+     * Default: false.
+     */
+    concurrency?: boolean
   }
 
   export interface RateLimitPluginOptions extends RouteRateLimitOptions {
@@ -77,7 +95,8 @@ declare namespace rateLimit {
 
 /**
  * The plugin: `fastify.register(rateLimit, { limiter, ... })`. One
- * `limiter.acquire(key(request), cost)` per request in an `onRequest` hook,
+ * `limiter.acquire(key(request), cost)` per request in an `onRequest` hook
+ * (with `concurrency: true`, one permit per request in flight instead),
  * the IETF `RateLimit-Policy` / `RateLimit` headers on every response, 429
  * with `Retry-After` when denied. A key over 512 bytes is limited under
  * `httpKey(key)` (its sha256); a limiter error (e.g. an empty key) goes to

@@ -213,7 +213,7 @@ test('concurrency options: 0 is none, bad values and fixed leases are config err
 })
 
 test("a call's tier sets its concurrency; bad options are errors", async () => {
-  const l = new Limiter({ limit: 100, concurrency: 3, tiers: { free: '100/min, 1 concurrent', pro: '100/min, 2 concurrent' } })
+  const l = new Limiter({ limit: 100, concurrency: 3, tiers: 'free=100/min, 1 concurrent; pro=100/min, 2 concurrent' })
   const take = (key, options) => {
     const held = []
     for (;;) {

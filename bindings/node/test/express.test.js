@@ -310,7 +310,7 @@ test('express concurrency: a handler that throws and an aborted request give the
 })
 
 test("express concurrency: the request's tier sets its limit; an unknown tier goes to next(err)", async (t) => {
-  const limiter = new Limiter({ limit: 1000, concurrency: 3, tiers: { free: '1000/min, 1 concurrent' } })
+  const limiter = new Limiter({ limit: 1000, concurrency: 3, tiers: 'free=1000/min, 1 concurrent' })
   const app = await gatedApp(t, limiter, { tier: (req) => req.get('x-tier') })
   const free = { headers: { 'x-user': 'ann', 'x-tier': 'free' } }
   const first = app.get('/a', 'ann', free)

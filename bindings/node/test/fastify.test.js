@@ -251,3 +251,256 @@ test('fastify: waitMs per plugin or route waits for the refill instead of a 429'
   for (let i = 0; i < 3; i++) nowait.push((await fastify.inject({ url: '/nowait' })).statusCode)
   assert.deepEqual(nowait, [200, 200, 429])
 })
+
+// --- concurrency: true: a permit per request in flight ------------------------
+
+function deferred() {
+  let resolve
+  let reject
+  const promise = new Promise((res, rej) => {
+    resolve = res
+    reject = rej
+  })
+  promise.catch(() => {}) // a rejection fails only the test awaiting it
+  return { promise, resolve, reject }
+}
+
+/**
+ * A Fastify app over HTTP on port 0 under `rateLimit({ concurrency: true })`
+ * (plugin options `options`; `setup(fastify)` runs before it is registered)
+ * whose requests to `/*` wait at their path's gate after announcing
+ * themselves (`entered`, which fails if the path's response comes first:
+ * give each request a path of its own), and whose raw responses' 'close'
+ * resolves `closed` (the plugin releases on 'finish' or in that same
+ * 'close'). '/boom/N' throws.
+ */
+async function gatedApp(t, limiter, options = {}, setup = async () => {}) {
+  const gates = new Map()
+  const entered = new Map()
+  const closed = new Map()
+  const slot = (map, path) => {
+    if (!map.has(path)) map.set(path, deferred())
+    return map.get(path)
+  }
+  // forceCloseConnections: after an aborted fetch, undici opens a connection
+  // that never sends a request, which Fastify's default close waits out.
+  const fastify = Fastify({ forceCloseConnections: true })
+  await setup(fastify)
+  await fastify.register(rateLimit, { limiter, key: (req) => req.headers['x-user'] || 'anon', concurrency: true, ...options })
+  fastify.addHook('onRequest', async (request, reply) => {
+    const path = request.url
+    reply.raw.once('close', () => slot(closed, path).resolve())
+  })
+  fastify.get('/boom/:n', async () => {
+    throw new Error('boom')
+  })
+  fastify.get('/*', async (request) => {
+    const path = request.url
+    slot(entered, path).resolve()
+    await slot(gates, path).promise
+    return `done ${path} ${request.rateLimit.remaining}`
+  })
+  const address = await fastify.listen({ port: 0, host: '127.0.0.1' })
+  t.after(async () => {
+    for (const gate of gates.values()) gate.resolve() // a failed test leaves none waiting
+    await fastify.close()
+    await limiter.close()
+  })
+  return {
+    fastify,
+    open: (path) => slot(gates, path).resolve(),
+    entered: (path) => slot(entered, path).promise,
+    closed: (path) => slot(closed, path).promise,
+    get: (path, user = 'ann', init = {}) => {
+      const response = fetch(`${address}${path}`, { headers: { 'x-user': user }, ...init })
+      const answered = () => slot(entered, path).reject(new Error(`${path} was answered without reaching its handler`))
+      response.then(answered, answered)
+      return response
+    },
+  }
+}
+
+async function assertConcurrencyDenied(r) {
+  assert.equal(r.status, 429)
+  assert.equal(r.headers.get('retry-after'), '1')
+  assert.equal(r.headers.get('ratelimit'), null, 'no RateLimit fields for a permit')
+  assert.equal(r.headers.get('ratelimit-policy'), null)
+  assert.deepEqual(await r.json(), { statusCode: 429, error: 'Too Many Requests', message: 'Rate limit exceeded, retry in 1 second' })
+}
+
+test('fastify concurrency: N in flight, the next gets 429 with Retry-After, a finished request frees its permit', async (t) => {
+  const app = await gatedApp(t, new Limiter({ limit: 1000, concurrency: 2 }))
+  const first = app.get('/a')
+  const second = app.get('/b')
+  await app.entered('/a')
+  await app.entered('/b')
+  await assertConcurrencyDenied(await app.get('/no1'))
+  // another key has its own permits
+  app.open('/bob')
+  const bob = await app.get('/bob', 'bob')
+  assert.equal(bob.status, 200)
+  assert.equal(await bob.text(), 'done /bob 1')
+  // one finishes: its permit is free again
+  app.open('/a')
+  const a = await first
+  assert.equal(a.status, 200)
+  assert.equal(a.headers.get('ratelimit'), null)
+  assert.match(await a.text(), /^done \/a [01]$/)
+  await app.closed('/a')
+  const third = app.get('/c')
+  await app.entered('/c')
+  await assertConcurrencyDenied(await app.get('/no2'))
+  app.open('/b')
+  app.open('/c')
+  assert.deepEqual([(await second).status, (await third).status], [200, 200])
+  await app.closed('/b')
+  await app.closed('/c')
+  app.open('/d')
+  app.open('/e')
+  const both = await Promise.all([app.get('/d'), app.get('/e')])
+  assert.deepEqual(
+    both.map((r) => r.status),
+    [200, 200],
+  )
+})
+
+test('fastify concurrency: a handler that throws and an aborted request give their permits back', async (t) => {
+  const app = await gatedApp(t, new Limiter({ limit: 1000, concurrency: 1 }))
+  for (let i = 0; i < 3; i++) {
+    // Fastify's error handler answers; the permit is released on 'finish'
+    const r = await app.get(`/boom/${i}`)
+    assert.equal(r.status, 500, 'the previous request released its permit')
+    assert.equal((await r.json()).message, 'boom')
+    await app.closed(`/boom/${i}`)
+  }
+  // the client aborts while its request holds the permit: released on 'close'
+  const abort = new AbortController()
+  const aborted = app.get('/slow', 'ann', { signal: abort.signal })
+  await app.entered('/slow')
+  await assertConcurrencyDenied(await app.get('/no'))
+  abort.abort()
+  await assert.rejects(aborted, { name: 'AbortError' })
+  await app.closed('/slow')
+  app.open('/other')
+  const other = await app.get('/other')
+  assert.equal(other.status, 200)
+  assert.equal(await other.text(), 'done /other 0')
+})
+
+test("fastify concurrency: the request's tier sets its limit; an unknown tier goes to the error handler", async (t) => {
+  const limiter = new Limiter({ limit: 1000, concurrency: 3, tiers: 'free=1000/min, 1 concurrent' })
+  const app = await gatedApp(t, limiter, { tier: (req) => req.headers['x-tier'] })
+  const free = { headers: { 'x-user': 'ann', 'x-tier': 'free' } }
+  const first = app.get('/a', 'ann', free)
+  await app.entered('/a')
+  await assertConcurrencyDenied(await app.get('/b', 'ann', free))
+  // no tier: the limiter's concurrency (3)
+  const held = [app.get('/c', 'bob'), app.get('/d', 'bob'), app.get('/e', 'bob')]
+  for (const path of ['/c', '/d', '/e']) await app.entered(path)
+  await assertConcurrencyDenied(await app.get('/f', 'bob'))
+  for (const path of ['/a', '/c', '/d', '/e']) app.open(path)
+  assert.deepEqual(
+    (await Promise.all([first, ...held])).map((r) => r.status),
+    [200, 200, 200, 200],
+  )
+  const gold = await app.get('/g', 'ann', { headers: { 'x-user': 'ann', 'x-tier': 'gold' } })
+  assert.equal(gold.status, 500)
+  const body = await gold.json()
+  assert.equal(body.code, codes.CONFIG)
+  assert.match(body.message, /unknown tier "gold"/)
+})
+
+test('fastify concurrency: per route, skip, onDenied, and a rate limit in front from a second registration', async (t) => {
+  const rates = new Limiter({ limit: 100, windowMs: 60000 })
+  const app = await gatedApp(
+    t,
+    new Limiter({ limit: 1000, concurrency: 1 }),
+    {
+      skip: (req) => req.url === '/skipped',
+      onDenied: (req, reply, decision) => {
+        reply.code(503)
+        return { busy: true, retryAfterMs: decision.retryAfterMs }
+      },
+    },
+    // the rate limit first: its hook runs before the concurrency plugin's
+    (f) => f.register(rateLimit, { limiter: rates, key: (req) => req.headers['x-user'] || 'anon' }),
+  )
+  t.after(() => rates.close())
+  const first = app.get('/a')
+  await app.entered('/a')
+  const denied = await app.get('/b')
+  assert.equal(denied.status, 503)
+  assert.equal(denied.headers.get('retry-after'), '1')
+  assert.equal(denied.headers.get('ratelimit-policy'), '"default";q=100;w=60', 'the headers of the rate limit')
+  const body = await denied.json()
+  assert.equal(body.busy, true)
+  assert.ok(body.retryAfterMs > 0 && body.retryAfterMs <= 1000, JSON.stringify(body))
+  app.open('/skipped')
+  assert.equal((await app.get('/skipped')).status, 200, 'skip takes no permit')
+  app.open('/a')
+  assert.equal((await first).status, 200)
+  assert.equal(rates.inspect('ann').admitted, 3)
+
+  // concurrency on one route of a rate-limiting plugin: the plugin's cost does not apply
+  const limiter = new Limiter({ limit: 1000, concurrency: 1 })
+  const fastify = Fastify()
+  t.after(async () => {
+    await fastify.close()
+    await limiter.close()
+  })
+  await fastify.register(rateLimit, { limiter, key: () => 'k', cost: 5 })
+  const gate = deferred()
+  const inside = deferred()
+  fastify.get('/export', { config: { rateLimit: { concurrency: true } } }, async (req) => {
+    inside.resolve()
+    await gate.promise
+    return { limit: req.rateLimit.limit }
+  })
+  fastify.get('/', async (req) => ({ remaining: req.rateLimit.remaining }))
+  await fastify.ready()
+  const exporting = fastify.inject('/export')
+  await inside.promise
+  const busy = await fastify.inject('/export')
+  assert.equal(busy.statusCode, 429)
+  assert.equal(busy.headers['retry-after'], '1')
+  assert.equal(busy.headers.ratelimit, undefined)
+  gate.resolve()
+  const done = await exporting
+  assert.equal(done.statusCode, 200)
+  assert.deepEqual(done.json(), { limit: 1 })
+  assert.equal((await fastify.inject('/export')).statusCode, 200, 'released when the injected response ended')
+  assert.deepEqual((await fastify.inject('/')).json(), { remaining: 995 })
+})
+
+test('fastify concurrency: a limiter without concurrency goes to the error handler; cost and waitMs are refused', async (t) => {
+  const app = await gatedApp(t, new Limiter({ limit: 1000 }))
+  const r = await app.get('/')
+  assert.equal(r.status, 500)
+  const body = await r.json()
+  assert.equal(body.code, codes.CONFIG)
+  assert.match(body.message, /`concurrency` is 0/)
+
+  const limiter = new Limiter({ limit: 10, concurrency: 1 })
+  t.after(() => limiter.close())
+  for (const option of [{ cost: 2 }, { cost: () => 1 }, { waitMs: 100 }]) {
+    const name = Object.keys(option)[0]
+    const message = new RegExp(`\`${name}\` cannot be combined with \`concurrency: true\``)
+    await assert.rejects(Fastify().register(rateLimit, { limiter, concurrency: true, ...option }).ready(), { code: codes.CONFIG, message })
+    const f = Fastify()
+    await f.register(rateLimit, { limiter })
+    assert.throws(() => f.get('/x', { config: { rateLimit: { concurrency: true, ...option } } }, async () => 'ok'), {
+      code: codes.CONFIG,
+      message: new RegExp(`route GET /x.*${message.source}`),
+    })
+    await f.close()
+  }
+  await assert.rejects(Fastify().register(rateLimit, { limiter, concurrency: 'yes' }).ready(), {
+    name: 'TypeError',
+    code: codes.CONFIG,
+    message: /`concurrency` must be true or false/,
+  })
+  const f = Fastify()
+  await f.register(rateLimit, { limiter })
+  assert.throws(() => f.get('/y', { config: { rateLimit: { concurrency: 1 } } }, async () => 'ok'), { name: 'TypeError', code: codes.CONFIG })
+  await f.close()
+})

@@ -27,6 +27,8 @@ import {
   type ReserveOptions,
 } from 'quotalease'
 import { rateLimit } from 'quotalease/express'
+import Fastify from 'fastify'
+import fastifyRateLimit, { type RateLimitPluginOptions, type RouteRateLimitOptions } from 'quotalease/fastify'
 
 const options: LimiterOptions = {
   url: 'redis://127.0.0.1:6379',
@@ -194,4 +196,24 @@ async function permits(): Promise<number> {
   return d.limit
 }
 
-export { handle, readonlyDecision, tiers, reservations, permits }
+// quotalease/fastify with `concurrency: true`, plugin-wide and per route.
+function fastifyConcurrency(): void {
+  const l = new Limiter({ limit: 1000, concurrency: 3, tiers: 'free=1000/min, 1 concurrent' })
+  const app = Fastify()
+  const options: RateLimitPluginOptions = {
+    limiter: l,
+    concurrency: true,
+    tier: (request) => (request.headers['x-plan'] === 'free' ? 'free' : undefined),
+    onDenied: (request, reply, decision: Decision) => reply.code(429).send({ retryAfterMs: decision.retryAfterMs }),
+  }
+  void app.register(fastifyRateLimit, options)
+  const route: RouteRateLimitOptions = { concurrency: false, cost: 2 }
+  app.get('/export', { config: { rateLimit: { concurrency: true, tier: 'free' } } }, async (request) => request.rateLimit?.remaining)
+  app.get('/search', { config: { rateLimit: route } }, async () => 'ok')
+  // @ts-expect-error: concurrency is a boolean
+  void app.register(fastifyRateLimit, { limiter: l, concurrency: 1 })
+  // @ts-expect-error: concurrency is a boolean, per route too
+  app.get('/bad', { config: { rateLimit: { concurrency: 'yes' } } }, async () => 'ok')
+}
+
+export { handle, readonlyDecision, tiers, reservations, permits, fastifyConcurrency }
