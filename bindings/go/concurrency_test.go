@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Concurrency limits (Config.Concurrency, AcquireConcurrent): at most N
@@ -460,4 +461,27 @@ func TestMiddlewareWithConcurrencyAndTier(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || !errors.Is(got, ErrConfig) || !strings.Contains(got.Error(), "gold") {
 		t.Fatalf("unknown tier: %d %v", rec.Code, got)
 	}
+}
+
+// WithCost and WithWait do not apply to a permit: Middleware panics when
+// either is given with WithConcurrency, instead of ignoring it.
+func TestMiddlewareWithConcurrencyRefusesCostAndWait(t *testing.T) {
+	cfg := manual(1000, 60_000)
+	cfg.Concurrency = 1
+	l := mustNew(t, cfg)
+	for name, opt := range map[string]MiddlewareOption{
+		"WithCost": WithCost(func(*http.Request) uint64 { return 2 }),
+		"WithWait": WithWait(100 * time.Millisecond),
+	} {
+		func() {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.Contains(msg, name+" cannot be combined with WithConcurrency") {
+					t.Fatalf("%s: recovered %q", name, msg)
+				}
+			}()
+			Middleware(l, ByHeader("X-Api-Key"), WithConcurrency(), opt)
+		}()
+	}
+	Middleware(l, ByHeader("X-Api-Key"), WithConcurrency(), WithWait(0)) // no wait: nothing to refuse
 }

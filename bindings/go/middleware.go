@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 )
@@ -99,7 +100,9 @@ func WithWait(d time.Duration) MiddlewareOption {
 // limit is answered 429 (WithDeniedHandler's, or the default body) with
 // Retry-After and no RateLimit headers, which describe rates. WithTier
 // picks the tier whose "N concurrent" applies (AcquireConcurrentTier);
-// WithCost and WithWait do not apply. For a rate and a concurrency limit
+// WithCost and WithWait do not apply: Middleware panics when one is given
+// with WithConcurrency, as it is a mistake in the program. For a rate and a
+// concurrency limit
 // both, stack two middlewares on the limiter:
 //
 //	h := quotalease.Middleware(lim, key)(quotalease.Middleware(lim, key, quotalease.WithConcurrency())(mux))
@@ -165,6 +168,19 @@ func Middleware(lim *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.H
 	}
 	for _, o := range opts {
 		o(m)
+	}
+	if m.concurrent {
+		var given []string
+		if m.cost != nil {
+			given = append(given, "WithCost")
+		}
+		if m.wait > 0 {
+			given = append(given, "WithWait")
+		}
+		if len(given) > 0 {
+			panic("quotalease: " + strings.Join(given, " and ") + " cannot be combined with WithConcurrency " +
+				"(a request takes one permit); stack a second Middleware without WithConcurrency for a rate limit too")
+		}
 	}
 	if m.proxies.enabled() && reflect.ValueOf(m.key).Pointer() == reflect.ValueOf(ByRemoteIP).Pointer() {
 		m.key = m.proxies.ClientIP

@@ -14,6 +14,12 @@
 // requires). An admitted call gets "ratelimit-policy" and "ratelimit" in its
 // trailers, beside the handler's own.
 //
+// With WithConcurrency, the interceptors limit the calls of a key in flight
+// at once instead of its rate: each call holds a permit
+// (Limiter.AcquireConcurrentTier) until its handler returns. A call past the
+// limit ends with the same RESOURCE_EXHAUSTED status and RetryInfo, and only
+// "retry-after" in its trailers (the RateLimit fields describe rates).
+//
 // This package is a module of its own
 // (github.com/quotalease/quotalease/bindings/go/grpcrl), so the core package
 // never pulls in google.golang.org/grpc.
@@ -86,11 +92,16 @@ type interceptor struct {
 	acquire AcquireFunc
 	denied  func(ctx context.Context, fullMethod string, d quotalease.Decision) error
 	onError func(ctx context.Context, fullMethod string, err error) error
+	// concurrent: a permit per call (WithConcurrency) instead of tokens.
+	concurrent bool
+	// rateOnly names the options given that only a rate limit uses
+	// (WithCost, WithWait, WithAcquire): refused with WithConcurrency.
+	rateOnly []string
 }
 
 // WithCost sets the tokens a call takes (default 1).
 func WithCost(f func(ctx context.Context, fullMethod string) uint64) Option {
-	return func(i *interceptor) { i.cost = f }
+	return func(i *interceptor) { i.cost = f; i.rateOnly = append(i.rateOnly, "WithCost") }
 }
 
 // WithSkip leaves the calls for which f returns true unlimited.
@@ -113,12 +124,34 @@ func WithTier(f func(ctx context.Context, fullMethod string) string) Option {
 // instead of RESOURCE_EXHAUSTED. d <= 0: no wait (the default).
 // WithAcquire replaces the call that uses it.
 func WithWait(d time.Duration) Option {
-	return func(i *interceptor) { i.wait = d }
+	return func(i *interceptor) { i.wait = d; i.rateOnly = append(i.rateOnly, "WithWait") }
 }
 
 // WithAcquire replaces the call that takes the tokens (see AcquireFunc).
 func WithAcquire(f AcquireFunc) Option {
-	return func(i *interceptor) { i.acquire = f }
+	return func(i *interceptor) { i.acquire = f; i.rateOnly = append(i.rateOnly, "WithAcquire") }
+}
+
+// WithConcurrency limits the calls of a key in flight at once instead of
+// its rate: each call takes a permit (Limiter.AcquireConcurrentTier; the
+// limiter needs Config.Concurrency, else every call goes to the error
+// handler), released when the handler returns (or panics); a stream holds
+// its permit until its handler returns. A call past the limit ends as
+// WithDeniedHandler says (DeniedError by default: RESOURCE_EXHAUSTED with
+// the RetryInfo) with "retry-after" in its trailers and no RateLimit
+// fields, which describe rates; an admitted call gets no trailers of its
+// own. WithTier picks the tier whose "N concurrent" applies; WithSkip and
+// the key function work as without it. WithCost, WithWait and WithAcquire
+// do not apply: giving one with WithConcurrency panics when the
+// interceptor is built, as a nil limiter does. For a rate and a
+// concurrency limit both, chain two interceptors, the rate one first:
+//
+//	grpc.ChainUnaryInterceptor(
+//		grpcrl.UnaryServerInterceptor(lim, key),
+//		grpcrl.UnaryServerInterceptor(lim, key, grpcrl.WithConcurrency()),
+//	)
+func WithConcurrency() Option {
+	return func(i *interceptor) { i.concurrent = true }
 }
 
 // WithDeniedHandler replaces the error a denied call ends with (the default
@@ -174,7 +207,42 @@ func newInterceptor(lim *quotalease.Limiter, key KeyFunc, opts []Option) *interc
 	for _, o := range opts {
 		o(i)
 	}
+	if i.concurrent && len(i.rateOnly) > 0 {
+		panic("grpcrl: " + strings.Join(i.rateOnly, " and ") + " cannot be combined with WithConcurrency " +
+			"(a call takes one permit); chain a second interceptor without WithConcurrency for a rate limit too")
+	}
 	return i
+}
+
+// permit takes the call's permit (WithConcurrency): the admitted permit to
+// close when the handler returns (nil when none was taken), the trailer to
+// set, and the error to end the call with.
+func (i *interceptor) permit(ctx context.Context, method string) (*quotalease.Permit, metadata.MD, error) {
+	if i.skip != nil && i.skip(ctx, method) {
+		return nil, nil, nil
+	}
+	raw := i.key(ctx, method)
+	if raw == "" {
+		return nil, nil, nil
+	}
+	tier := ""
+	if i.tier != nil {
+		tier = i.tier(ctx, method)
+	}
+	k, err := quotalease.HTTPKey(raw)
+	var p *quotalease.Permit
+	if err == nil {
+		p, err = i.lim.AcquireConcurrentTier(k, tier)
+	}
+	if err != nil {
+		return nil, nil, i.onError(ctx, method, err)
+	}
+	if !p.Allowed {
+		p.Close() // a denied permit holds nothing
+		md := metadata.Pairs("retry-after", p.Decision.Headers().Get("Retry-After"))
+		return nil, md, i.denied(ctx, method, p.Decision)
+	}
+	return p, nil, nil
 }
 
 // check returns the trailer to set, and the error to end the call with.
@@ -219,6 +287,19 @@ func (i *interceptor) check(ctx context.Context, method string) (metadata.MD, er
 // UnaryServerInterceptor limits unary calls by key (ByPeer when nil).
 func UnaryServerInterceptor(lim *quotalease.Limiter, key KeyFunc, opts ...Option) grpc.UnaryServerInterceptor {
 	i := newInterceptor(lim, key, opts)
+	if i.concurrent {
+		return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			p, md, err := i.permit(ctx, info.FullMethod)
+			if md != nil {
+				_ = grpc.SetTrailer(ctx, md)
+			}
+			if err != nil {
+				return nil, err
+			}
+			defer p.Close() // releases an admitted permit, also when the handler panics; nil: none
+			return handler(ctx, req)
+		}
+	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, err := i.check(ctx, info.FullMethod)
 		if md != nil {
@@ -232,9 +313,23 @@ func UnaryServerInterceptor(lim *quotalease.Limiter, key KeyFunc, opts ...Option
 }
 
 // StreamServerInterceptor limits streaming calls by key (ByPeer when nil):
-// one acquire when the stream opens, not one per message.
+// one acquire when the stream opens, not one per message (WithConcurrency:
+// one permit, held until the stream's handler returns).
 func StreamServerInterceptor(lim *quotalease.Limiter, key KeyFunc, opts ...Option) grpc.StreamServerInterceptor {
 	i := newInterceptor(lim, key, opts)
+	if i.concurrent {
+		return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			p, md, err := i.permit(ss.Context(), info.FullMethod)
+			if md != nil {
+				ss.SetTrailer(md)
+			}
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			return handler(srv, ss)
+		}
+	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		md, err := i.check(ss.Context(), info.FullMethod)
 		if md != nil {
