@@ -39,6 +39,43 @@
 //! // axum: Router::new().route(...).layer(layer)
 //! // tonic: Server::builder().layer(layer.grpc()).add_service(...)
 //! ```
+//!
+//! # Concurrency
+//!
+//! [`ConcurrencyLayer`] limits the requests of a key in flight at once instead
+//! of its rate: each request takes a permit (`Limiter::acquire_concurrent_async`;
+//! the limiter needs its `concurrency`, or a tier's `"N concurrent"`, else every
+//! request is a limiter error), held until the response *body* ends (its
+//! [`PermitBody`] gives the permit back with its last frame, or when it is
+//! dropped: a client that goes away frees it too). A streaming response (a
+//! download, server-sent events, a gRPC server stream) keeps its permit while
+//! it streams. An inner service's error or panic, or a request dropped before
+//! its response, drops the permit with the request's future, which releases
+//! it. A request past the limit is answered by the same responder (429 with
+//! the problem body, or `RESOURCE_EXHAUSTED` with the retry info) with
+//! `Retry-After` and no RateLimit headers, which describe rates; an admitted
+//! response gets no headers of the layer's. It has the key, [`skip`](ConcurrencyLayer::skip),
+//! [`tier`](ConcurrencyLayer::tier) and responder settings of
+//! [`RateLimitLayer`], and no `cost` or `wait`, which do not apply to a
+//! permit:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use quotalease::Limiter;
+//! use quotalease_tower::ConcurrencyLayer;
+//!
+//! let limiter = Arc::new(Limiter::builder().rate("100/s").concurrency(2).build().unwrap());
+//! // At most 2 requests of a key at once; a route's own key sets it apart.
+//! let layer = ConcurrencyLayer::new(limiter, |parts: &http::request::Parts| {
+//!     let who = parts.headers.get("x-api-key").and_then(|v| v.to_str().ok()).unwrap_or("anonymous");
+//!     format!("{who}:{}", parts.uri.path())
+//! });
+//! # let _ = layer;
+//! ```
+//!
+//! For a rate and a concurrency limit both, stack the two layers, the rate one
+//! outside (it answers first): `.layer(concurrency).layer(rate)` in axum,
+//! whose last `.layer` is the outermost.
 
 use std::fmt;
 use std::future::Future;
@@ -49,7 +86,8 @@ use std::task::{Context, Poll};
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
-use quotalease::{http_key, Decision, Limiter};
+use http_body::{Body, Frame, SizeHint};
+use quotalease::{http_key, Decision, Limiter, Permit};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -62,7 +100,8 @@ type TierFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 ///
 /// [`Http`] and [`Grpc`] are the built-in ones; implement it for your own.
 /// The `RateLimit-Policy`, `RateLimit` and (when denied) `Retry-After` headers
-/// are added to whatever `denied` returns.
+/// are added to whatever `denied` returns ([`ConcurrencyLayer`]: `Retry-After`
+/// only).
 pub trait Respond<B>: Send + Sync + 'static {
     /// The response to a denied request.
     fn denied(&self, parts: &Parts, decision: &Decision) -> Response<B>;
@@ -497,6 +536,291 @@ where
             set_headers(res.headers_mut(), &decision);
             Ok(res)
         })
+    }
+}
+
+/// The concurrency layer: `ConcurrencyLayer::new(limiter, key)`, then
+/// optionally `.skip(..)`, `.tier(..)` / `.tier_fn(..)`, `.on_denied(..)`,
+/// `.grpc()` or `.respond_with(..)`, as on [`RateLimitLayer`]. See the
+/// [crate documentation](crate#concurrency).
+///
+/// It has no `cost` or `wait`: a request takes one permit, and a request
+/// past the limit is answered at once. Asking for either does not compile:
+///
+/// ```compile_fail
+/// # use std::sync::Arc;
+/// # use quotalease_tower::ConcurrencyLayer;
+/// # let limiter = Arc::new(quotalease::Limiter::builder().concurrency(2).build().unwrap());
+/// let layer = ConcurrencyLayer::new(limiter, |_: &http::request::Parts| "k".to_owned()).cost(2);
+/// ```
+///
+/// ```compile_fail
+/// # use std::sync::Arc;
+/// # use quotalease_tower::ConcurrencyLayer;
+/// # let limiter = Arc::new(quotalease::Limiter::builder().concurrency(2).build().unwrap());
+/// let layer = ConcurrencyLayer::new(limiter, |_: &http::request::Parts| "k".to_owned())
+///     .wait(std::time::Duration::from_secs(1));
+/// ```
+pub struct ConcurrencyLayer<R = Http> {
+    shared: Arc<Shared<R>>,
+}
+
+impl<R> Clone for ConcurrencyLayer<R> {
+    fn clone(&self) -> Self {
+        ConcurrencyLayer {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<R> fmt::Debug for ConcurrencyLayer<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyLayer")
+            .field("limiter", &self.shared.limiter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConcurrencyLayer<Http> {
+    /// Limit the requests of `key(parts)` in flight at once (the limiter's
+    /// `concurrency`, or the `"N concurrent"` of the key's tier), HTTP answers.
+    pub fn new(limiter: Arc<Limiter>, key: impl Fn(&Parts) -> String + Send + Sync + 'static) -> Self {
+        ConcurrencyLayer {
+            shared: RateLimitLayer::new(limiter, key).shared,
+        }
+    }
+}
+
+impl<R> ConcurrencyLayer<R> {
+    /// The same settings change as on [`RateLimitLayer`].
+    fn via<R2>(self, f: impl FnOnce(RateLimitLayer<R>) -> RateLimitLayer<R2>) -> ConcurrencyLayer<R2> {
+        ConcurrencyLayer {
+            shared: f(RateLimitLayer { shared: self.shared }).shared,
+        }
+    }
+
+    /// Requests for which `skip` returns true pass unlimited (they take no
+    /// permit).
+    pub fn skip(self, skip: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self
+    where
+        R: Clone,
+    {
+        self.via(|l| l.skip(skip))
+    }
+
+    /// The plan tier of each request (`None`: the limiter's default tier):
+    /// the tier's `"N concurrent"` sets the key's limit unless the key has a
+    /// policy entry of its own. An unknown tier is a limiter error (answered
+    /// as one: 500 / `INTERNAL`).
+    pub fn tier_fn(self, tier: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> Self
+    where
+        R: Clone,
+    {
+        self.via(|l| l.tier_fn(tier))
+    }
+
+    /// Every request in plan tier `tier`.
+    pub fn tier(self, tier: &str) -> Self
+    where
+        R: Clone,
+    {
+        self.via(|l| l.tier(tier))
+    }
+
+    /// Answer denied requests with `f(parts, decision)` (HTTP); the decision
+    /// is the permit's (`limit` is the concurrency). `Retry-After` is added to
+    /// its response.
+    pub fn on_denied<B, F>(self, f: F) -> ConcurrencyLayer<OnDenied<F>>
+    where
+        F: Fn(&Parts, &Decision) -> Response<B> + Send + Sync + 'static,
+    {
+        self.via(|l| l.on_denied(f))
+    }
+
+    /// gRPC answers (`RESOURCE_EXHAUSTED` with retry info), for tonic.
+    pub fn grpc(self) -> ConcurrencyLayer<Grpc> {
+        self.via(RateLimitLayer::grpc)
+    }
+
+    /// Your own [`Respond`] implementation.
+    pub fn respond_with<R2>(self, respond: R2) -> ConcurrencyLayer<R2> {
+        self.via(|l| l.respond_with(respond))
+    }
+}
+
+impl<S, R> Layer<S> for ConcurrencyLayer<R> {
+    type Service = ConcurrencyLimit<S, R>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ConcurrencyLimit {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The service [`ConcurrencyLayer`] wraps around another. The permit's
+/// decision of an admitted request is in its extensions
+/// (`req.extensions().get::<Decision>()`: `limit` is the key's concurrency,
+/// `remaining` the permits left); its response body is a [`PermitBody`]
+/// holding the permit.
+pub struct ConcurrencyLimit<S, R = Http> {
+    inner: S,
+    shared: Arc<Shared<R>>,
+}
+
+impl<S: Clone, R> Clone for ConcurrencyLimit<S, R> {
+    fn clone(&self) -> Self {
+        ConcurrencyLimit {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, R> fmt::Debug for ConcurrencyLimit<S, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyLimit")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, R, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, R>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqB: Send + 'static,
+    ResB: 'static,
+    R: Respond<ResB>,
+{
+    type Response = Response<PermitBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<PermitBody<ResB>, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        // The clone that was polled ready serves this request.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            if shared.skip.as_ref().is_some_and(|skip| skip(&parts)) {
+                let res = inner.call(Request::from_parts(parts, body)).await?;
+                return Ok(res.map(PermitBody::without_permit));
+            }
+            let key = (shared.key)(&parts);
+            let key = http_key(&key);
+            let tier = shared.tier.as_ref().and_then(|t| t(&parts));
+            let permit = match shared.limiter.acquire_concurrent_async(&key, tier.as_deref()).await {
+                Ok(p) => p,
+                Err(err) => return Ok(shared.respond.failed(&parts, &err).map(PermitBody::without_permit)),
+            };
+            let decision = permit.decision();
+            if !permit.allowed() {
+                let mut res = shared.respond.denied(&parts, &decision);
+                // Only Retry-After: the RateLimit fields describe rates.
+                for (name, value) in decision.headers() {
+                    if name.eq_ignore_ascii_case("retry-after") {
+                        res.headers_mut()
+                            .insert(http::header::RETRY_AFTER, header_value(&value));
+                    }
+                }
+                return Ok(res.map(PermitBody::without_permit));
+            }
+            let mut req = Request::from_parts(parts, body);
+            req.extensions_mut().insert(decision);
+            // An error, a panic or a dropped future drops the permit here,
+            // which releases it; else the body takes it.
+            let res = inner.call(req).await?;
+            Ok(res.map(|body| PermitBody::new(body, permit)))
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response body of [`ConcurrencyLimit`]: the inner service's body,
+    /// holding the request's permit until the body ends. The permit is
+    /// released when the body yields its last frame (or an error), or when
+    /// the body is dropped (the server dropped it: the response was written,
+    /// or the client went away). A skipped, denied or failed request's body
+    /// holds none.
+    pub struct PermitBody<B> {
+        #[pin]
+        inner: B,
+        permit: Option<Permit>,
+    }
+}
+
+impl<B> PermitBody<B> {
+    fn new(inner: B, permit: Permit) -> Self {
+        PermitBody {
+            inner,
+            permit: Some(permit),
+        }
+    }
+
+    fn without_permit(inner: B) -> Self {
+        PermitBody { inner, permit: None }
+    }
+
+    /// Whether the body still holds a permit (not yet released).
+    pub fn holds_permit(&self) -> bool {
+        self.permit.is_some()
+    }
+
+    /// The inner body.
+    pub fn get_ref(&self) -> &B {
+        &self.inner
+    }
+
+    /// The inner body; the permit, if still held, is released.
+    pub fn into_inner(self) -> B {
+        self.inner
+    }
+}
+
+impl<B> fmt::Debug for PermitBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PermitBody")
+            .field("holds_permit", &self.holds_permit())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Body> Body for PermitBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let mut this = self.project();
+        let frame = match this.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => return Poll::Pending,
+        };
+        // Done, failed, or that was the last frame (trailers always are):
+        // release the permit now rather than when the server gets round to
+        // dropping the body.
+        let last = match &frame {
+            Some(Ok(f)) => f.is_trailers() || this.inner.is_end_stream(),
+            _ => true,
+        };
+        if last {
+            this.permit.take();
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -1,17 +1,21 @@
 //! The layer in front of a real tonic server (the gRPC health service of
-//! tonic-health) on 127.0.0.1:0, called by tonic's own client.
+//! tonic-health) on 127.0.0.1:0, called by tonic's own client; and
+//! ConcurrencyLayer there, with the health service's `Watch` stream as a call
+//! that stays in flight until the test ends it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
 use quotalease::Limiter;
-use quotalease_tower::RateLimitLayer;
+use quotalease_tower::{ConcurrencyLayer, RateLimitLayer};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus as Wire;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
+use tonic_health::ServingStatus;
 use tonic_types::StatusExt;
 
 /// gRPC calls are limited per method here: the key is the request path.
@@ -103,4 +107,72 @@ async fn skipped_methods_and_limiter_errors() {
         let res = client.check(req).await.unwrap();
         assert!(res.metadata().get("ratelimit").is_none());
     }
+}
+
+/// A concurrency limit of one call per caller (`x-api-key`) in front of the
+/// health service: a `Watch` server stream holds its permit while it streams,
+/// and gives it back when it ends (the reporter forgets its service).
+#[tokio::test]
+async fn concurrency_a_server_stream_holds_its_permit_until_it_ends() {
+    let limiter = Arc::new(Limiter::builder().limit(1000).concurrency(1).build().unwrap());
+    let layer = ConcurrencyLayer::new(limiter, |p: &Parts| {
+        p.headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("anonymous")
+            .to_owned()
+    })
+    .grpc();
+    let (mut reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_service_status("svc", ServingStatus::Serving).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        Server::builder()
+            .layer(layer)
+            .add_service(health)
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await
+            .unwrap()
+    });
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = HealthClient::new(channel);
+
+    let mut watch = client
+        .watch(HealthCheckRequest { service: "svc".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().expect("the current status");
+    assert_eq!(first.status, Wire::Serving as i32);
+
+    // The stream is open: another call of the caller is refused before it starts.
+    let status = client
+        .check(HealthCheckRequest { service: "svc".into() })
+        .await
+        .expect_err("one call at a time");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    let md = status.metadata();
+    assert_eq!(md.get("retry-after").unwrap(), "1");
+    assert!(md.get("ratelimit").is_none() && md.get("ratelimit-policy").is_none());
+    let info = status.get_details_retry_info().expect("a google.rpc.RetryInfo detail");
+    assert_eq!(info.retry_delay, Some(Duration::from_millis(250)));
+
+    // Another caller has its own permit.
+    let mut other = tonic::Request::new(HealthCheckRequest { service: "svc".into() });
+    other.metadata_mut().insert("x-api-key", "other".parse().unwrap());
+    client.check(other).await.unwrap();
+
+    // The stream ends (its last frame, the trailers, gives the permit back).
+    reporter.clear_service_status("svc").await;
+    assert!(watch.message().await.unwrap().is_none());
+    let res = client
+        .check(HealthCheckRequest { service: String::new() })
+        .await
+        .unwrap();
+    assert!(res.metadata().get("ratelimit").is_none());
 }
