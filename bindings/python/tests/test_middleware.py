@@ -1,11 +1,16 @@
 """The ASGI middleware on a real Starlette app and the WSGI middleware on a
 real Flask app: RateLimit headers on every response, 429 with Retry-After and
-a small JSON body when denied, the key function gets the request."""
+a small JSON body when denied, the key function gets the request; both
+middleware's concurrency mode (a permit per request in flight), driven
+through gates, not sleeps."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import flask
@@ -15,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
+from werkzeug.test import EnvironBuilder
 
 from conftest import DAY, PATIENT, RedisServer, check_problem, unique
 from quotalease import ConfigError, Limiter, http_key
@@ -527,5 +533,254 @@ def test_asgi_concurrency_on_starlette_and_its_misconfiguration() -> None:
             ql_asgi.RateLimitMiddleware(plain_app(), limiter, concurrency=True, **option)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="concurrency must be a bool"):
         ql_asgi.RateLimitMiddleware(plain_app(), limiter, concurrency=2)  # type: ignore[arg-type]
+    limiter.close()
+    no_concurrency.close()
+
+
+# --- WSGI concurrency=True: a permit per request until its body is closed ------
+
+#: How long a test thread waits at a gate before the test fails: a guard
+#: against a hang, never reached when the test passes.
+HANG_S = 30.0
+
+
+class GatedWSGIApp:
+    """A WSGI app whose every request announces itself in ``entered`` and waits
+    at its path's gate before answering; "/boom" raises before answering;
+    "/stream..." answers at once with a body that sends ``b"first"``, then
+    waits at its gate for ``b"rest"`` (and records its own close)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.gates: dict[str, threading.Event] = {}
+        self.entered: dict[str, threading.Event] = {}
+        self.closed: list[str] = []
+
+    def gate(self, path: str) -> threading.Event:
+        with self.lock:
+            return self.gates.setdefault(path, threading.Event())
+
+    def arrival(self, path: str) -> threading.Event:
+        with self.lock:
+            return self.entered.setdefault(path, threading.Event())
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ["PATH_INFO"]
+        self.arrival(path).set()
+        if path == "/boom":
+            raise RuntimeError("boom")
+        if path.startswith("/stream"):
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return self.stream(path)
+        assert self.gate(path).wait(HANG_S)
+        start_response("200 OK", [("X-App", "1")])
+        return [b"done"]
+
+    def stream(self, path: str) -> Iterator[bytes]:
+        try:
+            yield b"first"
+            assert self.gate(path).wait(HANG_S)
+            yield b"rest"
+        finally:
+            self.closed.append(path)
+
+
+def wsgi_open(app: Any, path: str, headers: dict[str, str] | None = None) -> tuple[list[Any], Any]:
+    """Start one request through the WSGI ``app``: (its start_response
+    arguments, filled when called; its body, neither read nor closed)."""
+    environ = EnvironBuilder(path=path, headers=headers).get_environ()
+    started: list[Any] = []
+
+    def start_response(status: str, response_headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        started[:] = [status, response_headers]
+        return lambda data: None
+
+    return started, app(environ, start_response)
+
+
+def wsgi_request(app: Any, path: str, headers: dict[str, str] | None = None) -> tuple[str, list[Any], bytes]:
+    """One request as a server runs it: the body read, then closed, also
+    when reading it fails (PEP 3333)."""
+    started, body = wsgi_open(app, path, headers)
+    try:
+        data = b"".join(body)
+    finally:
+        if hasattr(body, "close"):
+            body.close()
+    return started[0], started[1], data
+
+
+def check_wsgi_concurrency_denied(response: tuple[str, list[Any], bytes]) -> None:
+    """The 429 of a request past the concurrency: the problem body, its
+    length, ``Retry-After: 1`` and nothing else (no RateLimit fields)."""
+    status, headers, body = response
+    assert status == "429 Too Many Requests"
+    fields = dict(headers)
+    assert len(fields) == len(headers), "no header twice"
+    assert set(fields) == {"Content-Type", "Content-Length", "Retry-After"}
+    check_problem(fields["Content-Type"], body)
+    assert fields["Content-Length"] == str(len(body))
+    assert fields["Retry-After"] == "1"
+
+
+def user_key(request: Any) -> str | None:
+    return request.headers.get("X-User")
+
+
+def test_wsgi_concurrency_admits_n_in_flight_and_a_finished_request_frees_its_permit() -> None:
+    limiter = Limiter(limit=1000, concurrency=2)
+    inner = GatedWSGIApp()
+    mw = ql_wsgi.RateLimitMiddleware(inner, limiter=limiter, key=user_key, concurrency=True)
+    ann = {"X-User": "ann"}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        first = pool.submit(wsgi_request, mw, "/a", ann)
+        second = pool.submit(wsgi_request, mw, "/b", ann)
+        assert inner.arrival("/a").wait(HANG_S) and inner.arrival("/b").wait(HANG_S)
+        # two of ann's requests in flight (their worker threads in the app):
+        # the third is denied and never reaches the app (its gate is open:
+        # admitted by mistake, it would not hang the test)
+        inner.gate("/x").set()
+        check_wsgi_concurrency_denied(wsgi_request(mw, "/x", ann))
+        assert "/x" not in inner.entered
+        # another key has its own permits; key() returning None is not limited
+        inner.gate("/bob").set()
+        assert wsgi_request(mw, "/bob", {"X-User": "bob"})[0] == "200 OK"
+        inner.gate("/free").set()
+        assert [wsgi_request(mw, "/free")[0] for _ in range(3)] == ["200 OK"] * 3
+        # one finishes (no RateLimit fields on it): its permit is free again
+        inner.gate("/a").set()
+        assert first.result(HANG_S) == ("200 OK", [("X-App", "1")], b"done")
+        third = pool.submit(wsgi_request, mw, "/c", ann)
+        assert inner.arrival("/c").wait(HANG_S)
+        # /b and /c in flight now: the next is denied again
+        check_wsgi_concurrency_denied(wsgi_request(mw, "/x", ann))
+        inner.gate("/b").set()
+        inner.gate("/c").set()
+        assert [f.result(HANG_S)[0] for f in (second, third)] == ["200 OK"] * 2
+        # both released: two fit again
+        inner.gate("/d").set()
+        inner.gate("/e").set()
+        done = [pool.submit(wsgi_request, mw, path, ann) for path in ("/d", "/e")]
+        assert [f.result(HANG_S)[0] for f in done] == ["200 OK"] * 2
+    limiter.close()
+
+
+def test_wsgi_concurrency_releases_when_the_app_raises_and_holds_a_streaming_body() -> None:
+    limiter = Limiter(limit=1000, concurrency=1)
+    inner = GatedWSGIApp()
+    mw = ql_wsgi.RateLimitMiddleware(inner, limiter=limiter, key=lambda r: "k", concurrency=True)
+    # each raise gives its permit back, or the second would be a 429; the
+    # exceptions (their frames, the permit among their locals) are kept, as an
+    # error reporter would, so it is the release that frees the permit
+    kept: list[RuntimeError] = []
+    for _ in range(3):
+        try:
+            wsgi_request(mw, "/boom")
+        except RuntimeError as e:
+            kept.append(e)
+    assert [str(e) for e in kept] == ["boom"] * 3
+    # a streaming body holds its permit until the server closes it: read to
+    # its end is not enough, the server's close() gives it back
+    started, body = wsgi_open(mw, "/stream")
+    assert started[0] == "200 OK" and next(body) == b"first"
+    inner.gate("/other").set()
+    check_wsgi_concurrency_denied(wsgi_request(mw, "/other"))
+    inner.gate("/stream").set()
+    assert list(body) == [b"rest"]
+    check_wsgi_concurrency_denied(wsgi_request(mw, "/other"))
+    body.close()
+    assert inner.closed == ["/stream"]  # the app's own body was closed too
+    body.close()  # a second close gives nothing back twice (no ReservationError)
+    assert wsgi_request(mw, "/other")[0] == "200 OK"
+    # a body closed unread (a HEAD, a client gone) gives it back too
+    _, unread = wsgi_open(mw, "/stream-unread")
+    check_wsgi_concurrency_denied(wsgi_request(mw, "/other"))
+    unread.close()
+    assert wsgi_request(mw, "/other")[0] == "200 OK"
+
+    # and so does a body that fails while the server reads it (it closes it)
+    def failing(environ: dict[str, Any], start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [])
+        yield b"part"
+        raise RuntimeError("body failed")
+
+    failing_mw = ql_wsgi.RateLimitMiddleware(failing, limiter=limiter, key=lambda r: "k", concurrency=True)
+    with pytest.raises(RuntimeError, match="body failed"):
+        wsgi_request(failing_mw, "/")
+    assert wsgi_request(mw, "/other")[0] == "200 OK"
+    limiter.close()
+
+
+def test_wsgi_concurrency_takes_the_requests_tier() -> None:
+    limiter = Limiter(limit=1000, concurrency=3, tiers="free=1000/min, 1 concurrent")
+    inner = GatedWSGIApp()
+    mw = ql_wsgi.RateLimitMiddleware(
+        inner, limiter=limiter, key=user_key, tier=lambda r: r.headers.get("X-Tier"), concurrency=True
+    )
+    free = {"X-User": "ann", "X-Tier": "free"}
+    inner.gate("/probe").set()
+    # the tier's 1 concurrent: the second of its requests is denied
+    _, held = wsgi_open(mw, "/stream-free", free)
+    check_wsgi_concurrency_denied(wsgi_request(mw, "/probe", free))
+    held.close()
+    assert wsgi_request(mw, "/probe", free)[0] == "200 OK"
+    # no tier: the limiter's concurrency=3
+    bob = {"X-User": "bob"}
+    bodies = [wsgi_open(mw, f"/stream-bob{i}", bob)[1] for i in range(3)]
+    check_wsgi_concurrency_denied(wsgi_request(mw, "/probe", bob))
+    for body in bodies:
+        body.close()
+    # an unknown tier is the limiter's error, not a silent default
+    with pytest.raises(ConfigError, match="gold"):
+        wsgi_request(mw, "/probe", {"X-User": "cat", "X-Tier": "gold"})
+    limiter.close()
+
+
+def test_flask_concurrency_and_its_misconfiguration() -> None:
+    limiter = Limiter(limit=1000, concurrency=1)
+    app = flask.Flask("quotalease_concurrency")
+
+    @app.get("/")
+    def home() -> Any:
+        return "hello"
+
+    @app.get("/stream")
+    def stream() -> Any:
+        return flask.Response(iter([b"a", b"b"]), mimetype="text/plain")
+
+    app.wsgi_app = ql_wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+        app.wsgi_app, limiter=limiter, key=lambda r: "k", concurrency=True
+    )
+    client = app.test_client()
+    # one at a time: each closed response gives its permit back
+    for _ in range(3):
+        with client.get("/") as r:
+            assert (r.status_code, r.data) == (200, b"hello") and "RateLimit" not in r.headers
+    # a streamed response holds it until the client closes it, as a server does
+    streamed = client.get("/stream")
+    assert streamed.status_code == 200
+    with client.get("/") as denied:
+        assert denied.status_code == 429 and denied.headers["Retry-After"] == "1"
+        assert "RateLimit" not in denied.headers and "RateLimit-Policy" not in denied.headers
+        check_problem(denied.headers["Content-Type"], denied.data)
+    assert streamed.data == b"ab"
+    streamed.close()
+    with client.get("/") as r:
+        assert r.status_code == 200
+    # a limiter without concurrency: every request raises its ConfigError
+    no_concurrency = Limiter(limit=1000)
+    plain = flask.Flask("quotalease_no_concurrency")
+    plain.add_url_rule("/", "home", lambda: "hello")
+    plain.wsgi_app = ql_wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+        plain.wsgi_app, limiter=no_concurrency, key=lambda r: "k", concurrency=True
+    )
+    with pytest.raises(ConfigError, match="`concurrency` is 0"):
+        plain.test_client().get("/")
+    # cost and wait_ms do not apply to a permit: an error, not ignored
+    for option in ({"cost": 2}, {"cost": lambda r: 1}, {"wait_ms": 100}):
+        with pytest.raises(ConfigError, match=f"{next(iter(option))} cannot be combined with concurrency=True"):
+            ql_wsgi.RateLimitMiddleware(app.wsgi_app, limiter, concurrency=True, **option)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="concurrency must be a bool"):
+        ql_wsgi.RateLimitMiddleware(app.wsgi_app, limiter, concurrency=2)  # type: ignore[arg-type]
     limiter.close()
     no_concurrency.close()

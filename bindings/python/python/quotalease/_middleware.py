@@ -4,16 +4,21 @@ options such as a plan tier), the response headers and the 429 body.
 
 The ASGI and WSGI middleware, the Django middleware and decorator, the FastAPI
 dependency and the gRPC interceptors all decide through :class:`Rule`, so a
-request is limited the same way whichever framework carries it.
+request is limited the same way whichever framework carries it. Their
+concurrency mode (a permit per request in flight instead of tokens) takes its
+permit through :meth:`Rule.acquire_permit`, checks its options with
+:func:`check_concurrency` and gives the permit back through a
+:class:`PermitRelease`, once, whichever end of the request comes first.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from ._native import ConfigError, Decision, InvalidCostError, http_key
+from ._native import ConfigError, Decision, InvalidCostError, Permit, http_key
 from ._native import Limiter as _NativeLimiter
 
 R = TypeVar("R")
@@ -30,6 +35,12 @@ def header_pairs(decision: Decision) -> list[tuple[str, str]]:
 def metadata_pairs(decision: Decision) -> list[tuple[str, str]]:
     """The same fields as gRPC metadata (keys lower-case, as gRPC requires)."""
     return [(name.lower(), value) for name, value in decision.headers().items()]
+
+
+def retry_after_pairs(decision: Decision) -> list[tuple[str, str]]:
+    """Only ``Retry-After``: the header of a request past a concurrency limit
+    (the RateLimit fields describe rates, not requests in flight)."""
+    return [(name, value) for name, value in decision.headers().items() if name.lower() == "retry-after"]
 
 
 #: The content type of the 429 body (RFC 9457 problem details).
@@ -56,6 +67,50 @@ def denied_body(decision: Decision) -> bytes:
 def check_limiter(limiter: object, who: str) -> None:
     if not isinstance(limiter, _NativeLimiter):
         raise TypeError(f"{who}: limiter must be a quotalease.Limiter, not {type(limiter).__name__}")
+
+
+def check_concurrency(
+    concurrency: object,
+    who: str,
+    *,
+    cost: object = 1,
+    wait_ms: object = None,
+    option: str = "concurrency",
+    names: tuple[str, str] = ("cost", "wait_ms"),
+    hint: str = "wrap one middleware in another for a rate limit too",
+) -> bool:
+    """``concurrency`` checked: a bool (else TypeError), and when true neither
+    a ``cost`` other than 1 nor a ``wait_ms`` beside it (a request takes one
+    permit, and a permit is not waited for): ConfigError naming them (as
+    ``names`` spells them)."""
+    if not isinstance(concurrency, bool):
+        raise TypeError(f"{who}: {option} must be a bool, not {type(concurrency).__name__}")
+    if concurrency:
+        given = [name for name, set_ in zip(names, (cost != 1, wait_ms is not None), strict=True) if set_]
+        if given:
+            names_given = " and ".join(given)
+            raise ConfigError(
+                f"{who}: {names_given} cannot be combined with {option}=True (a request takes one permit); {hint}"
+            )
+    return concurrency
+
+
+class PermitRelease:
+    """Gives ``permit`` back the first time it is called, from any thread, and
+    does nothing after (a response body closed twice, a Django response's
+    closers); ``permit.release`` itself may be called only once."""
+
+    __slots__ = ("_permit", "_lock")
+
+    def __init__(self, permit: Permit) -> None:
+        self._permit: Permit | None = permit
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            permit, self._permit = self._permit, None
+        if permit is not None:
+            permit.release()
 
 
 def _check_cost(cost: object, who: str) -> None:
@@ -160,3 +215,26 @@ class Rule(Generic[R]):
             return r if isinstance(r, Decision) else await r
         result: Decision = await acquire_async(key, cost, **options)
         return result
+
+    def acquire_permit(self, request: R) -> Permit | None:
+        """A concurrency permit of ``request``'s key (``acquire_concurrent(key,
+        tier=)``; the cost is not used), or None: not limited."""
+        resolved = self.resolve(request)
+        if resolved is None:
+            return None
+        key, _, options = resolved
+        return self.limiter.acquire_concurrent(key, tier=options.get("tier"))
+
+    async def acquire_permit_async(self, request: R) -> Permit | None:
+        """Like :meth:`acquire_permit`, awaiting a pending lease instead of blocking."""
+        resolved = self.resolve(request)
+        if resolved is None:
+            return None
+        key, _, options = resolved
+        tier = options.get("tier")
+        acquire = getattr(self.limiter, "acquire_concurrent_async", None)
+        if acquire is None:  # a bare native limiter: use its future
+            p = self.limiter._acquire_concurrent_or_future(key, tier=tier)
+            return p if isinstance(p, Permit) else await p
+        permit: Permit = await acquire(key, tier=tier)
+        return permit

@@ -121,11 +121,7 @@ class RateLimitMiddleware:
         if not isinstance(concurrency, bool):
             raise TypeError(f"RateLimitMiddleware: concurrency must be a bool, not {type(concurrency).__name__}")
         if concurrency:
-            given = [
-                name
-                for name, set_ in (("cost", cost != 1), ("wait_ms", wait_ms is not None))
-                if set_
-            ]
+            given = [name for name, set_ in (("cost", cost != 1), ("wait_ms", wait_ms is not None)) if set_]
             if given:
                 raise ConfigError(
                     f"RateLimitMiddleware: {' and '.join(given)} cannot be combined with concurrency=True "

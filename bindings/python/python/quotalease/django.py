@@ -42,6 +42,8 @@ Settings (``settings.QUOTALEASE``, a dict; every entry optional):
   answer every quotalease middleware sends (``application/problem+json``,
   RFC 9457, with ``retry_after_ms``); the RateLimit and ``Retry-After`` headers
   are added to it.
+- ``CONCURRENCY``: ``True`` has the middleware limit the requests of a key in
+  flight at once instead of its rate (default ``False``): see below.
 
 Every limited response carries ``RateLimit-Policy`` and ``RateLimit``; a denied
 request gets ``429 Too Many Requests`` with ``Retry-After`` and never reaches
@@ -53,13 +55,33 @@ reads ``request.ratelimit.allowed``. Each decorated view has its own buckets
 ``group=`` shares one). Sync and async views and middleware chains both work.
 Bad settings raise ``ImproperlyConfigured`` naming the entry; a bad rate given
 to the decorator raises :class:`quotalease.ConfigError` when the module loads.
+
+Concurrency: with ``QUOTALEASE['CONCURRENCY'] = True`` (or
+``@ratelimit(limiter=..., concurrency=True)`` for one view) each limited
+request takes a permit of its key (``limiter.acquire_concurrent(key)``,
+awaited in an async chain; the limiter needs ``concurrency=N``, in ``OPTIONS``
+or on a ``LIMITER`` of yours, else every request raises its
+``quotalease.ConfigError``) and holds it until Django closes the response:
+when it is sent, so a ``StreamingHttpResponse`` holds its permit until its
+last chunk; a view that raises gives it back at once. ``request.ratelimit`` is
+the permit's decision. A request past the N gets the same 429 (or ``DENIED``'s
+answer) with ``Retry-After`` and no ``RateLimit`` headers (they describe
+rates), and never reaches the view. ``KEY``, ``SKIP``, ``TIER`` (the tier
+whose ``"N concurrent"`` applies) and ``TRUSTED_PROXIES`` apply; ``COST`` and
+``WAIT_MS`` do not: giving one beside ``CONCURRENCY`` raises
+``ImproperlyConfigured``, which is also a :class:`quotalease.ConfigError` (a
+``CONCURRENCY`` that is not a bool: also a ``TypeError``), and so does
+``cost=`` or ``wait_ms=`` with the decorator's ``concurrency=True`` (a plain
+``ConfigError`` there; the settings' ``COST`` and ``WAIT_MS`` are for rates and
+do not reach it). For a rate and a concurrency limit both, have the
+middleware keep one and the views' decorators the other.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
@@ -72,7 +94,15 @@ from django.utils.module_loading import import_string
 from django.views.decorators.debug import sensitive_variables
 
 from . import ConfigError, Limiter
-from ._middleware import PROBLEM_CONTENT_TYPE, Rule, denied_body, header_pairs
+from ._middleware import (
+    PROBLEM_CONTENT_TYPE,
+    PermitRelease,
+    Rule,
+    check_concurrency,
+    denied_body,
+    header_pairs,
+    retry_after_pairs,
+)
 from ._native import Decision
 from ._proxies import TrustedProxies, environ_client
 
@@ -91,10 +121,39 @@ SETTINGS = (
     "TIER",
     "TRUSTED_PROXIES",
     "WAIT_MS",
+    "CONCURRENCY",
 )
 
 View = TypeVar("View", bound=Callable[..., Any])
 Denied = Callable[[HttpRequest, Decision], HttpResponse]
+Pairs = Callable[[Decision], list[tuple[str, str]]]
+
+
+class _ConcurrencyConfigError(ImproperlyConfigured, ConfigError):  # type: ignore[misc]  # untyped Django
+    """A ``COST`` or ``WAIT_MS`` beside ``CONCURRENCY``: bad settings, as Django
+    names them, and the ConfigError of every quotalease integration."""
+
+
+class _ConcurrencyTypeError(ImproperlyConfigured, TypeError):  # type: ignore[misc]  # untyped Django
+    """A ``CONCURRENCY`` that is not a bool."""
+
+
+def _concurrency(conf: dict[str, Any]) -> bool:
+    cost = conf.get("COST")
+    try:
+        return check_concurrency(
+            conf.get("CONCURRENCY", False),
+            "quotalease.django",
+            cost=1 if cost is None else cost,
+            wait_ms=conf.get("WAIT_MS"),
+            option="QUOTALEASE['CONCURRENCY']",
+            names=("QUOTALEASE['COST']", "QUOTALEASE['WAIT_MS']"),
+            hint="limit the rate with @ratelimit on the views (or the concurrency, with concurrency=True)",
+        )
+    except ConfigError as e:
+        raise _ConcurrencyConfigError(str(e)) from None
+    except TypeError as e:
+        raise _ConcurrencyTypeError(str(e)) from None
 
 
 def client_address(request: HttpRequest) -> str | None:
@@ -210,8 +269,18 @@ def _limiter(conf: dict[str, Any], rate: str, entry: str) -> Limiter:
 
 
 def _rule(
-    conf: dict[str, Any], limiter: Limiter, key: Any, cost: Any, group: Any, skip: Any, tier: Any, wait_ms: Any = None
+    conf: dict[str, Any],
+    limiter: Limiter,
+    key: Any,
+    cost: Any,
+    group: Any,
+    skip: Any,
+    tier: Any,
+    wait_ms: Any = None,
+    concurrency: bool = False,
 ) -> Rule[Any]:
+    if concurrency:  # a permit has no cost and is not waited for
+        cost, conf = 1, {k: v for k, v in conf.items() if k not in ("COST", "WAIT_MS")}
     wait = wait_ms if wait_ms is not None else conf.get("WAIT_MS")
     if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int) or wait < 0):
         raise ImproperlyConfigured(f"QUOTALEASE['WAIT_MS'] / wait_ms must be an int of milliseconds >= 0, not {wait!r}")
@@ -227,13 +296,70 @@ def _rule(
     )
 
 
-def _denied(request: HttpRequest, decision: Decision, handler: Denied | None) -> HttpResponse:
+def _denied(request: HttpRequest, decision: Decision, handler: Denied | None, pairs: Pairs) -> HttpResponse:
     if handler is not None:
         response = handler(request, decision)
     else:
         response = HttpResponse(denied_body(decision), status=429, content_type=PROBLEM_CONTENT_TYPE)
-    _add_headers(response, decision)
+    _add_headers(response, decision, pairs)
     return response
+
+
+def _take(rule: Rule[Any], request: HttpRequest, concurrency: bool) -> tuple[Decision | None, PermitRelease | None]:
+    """The request's decision (None: not limited) and, with ``concurrency``,
+    the release of its permit when one was granted."""
+    if not concurrency:
+        return rule.acquire(request), None
+    permit = rule.acquire_permit(request)
+    if permit is None:
+        return None, None
+    return permit.decision, PermitRelease(permit) if permit.allowed else None
+
+
+async def _atake(
+    rule: Rule[Any], request: HttpRequest, concurrency: bool
+) -> tuple[Decision | None, PermitRelease | None]:
+    """:func:`_take`, awaiting a pending lease instead of blocking."""
+    if not concurrency:
+        return await rule.acquire_async(request), None
+    permit = await rule.acquire_permit_async(request)
+    if permit is None:
+        return None, None
+    return permit.decision, PermitRelease(permit) if permit.allowed else None
+
+
+def _release_on_close(response: HttpResponse, release: PermitRelease | None) -> HttpResponse:
+    """``release`` run when Django closes ``response`` (once it is sent: for a
+    streaming response, after its last chunk), as it closes a file it streams."""
+    if release is not None:
+        closers = getattr(response, "_resource_closers", None)
+        if isinstance(closers, list):
+            closers.append(release)
+        else:  # not an HttpResponse: no close to wait for
+            release()
+    return response
+
+
+def _respond(respond: Callable[[], HttpResponse], release: PermitRelease | None) -> HttpResponse:
+    """``respond()`` holding the permit until its response is closed (or it raises)."""
+    try:
+        response = respond()
+    except BaseException:
+        if release is not None:
+            release()
+        raise
+    return _release_on_close(response, release)
+
+
+async def _arespond(respond: Callable[[], Awaitable[HttpResponse]], release: PermitRelease | None) -> HttpResponse:
+    """:func:`_respond` for an async view or chain."""
+    try:
+        response = await respond()
+    except BaseException:
+        if release is not None:
+            release()
+        raise
+    return _release_on_close(response, release)
 
 
 def _mark(request: HttpRequest, decision: Decision) -> None:
@@ -247,8 +373,8 @@ def ratelimit_decision(request: HttpRequest) -> Decision | None:
     return decision if isinstance(decision, Decision) else None
 
 
-def _add_headers(response: HttpResponse, decision: Decision) -> None:
-    for name, value in header_pairs(decision):
+def _add_headers(response: HttpResponse, decision: Decision, pairs: Pairs = header_pairs) -> None:
+    for name, value in pairs(decision):
         if name not in response:  # an inner (per-view) limit's headers win
             response[name] = value
 
@@ -279,32 +405,36 @@ class RateLimitMiddleware:
                 "quotalease.django.RateLimitMiddleware needs QUOTALEASE['RATE'] (e.g. '600/min') or ['LIMITER']"
             )
         self.limiter = limiter
-        self.rule = _rule(conf, limiter, None, None, None, conf.get("SKIP"), conf.get("TIER"))
+        self.concurrency = _concurrency(conf)
+        self.pairs: Pairs = retry_after_pairs if self.concurrency else header_pairs
+        self.rule = _rule(
+            conf, limiter, None, None, None, conf.get("SKIP"), conf.get("TIER"), concurrency=self.concurrency
+        )
         denied = conf.get("DENIED")
         self.denied: Denied | None = _function(denied, "DENIED") if denied is not None else None
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        decision = self.rule.acquire(request)
+        decision, release = _take(self.rule, request, self.concurrency)
         if decision is not None:
             _mark(request, decision)
             if not decision.allowed:
-                return _denied(request, decision, self.denied)
-        response: HttpResponse = self.get_response(request)
+                return _denied(request, decision, self.denied, self.pairs)
+        response = _respond(lambda: self.get_response(request), release)
         if decision is not None:
-            _add_headers(response, decision)
+            _add_headers(response, decision, self.pairs)
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponse:
-        decision = await self.rule.acquire_async(request)
+        decision, release = await _atake(self.rule, request, self.concurrency)
         if decision is not None:
             _mark(request, decision)
             if not decision.allowed:
-                return _denied(request, decision, self.denied)
-        response: HttpResponse = await self.get_response(request)
+                return _denied(request, decision, self.denied, self.pairs)
+        response = await _arespond(lambda: self.get_response(request), release)
         if decision is not None:
-            _add_headers(response, decision)
+            _add_headers(response, decision, self.pairs)
         return response
 
 
@@ -343,6 +473,7 @@ def ratelimit(
     block: bool = True,
     limiter: Limiter | None = None,
     denied: Denied | None = None,
+    concurrency: bool = False,
 ) -> Callable[[View], View]:
     """Limit one view: ``@ratelimit(rate="10/min", key="ip")``.
 
@@ -351,8 +482,10 @@ def ratelimit(
     ``"header:NAME"`` or ``key(request)`` (default: ``QUOTALEASE['KEY']``, else
     ``"ip"``); ``cost``, ``skip``, ``tier``, ``wait_ms`` and ``denied`` as in the settings;
     ``group`` defaults to the view's dotted name; ``block=False`` lets a denied
-    request reach the view with ``request.ratelimit`` set. The view keeps its
-    sync or async nature."""
+    request reach the view with ``request.ratelimit`` set.
+    ``concurrency=True`` limits the view's requests in flight instead of its
+    rate (see the module's doc; ``cost`` and ``wait_ms`` are a ConfigError
+    beside it). The view keeps its sync or async nature."""
     if (rate is None) == (limiter is None):
         raise TypeError('ratelimit(): give rate= (e.g. "10/min") or limiter=, exactly one')
     if rate is not None:
@@ -363,6 +496,8 @@ def ratelimit(
         raise TypeError(f"ratelimit(): limiter must be a quotalease.Limiter, not {type(limiter).__name__}")
     if key is not None and not (isinstance(key, str) or callable(key)):
         raise TypeError("ratelimit(): key must be 'ip', 'header:NAME' or a function of the request")
+    check_concurrency(concurrency, "ratelimit()", cost=1 if cost is None else cost, wait_ms=wait_ms)
+    pairs: Pairs = retry_after_pairs if concurrency else header_pairs
 
     def decorate(view: View) -> View:
         view_group = group if group is not None else f"{view.__module__}.{view.__qualname__}"
@@ -373,35 +508,35 @@ def ratelimit(
             r = rules.get(id(lim))
             if r is None or r.limiter is not lim:
                 rules.clear()
-                r = rules[id(lim)] = _rule(_config(), lim, key, cost, view_group, skip, tier, wait_ms)
+                r = rules[id(lim)] = _rule(_config(), lim, key, cost, view_group, skip, tier, wait_ms, concurrency)
             return r
 
         if iscoroutinefunction(view):
 
             @functools.wraps(view)
             async def async_wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-                decision = await rule().acquire_async(request)
+                decision, release = await _atake(rule(), request, concurrency)
                 if decision is not None:
                     _mark(request, decision)
                     if block and not decision.allowed:
-                        return _denied(request, decision, denied)
-                response: HttpResponse = await view(request, *args, **kwargs)
+                        return _denied(request, decision, denied, pairs)
+                response = await _arespond(lambda: view(request, *args, **kwargs), release)
                 if decision is not None:
-                    _add_headers(response, decision)
+                    _add_headers(response, decision, pairs)
                 return response
 
             return cast(View, async_wrapped)
 
         @functools.wraps(view)
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            decision = rule().acquire(request)
+            decision, release = _take(rule(), request, concurrency)
             if decision is not None:
                 _mark(request, decision)
                 if block and not decision.allowed:
-                    return _denied(request, decision, denied)
-            response: HttpResponse = view(request, *args, **kwargs)
+                    return _denied(request, decision, denied, pairs)
+            response = _respond(lambda: view(request, *args, **kwargs), release)
             if decision is not None:
-                _add_headers(response, decision)
+                _add_headers(response, decision, pairs)
             return response
 
         return cast(View, wrapped)

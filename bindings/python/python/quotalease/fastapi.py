@@ -30,31 +30,63 @@ None to leave a request unlimited; ``cost`` is an int or ``cost(request)``;
 awaits the tokens up to that long instead of a 429;
 ``trusted_proxies`` (a hop count or CIDRs) makes the default key the client's
 address behind a load balancer, as in the middleware.
+
+``limit(limiter, concurrency=True)`` limits the route's requests of a key in
+flight at once instead of its rate: a dependency with ``yield``
+(:class:`RoutePermit`) takes a permit (``await
+limiter.acquire_concurrent_async(key, tier=)``; the limiter needs
+``concurrency=N``, else every request raises its ``quotalease.ConfigError``)
+and gives it back when FastAPI exits it, after the response is sent, so a
+``StreamingResponse`` holds it until its body is sent, and a route that raises
+gives it back too. That needs FastAPI 0.118 or later (before, the exit code
+of a dependency with ``yield`` ran before the response was sent): on an older
+FastAPI, ``concurrency=True`` raises ``quotalease.ConfigError``; use
+``quotalease.asgi.RateLimitMiddleware(..., concurrency=True)`` there, which
+holds the permit until the app returns on any version. Past the N it raises
+:class:`RateLimited` with ``Retry-After`` and no RateLimit headers (they
+describe rates); admitted, the dependency's value is the permit's decision
+and the response gets no headers. ``tier`` picks the tier whose ``"N
+concurrent"`` applies; ``cost`` and ``wait_ms`` do not: giving one with
+``concurrency=True`` raises ``quotalease.ConfigError`` when the route is
+defined. For a rate and a concurrency limit both, give the route two
+dependencies.
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the dependency's
 # parameter types at runtime, and a callable object's string annotations are
 # not resolvable by every FastAPI version.
-from collections.abc import Callable
-from typing import Any
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Literal, overload
 
 from fastapi import HTTPException, Request, Response
+from fastapi import __version__ as _fastapi_version
 
-from . import Limiter
-from ._middleware import DENIED_DETAIL, PROBLEM_CONTENT_TYPE, Rule, denied_body, header_pairs
+from . import ConfigError, Limiter
+from ._middleware import (
+    DENIED_DETAIL,
+    PROBLEM_CONTENT_TYPE,
+    Rule,
+    check_concurrency,
+    denied_body,
+    header_pairs,
+    retry_after_pairs,
+)
 from ._native import Decision
 from ._proxies import TrustedProxiesSpec
 from .asgi import client_address, default_key
 
-__all__ = ["RateLimited", "RouteLimit", "endpoint_group", "limit", "problem_response"]
+__all__ = ["RateLimited", "RouteLimit", "RoutePermit", "endpoint_group", "limit", "problem_response"]
 
 
 class RateLimited(HTTPException):
     """Raised by a :func:`limit` dependency when the request is denied: 429
-    with ``Retry-After`` and the RateLimit headers; ``decision`` says why."""
+    with ``Retry-After`` and the RateLimit headers (``headers``, when given,
+    instead: only ``Retry-After`` past a concurrency limit); ``decision`` says why."""
 
-    def __init__(self, decision: Decision) -> None:
-        super().__init__(status_code=429, detail=DENIED_DETAIL, headers=dict(header_pairs(decision)))
+    def __init__(self, decision: Decision, headers: Mapping[str, str] | None = None) -> None:
+        fields = dict(headers) if headers is not None else dict(header_pairs(decision))
+        super().__init__(status_code=429, detail=DENIED_DETAIL, headers=fields)
         self.decision = decision
 
 
@@ -96,6 +128,92 @@ class RouteLimit:
         return decision
 
 
+class RoutePermit:
+    """The dependency ``limit(..., concurrency=True)`` returns, one with
+    ``yield``: the request's permit, held until FastAPI exits it once the
+    response is sent; ``limiter`` is the limiter it takes permits of."""
+
+    __slots__ = ("limiter", "rule")
+
+    def __init__(self, limiter: Limiter, rule: Rule[Request]) -> None:
+        self.limiter = limiter
+        self.rule = rule
+
+    async def __call__(self, request: Request) -> AsyncIterator[Decision | None]:
+        permit = await self.rule.acquire_permit_async(request)
+        if permit is None:
+            yield None
+            return
+        if not permit.allowed:
+            raise RateLimited(permit.decision, headers=dict(retry_after_pairs(permit.decision)))
+        try:
+            yield permit.decision
+        finally:
+            permit.release()
+
+
+#: The first FastAPI whose dependencies with ``yield`` exit after the response
+#: is sent (0.106 to 0.117 exited them before, a streaming body still unsent).
+EXIT_AFTER_RESPONSE = (0, 118)
+
+
+def _version(text: str) -> tuple[int, int]:
+    """``(major, minor)`` of a version such as ``"0.118.2"``."""
+    m = re.match(r"(\d+)\.(\d+)", text)
+    return (int(m[1]), int(m[2])) if m else (0, 0)
+
+
+@overload
+def limit(
+    rate: str | Limiter,
+    *,
+    key: Callable[[Request], str | None] = ...,
+    cost: int | Callable[[Request], int] = ...,
+    skip: Callable[[Request], bool] | None = ...,
+    group: str | Callable[[Request], str] | None = ...,
+    tier: str | Callable[[Request], str | None] | None = ...,
+    trusted_proxies: TrustedProxiesSpec = ...,
+    wait_ms: int | None = ...,
+    concurrency: Literal[False] = ...,
+    url: str = ...,
+    **limiter_options: Any,
+) -> RouteLimit: ...
+
+
+@overload
+def limit(
+    rate: str | Limiter,
+    *,
+    key: Callable[[Request], str | None] = ...,
+    cost: int | Callable[[Request], int] = ...,
+    skip: Callable[[Request], bool] | None = ...,
+    group: str | Callable[[Request], str] | None = ...,
+    tier: str | Callable[[Request], str | None] | None = ...,
+    trusted_proxies: TrustedProxiesSpec = ...,
+    wait_ms: int | None = ...,
+    concurrency: Literal[True],
+    url: str = ...,
+    **limiter_options: Any,
+) -> RoutePermit: ...
+
+
+@overload
+def limit(
+    rate: str | Limiter,
+    *,
+    key: Callable[[Request], str | None] = ...,
+    cost: int | Callable[[Request], int] = ...,
+    skip: Callable[[Request], bool] | None = ...,
+    group: str | Callable[[Request], str] | None = ...,
+    tier: str | Callable[[Request], str | None] | None = ...,
+    trusted_proxies: TrustedProxiesSpec = ...,
+    wait_ms: int | None = ...,
+    concurrency: bool,
+    url: str = ...,
+    **limiter_options: Any,
+) -> RouteLimit | RoutePermit: ...
+
+
 def limit(
     rate: str | Limiter,
     *,
@@ -106,13 +224,26 @@ def limit(
     tier: str | Callable[[Request], str | None] | None = None,
     trusted_proxies: TrustedProxiesSpec = None,
     wait_ms: int | None = None,
+    concurrency: bool = False,
     url: str = "memory://",
     **limiter_options: Any,
-) -> RouteLimit:
+) -> RouteLimit | RoutePermit:
     """A dependency limiting the route it is attached to (see the module's doc).
 
     A bad rate or option raises :class:`quotalease.ConfigError` here, when the
     route is defined, not on its first request."""
+    if isinstance(concurrency, int) and not isinstance(concurrency, bool):
+        raise TypeError(
+            f"limit(): concurrency must be a bool, not int; the {concurrency} requests in flight are the "
+            f"limiter's: limit(Limiter(..., concurrency={concurrency}), concurrency=True)"
+        )
+    check_concurrency(concurrency, "limit()", cost=cost, wait_ms=wait_ms, hint="give the route two dependencies")
+    if concurrency and _version(_fastapi_version) < EXIT_AFTER_RESPONSE:
+        raise ConfigError(
+            f"limit(): concurrency=True needs FastAPI 0.118 or later, whose dependencies with yield exit after "
+            f"the response is sent (FastAPI {_fastapi_version} exits them before a streaming body is sent); "
+            "use quotalease.asgi.RateLimitMiddleware(..., concurrency=True) instead"
+        )
     key = default_key(key, trusted_proxies, "limit()")
     if isinstance(rate, Limiter):
         if limiter_options or url != "memory://":
@@ -125,4 +256,4 @@ def limit(
         raise TypeError(f'limit(): rate must be a str such as "10/min" or a quotalease.Limiter, not {kind}')
     group_of = group if group is not None else endpoint_group
     rule = Rule(limiter, key, cost, skip=skip, group=group_of, tier=tier, wait_ms=wait_ms, who="limit()")
-    return RouteLimit(limiter, rule)
+    return RoutePermit(limiter, rule) if concurrency else RouteLimit(limiter, rule)

@@ -30,6 +30,21 @@ waits up to that long for the tokens instead of RESOURCE_EXHAUSTED. A
 limiter error (a closed limiter, a cost above the limit) ends the call with
 ``INTERNAL`` and the error's message.
 
+``concurrency=True`` limits the calls of a key in flight at once instead of
+its rate: each limited call takes a permit (``limiter.acquire_concurrent(key,
+tier=)``, awaited with ``grpc.aio``; the limiter needs ``concurrency=N``, else
+every call ends with ``INTERNAL`` as for any limiter error) and gives it back
+when its handler returns or raises; a streaming response holds it until its
+response iterator ends (or is closed, the call cancelled). A call past the N
+ends with the same ``RESOURCE_EXHAUSTED`` and ``grpc-status-details-bin``, and
+only ``retry-after`` beside them (the RateLimit fields describe rates); an
+admitted call gets no trailers of its own. ``tier`` picks the tier whose ``"N
+concurrent"`` applies; ``cost`` and ``wait_ms`` do not: giving one with
+``concurrency=True`` raises ``quotalease.ConfigError`` here. For a rate and a
+concurrency limit both, give the server two interceptors, the rate one first::
+
+    interceptors=[RateLimitInterceptor(limiter), RateLimitInterceptor(limiter, concurrency=True)]
+
 With ``grpc.aio`` the handlers are coroutines or async generators, as grpc.aio
 expects; a plain function given to an aio server is called on the event loop
 after the check (with the aio context), so keep aio handlers async.
@@ -46,7 +61,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from ._middleware import Rule, metadata_pairs
+from ._middleware import PermitRelease, Rule, check_concurrency, metadata_pairs, retry_after_pairs
 from ._native import Decision, Limiter, QuotaLeaseError
 
 _log = logging.getLogger("quotalease.grpc")
@@ -145,6 +160,16 @@ def _denied_trailers(decision: Decision) -> tuple[tuple[str, str | bytes], ...]:
     return (*metadata_pairs(decision), ("grpc-status-details-bin", status_details(decision)))
 
 
+def _permit_denied_trailers(decision: Decision) -> tuple[tuple[str, str | bytes], ...]:
+    """A call past the concurrency: ``retry-after`` only (no RateLimit fields)."""
+    retry_after = ((name.lower(), value) for name, value in retry_after_pairs(decision))
+    return (*retry_after, ("grpc-status-details-bin", status_details(decision)))
+
+
+def _nothing() -> None:
+    """The end of a call no limit took anything for."""
+
+
 def _merge_trailers(context: Any, decision: Decision | None) -> None:
     if decision is None:
         return
@@ -163,9 +188,14 @@ class _Base:
         skip: Callable[[Call], bool] | None = None,
         tier: str | Callable[[Call], str | None] | None = None,
         wait_ms: int | None = None,
+        concurrency: bool = False,
     ) -> None:
+        who = type(self).__name__
         self.limiter = limiter
-        self.rule: Rule[Call] = Rule(limiter, key, cost, skip=skip, tier=tier, wait_ms=wait_ms, who=type(self).__name__)
+        self.rule: Rule[Call] = Rule(limiter, key, cost, skip=skip, tier=tier, wait_ms=wait_ms, who=who)
+        self.concurrency = check_concurrency(
+            concurrency, who, cost=cost, wait_ms=wait_ms, hint="give the server a second interceptor for a rate too"
+        )
 
 
 class RateLimitInterceptor(_Base, grpc.ServerInterceptor):
@@ -182,6 +212,28 @@ class RateLimitInterceptor(_Base, grpc.ServerInterceptor):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _message(decision))
         return decision
 
+    def _permit(self, details: grpc.HandlerCallDetails, context: grpc.ServicerContext) -> Callable[[], None]:
+        """The call's permit (``concurrency=True``), aborting the call when
+        denied; the function that gives it back."""
+        try:
+            permit = self.rule.acquire_permit(_call(details, context))
+        except QuotaLeaseError as e:
+            _log.error("%s: %s", details.method, e)
+            context.abort(grpc.StatusCode.INTERNAL, _FAILED)
+        if permit is None:
+            return _nothing
+        if not permit.allowed:
+            context.set_trailing_metadata(_permit_denied_trailers(permit.decision))
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _message(permit.decision))
+        return PermitRelease(permit)
+
+    def _begin(self, details: grpc.HandlerCallDetails, context: grpc.ServicerContext) -> Callable[[], None]:
+        """Limit the call (aborting it when denied); the function to call when it ends."""
+        if self.concurrency:
+            return self._permit(details, context)
+        decision = self._check(details, context)
+        return lambda: _merge_trailers(context, decision)
+
     def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
@@ -190,24 +242,29 @@ class RateLimitInterceptor(_Base, grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None:
             return None
-        check = self._check
+        begin = self._begin
         details = handler_call_details
         h: Any = handler
 
         def single(behavior: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
             def run(request: Any, context: grpc.ServicerContext) -> Any:
-                decision = check(details, context)
+                end = begin(details, context)
                 try:
                     return behavior(request, context)
                 finally:
-                    _merge_trailers(context, decision)
+                    end()
 
             return run
 
         def streaming(behavior: Callable[[Any, Any], Iterator[Any]]) -> Callable[[Any, Any], Iterator[Any]]:
             def run(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-                decision = check(details, context)
-                return _trailing(behavior(request, context), context, decision)
+                end = begin(details, context)
+                try:
+                    responses = behavior(request, context)
+                except BaseException:
+                    end()
+                    raise
+                return _ending(responses, end)
 
             return run
 
@@ -221,11 +278,12 @@ class RateLimitInterceptor(_Base, grpc.ServerInterceptor):
         return grpc.stream_stream_rpc_method_handler(streaming(h.stream_stream), **kw)
 
 
-def _trailing(responses: Iterator[Any], context: Any, decision: Decision | None) -> Iterator[Any]:
+def _ending(responses: Iterator[Any], end: Callable[[], None]) -> Iterator[Any]:
+    """``responses``, then ``end()`` when they end, fail or are closed."""
     try:
         yield from responses
     finally:
-        _merge_trailers(context, decision)
+        end()
 
 
 class AsyncRateLimitInterceptor(_Base, grpc.aio.ServerInterceptor):
@@ -242,6 +300,34 @@ class AsyncRateLimitInterceptor(_Base, grpc.aio.ServerInterceptor):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _message(decision), trailing_metadata=trailers)
         return decision
 
+    async def _permit(
+        self, details: grpc.HandlerCallDetails, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Callable[[], None]:
+        """The call's permit (``concurrency=True``), awaited, aborting the call
+        when denied; the function that gives it back."""
+        try:
+            permit = await self.rule.acquire_permit_async(_call(details, context))
+        except QuotaLeaseError as e:
+            _log.error("%s: %s", details.method, e)
+            await context.abort(grpc.StatusCode.INTERNAL, _FAILED)
+        if permit is None:
+            return _nothing
+        if not permit.allowed:
+            trailers = _permit_denied_trailers(permit.decision)
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, _message(permit.decision), trailing_metadata=trailers
+            )
+        return PermitRelease(permit)
+
+    async def _begin(
+        self, details: grpc.HandlerCallDetails, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Callable[[], None]:
+        """Limit the call (aborting it when denied); the function to call when it ends."""
+        if self.concurrency:
+            return await self._permit(details, context)
+        decision = await self._check(details, context)
+        return lambda: _merge_trailers(context, decision)
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
@@ -250,18 +336,18 @@ class AsyncRateLimitInterceptor(_Base, grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        check = self._check
+        begin = self._begin
         details = handler_call_details
         h: Any = handler
 
         def single(behavior: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
             async def run(request: Any, context: Any) -> Any:
-                decision = await check(details, context)
+                end = await begin(details, context)
                 try:
                     result = behavior(request, context)
                     return (await result) if inspect.isawaitable(result) else result
                 finally:
-                    _merge_trailers(context, decision)
+                    end()
 
             return run
 
@@ -269,12 +355,12 @@ class AsyncRateLimitInterceptor(_Base, grpc.aio.ServerInterceptor):
             if inspect.isasyncgenfunction(behavior):
 
                 async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
-                    decision = await check(details, context)
+                    end = await begin(details, context)
                     try:
                         async for response in behavior(request, context):
                             yield response
                     finally:
-                        _merge_trailers(context, decision)
+                        end()
 
                 return generate
             return single(behavior)  # a coroutine that writes with context.write()

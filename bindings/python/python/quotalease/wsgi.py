@@ -29,15 +29,40 @@ per-view limit's) keeps those. A key
 longer than 512 bytes is limited under ``quotalease.http_key(key)``
 ("sha256:" and its hex digest), as in every quotalease middleware, instead of
 failing the request.
+
+``concurrency=True`` limits the requests of a key in flight at once instead
+of its rate: each limited request takes a permit
+(``limiter.acquire_concurrent(key)``, in its worker thread; the limiter needs
+``concurrency=N``, else every request raises its ``quotalease.ConfigError``)
+and holds it until the server closes the response body (PEP 3333: every
+server calls its ``close()`` when the response is sent, or cut short), so a
+streaming response holds its permit until its last chunk; an app that raises
+gives it back at once. A request past the N gets the same 429 body with
+``Retry-After`` and no ``RateLimit`` headers (they describe rates), and never
+reaches the app. ``tier`` picks the tier whose ``"N concurrent"`` applies;
+``cost`` and ``wait_ms`` do not: giving one with ``concurrency=True`` raises
+``quotalease.ConfigError`` here. For a rate and a concurrency limit both, wrap
+one middleware in another::
+
+    app.wsgi_app = RateLimitMiddleware(app.wsgi_app, limiter, concurrency=True)
+    app.wsgi_app = RateLimitMiddleware(app.wsgi_app, limiter)  # outermost: the rate
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ._middleware import PROBLEM_CONTENT_TYPE, Rule, denied_body, header_pairs
-from ._native import Limiter
+from ._middleware import (
+    PROBLEM_CONTENT_TYPE,
+    PermitRelease,
+    Rule,
+    check_concurrency,
+    denied_body,
+    header_pairs,
+    retry_after_pairs,
+)
+from ._native import Decision, Limiter
 from ._proxies import TrustedProxies, TrustedProxiesSpec, default_key_check, environ_client
 
 Environ = dict[str, Any]
@@ -77,6 +102,7 @@ class RateLimitMiddleware:
         tier: str | Callable[[Any], str | None] | None = None,
         trusted_proxies: TrustedProxiesSpec = None,
         wait_ms: int | None = None,
+        concurrency: bool = False,
     ) -> None:
         self.app = app
         proxies = TrustedProxies(trusted_proxies, "RateLimitMiddleware")
@@ -86,24 +112,77 @@ class RateLimitMiddleware:
         self.rule: Rule[Any] = Rule(
             limiter, key, cost, skip=skip, tier=tier, wait_ms=wait_ms, who="RateLimitMiddleware"
         )
+        self.concurrency = check_concurrency(concurrency, "RateLimitMiddleware", cost=cost, wait_ms=wait_ms)
         self.limiter = limiter
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         request = _Request(environ) if _Request is not None else environ
+        if self.concurrency:
+            return self._call_concurrent(request, environ, start_response)
         decision = self.rule.acquire(request)
         if decision is None:
             return self.app(environ, start_response)
         extra = header_pairs(decision)
         if not decision.allowed:
-            body = denied_body(decision)
-            start_response(
-                "429 Too Many Requests",
-                [("Content-Type", PROBLEM_CONTENT_TYPE), ("Content-Length", str(len(body))), *extra],
-            )
-            return [body]
+            return _denied(start_response, decision, extra)
 
         def start_with_headers(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             present = {name.lower() for name, _ in headers}  # an inner limit's fields win
             return start_response(status, [*headers, *((n, v) for n, v in extra if n.lower() not in present)], exc_info)
 
         return self.app(environ, start_with_headers)
+
+    def _call_concurrent(self, request: Any, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        """The app under a permit of the request's key (``concurrency=True``),
+        held until the server closes the body."""
+        permit = self.rule.acquire_permit(request)
+        if permit is None:
+            return self.app(environ, start_response)
+        if not permit.allowed:
+            return _denied(start_response, permit.decision, retry_after_pairs(permit.decision))
+        release = PermitRelease(permit)
+        try:
+            body = self.app(environ, start_response)
+        except BaseException:
+            release()
+            raise
+        return _PermitBody(body, release)
+
+
+class _PermitBody:
+    """An app's response body that gives its request's permit back when the
+    server closes it (after closing the app's body), once; iterating it
+    iterates the app's body."""
+
+    __slots__ = ("_body", "_chunks", "_release")
+
+    def __init__(self, body: Iterable[bytes], release: Callable[[], None]) -> None:
+        self._body = body
+        self._chunks: Iterator[bytes] | None = None
+        self._release = release
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._chunks is None:
+            self._chunks = iter(self._body)
+        return next(self._chunks)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._release()
+
+
+def _denied(start_response: StartResponse, decision: Decision, headers: list[tuple[str, str]]) -> list[bytes]:
+    """The 429 of every quotalease middleware, with ``headers`` (RateLimit, Retry-After)."""
+    body = denied_body(decision)
+    start_response(
+        "429 Too Many Requests",
+        [("Content-Type", PROBLEM_CONTENT_TYPE), ("Content-Length", str(len(body))), *headers],
+    )
+    return [body]
