@@ -3,7 +3,7 @@
 // on every response, 429 with Retry-After when denied.
 
 const { httpKey } = require('./index.js')
-const { PROBLEM_CONTENT_TYPE, checkOptions, decide, fail, keyOption, problemBody, setHeaders } = require('./http-common.js')
+const { PROBLEM_CONTENT_TYPE, checkOptions, decide, fail, keyOption, problemBody, releaseWhenDone, setHeaders } = require('./http-common.js')
 
 function defaultKey(req) {
   return req.ip || (req.socket && req.socket.remoteAddress) || 'unknown'
@@ -110,23 +110,8 @@ function concurrencyLimit(limiter, key, tier, skip, onDenied) {
             }
             return
           }
-          let released = false
-          const release = () => {
-            if (released) return
-            released = true
-            res.off('finish', release)
-            res.off('close', release)
-            try {
-              permit.release()
-            } catch {
-              // The limiter was closed meanwhile: nothing left to give back to.
-            }
-          }
-          res.once('finish', release)
-          res.once('close', release)
-          // The client went away while the permit was being taken: 'close' has
-          // been emitted already, so give the permit back now.
-          if (res.destroyed || res.writableFinished) return release()
+          // The client went away while the permit was being taken: no next().
+          if (releaseWhenDone(res, permit)) return
           next()
         },
         (err) => next(err),

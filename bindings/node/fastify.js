@@ -7,7 +7,7 @@
 // concurrencyHook).
 
 const { httpKey } = require('./index.js')
-const { checkOptions, decide, fail, keyOption, setHeaders } = require('./http-common.js')
+const { checkOptions, decide, fail, keyOption, releaseWhenDone, setHeaders } = require('./http-common.js')
 
 const ROUTE_OPTIONS = ['limiter', 'key', 'cost', 'tier', 'waitMs', 'skip', 'onDenied', 'trustedProxies', 'concurrency']
 const PLUGIN_OPTIONS = [...ROUTE_OPTIONS, 'global']
@@ -73,25 +73,8 @@ function concurrencyHook({ limiter, key, tier, skip, onDenied }) {
       reply.header('Retry-After', decision.headers()['Retry-After'])
       return deny(request, reply, decision, onDenied)
     }
-    const res = reply.raw
-    let released = false
-    const release = () => {
-      if (released) return
-      released = true
-      res.off('finish', release)
-      res.off('close', release)
-      try {
-        permit.release()
-      } catch {
-        // The limiter was closed meanwhile: nothing left to give back to.
-      }
-    }
-    res.once('finish', release)
-    res.once('close', release)
-    // The client went away while the permit was being taken: 'close' has been
-    // emitted already, so give the permit back now and run no handler for it.
-    if (res.destroyed || res.writableFinished) {
-      release()
+    // The client went away while the permit was being taken: no handler.
+    if (releaseWhenDone(reply.raw, permit)) {
       reply.hijack()
       return reply
     }

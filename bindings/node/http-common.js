@@ -113,4 +113,33 @@ function setHeaders(decision, set) {
   for (const name in h) set(name, h[name])
 }
 
-module.exports = { checkOptions, decide, fail, keyOption, PROBLEM_CONTENT_TYPE, problemBody, setHeaders }
+/**
+ * Releases `permit` once, when the response `res` emits 'finish' or 'close'
+ * (sent, failed or aborted). Returns true when the response is over already
+ * (the client went away while the permit was being taken: 'close' was
+ * emitted before the listeners): the permit is released now, and the
+ * request must not run.
+ */
+function releaseWhenDone(res, permit) {
+  let released = false
+  const release = () => {
+    if (released) return
+    released = true
+    res.off('finish', release)
+    res.off('close', release)
+    try {
+      permit.release()
+    } catch {
+      // The limiter was closed meanwhile: nothing left to give back to.
+    }
+  }
+  res.once('finish', release)
+  res.once('close', release)
+  if (res.destroyed || res.writableFinished) {
+    release()
+    return true
+  }
+  return false
+}
+
+module.exports = { checkOptions, decide, fail, keyOption, PROBLEM_CONTENT_TYPE, problemBody, releaseWhenDone, setHeaders }
