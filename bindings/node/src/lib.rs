@@ -353,6 +353,35 @@ impl<T: Outcome> Notifier<T> {
     }
 }
 
+/// The Promise of an engine call with a completion callback: `start` makes
+/// the call with a notifier; settled at once when it decided without
+/// waiting (or the broker answered before the promise was stored), else
+/// from the broker thread.
+fn promise_of<'e, T: Outcome>(
+    env: &'e Env,
+    start: impl FnOnce(Notifier<T>) -> std::result::Result<Option<T>, QlError>,
+) -> Result<Object<'e>, String> {
+    let napi = |e: napi::Error| bad(ErrorKind::Backend, e.reason.clone());
+    let (deferred, promise): (Deferred, Object<'e>) = env.create_deferred().map_err(napi)?;
+    let (meet, notifier) = Notifier::<T>::pair();
+    let r = match start(notifier) {
+        Ok(Some(v)) => Ok(v),
+        Err(e) => Err(e),
+        Ok(None) => {
+            let mut g = meet.lock().unwrap_or_else(|p| p.into_inner());
+            match std::mem::replace(&mut *g, Meet::Empty) {
+                Meet::Ready(r) => r,
+                _ => {
+                    *g = Meet::Waiting(deferred);
+                    return Ok(promise);
+                }
+            }
+        }
+    };
+    settle(deferred, T::completion(r));
+    Ok(promise)
+}
+
 impl<T: Outcome> Drop for Notifier<T> {
     fn drop(&mut self) {
         if !self.fired {
@@ -630,29 +659,11 @@ impl NativeLimiter {
     ) -> Result<Object<'e>, String> {
         let cost = whole(cost, ErrorKind::InvalidCost, "cost")?;
         let wait_ms = whole(wait_ms, ErrorKind::Config, "waitMs")?;
-        let napi = |e: napi::Error| bad(ErrorKind::Backend, e.reason.clone());
-        let (deferred, promise): (Deferred, Object<'e>) = env.create_deferred().map_err(napi)?;
-        let (meet, mut notifier) = Notifier::<Decision>::pair();
         let wait = std::time::Duration::from_millis(wait_ms);
-        let now = self
-            .inner
-            .acquire_wait_or_notify(&key, cost, tier.as_deref(), wait, move |r| notifier.fire(r));
-        let r = match now {
-            Ok(Some(d)) => Ok(d),
-            Err(e) => Err(e),
-            Ok(None) => {
-                let mut g = meet.lock().unwrap_or_else(|p| p.into_inner());
-                match std::mem::replace(&mut *g, Meet::Empty) {
-                    Meet::Ready(r) => r,
-                    _ => {
-                        *g = Meet::Waiting(deferred);
-                        return Ok(promise);
-                    }
-                }
-            }
-        };
-        settle(deferred, Completion::Decided(r));
-        Ok(promise)
+        promise_of(env, |mut n: Notifier<Decision>| {
+            self.inner
+                .acquire_wait_or_notify(&key, cost, tier.as_deref(), wait, move |r| n.fire(r))
+        })
     }
 
     /// Take a permit for one request of `key` in flight (the limiter's
@@ -676,28 +687,10 @@ impl NativeLimiter {
         key: String,
         tier: Option<String>,
     ) -> Result<Object<'e>, String> {
-        let napi = |e: napi::Error| bad(ErrorKind::Backend, e.reason.clone());
-        let (deferred, promise): (Deferred, Object<'e>) = env.create_deferred().map_err(napi)?;
-        let (meet, mut notifier) = Notifier::<Permit>::pair();
-        let now = self
-            .inner
-            .acquire_concurrent_or_notify(&key, tier.as_deref(), move |r| notifier.fire(r));
-        let r = match now {
-            Ok(Some(p)) => Ok(p),
-            Err(e) => Err(e),
-            Ok(None) => {
-                let mut g = meet.lock().unwrap_or_else(|p| p.into_inner());
-                match std::mem::replace(&mut *g, Meet::Empty) {
-                    Meet::Ready(r) => r,
-                    _ => {
-                        *g = Meet::Waiting(deferred);
-                        return Ok(promise);
-                    }
-                }
-            }
-        };
-        settle(deferred, Completion::Permitted(r));
-        Ok(promise)
+        promise_of(env, |mut n: Notifier<Permit>| {
+            self.inner
+                .acquire_concurrent_or_notify(&key, tier.as_deref(), move |r| n.fire(r))
+        })
     }
 
     /// How many requests of `key` wait in `acquire_wait` in this process now.
