@@ -54,8 +54,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from . import ConfigError, Decision, Limiter, Permit
-from ._middleware import PROBLEM_CONTENT_TYPE, Rule, denied_body, header_pairs
+from . import Decision, Limiter
+from ._middleware import PROBLEM_CONTENT_TYPE, Rule, check_concurrency, denied_body, header_pairs, retry_after_pairs
 from ._proxies import TrustedProxies, TrustedProxiesSpec, asgi_forwarding, default_key_check
 
 Scope = MutableMapping[str, Any]
@@ -118,16 +118,7 @@ class RateLimitMiddleware:
         self.rule: Rule[Any] = Rule(
             limiter, key, cost, skip=skip, tier=tier, wait_ms=wait_ms, who="RateLimitMiddleware"
         )
-        if not isinstance(concurrency, bool):
-            raise TypeError(f"RateLimitMiddleware: concurrency must be a bool, not {type(concurrency).__name__}")
-        if concurrency:
-            given = [name for name, set_ in (("cost", cost != 1), ("wait_ms", wait_ms is not None)) if set_]
-            if given:
-                raise ConfigError(
-                    f"RateLimitMiddleware: {' and '.join(given)} cannot be combined with concurrency=True "
-                    "(a request takes one permit); wrap one middleware in another for a rate limit too"
-                )
-        self.concurrency = concurrency
+        self.concurrency = check_concurrency(concurrency, "RateLimitMiddleware", cost=cost, wait_ms=wait_ms)
         self.limiter = limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -161,23 +152,13 @@ class RateLimitMiddleware:
 
     async def _call_concurrent(self, request: Any, scope: Scope, receive: Receive, send: Send) -> None:
         """The app under a permit of the request's key (``concurrency=True``)."""
-        resolved = self.rule.resolve(request)
-        if resolved is None:
+        permit = await self.rule.acquire_permit_async(request)
+        if permit is None:
             await self.app(scope, receive, send)
             return
-        key, _, options = resolved
-        tier = options.get("tier")
-        acquire = getattr(self.limiter, "acquire_concurrent_async", None)
-        if acquire is None:  # a bare native limiter: use its future
-            p = self.limiter._acquire_concurrent_or_future(key, tier=tier)
-            permit = p if isinstance(p, Permit) else await p
-        else:
-            permit = await acquire(key, tier=tier)
         if not permit.allowed:
             decision = permit.decision
-            retry_after = [
-                (b"retry-after", v.encode("latin-1")) for n, v in header_pairs(decision) if n.lower() == "retry-after"
-            ]
+            retry_after = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in retry_after_pairs(decision)]
             await _send_denied(send, decision, retry_after)
             return
         try:
