@@ -291,7 +291,7 @@ def seconds(procs: list[dict], each: bool) -> list[str]:
 def process_header() -> str:
     return (
         f"  {'process':<14} {'offered':>8} {'admitted':>8} {'denied':>7} {'calls':>6} {'calls/adm':>9} "
-        f"{'leased':>7} {'returned':>8} {'expired':>7}"
+        f"{'leased':>7} {'returned':>8} {'expired':>7} {'errors':>6} {'fallbacks':>9}"
     )
 
 
@@ -299,7 +299,8 @@ def process_line(label: str, offered: int | str, m: dict) -> str:
     cpa = m["backend_calls"] / m["admitted"] if m["admitted"] else float("nan")
     return (
         f"  {label:<14} {offered:>8} {m['admitted']:>8} {m['denied']:>7} {m['backend_calls']:>6} {cpa:>9.4f} "
-        f"{m['tokens_leased']:>7} {m['tokens_returned']:>8} {m['tokens_expired']:>7}"
+        f"{m['tokens_leased']:>7} {m['tokens_returned']:>8} {m['tokens_expired']:>7} "
+        f"{m['backend_errors']:>6} {m['fallback_transitions']:>9}"
     )
 
 

@@ -87,6 +87,12 @@ pub const TUNING: Tuning = Tuning {
     recheck_pct: 50,
 };
 
+/// Adaptive lease calls this process has sent ([`Ask::seq`] numbers them
+/// from 1): rising for every holder, whichever entry sends. A new entry
+/// starts as having applied every call numbered before it, so a grant
+/// answered to an evicted entry of its key is never taken back for it.
+pub(crate) static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// What a holder sends with an adaptive lease call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Ask {
@@ -111,6 +117,12 @@ pub struct Ask {
     pub single: bool,
     /// Commitments expire at the authority (0: only when given back).
     pub commit_ms: u64,
+    /// This call's number, rising per holder (0: none, a give-back).
+    pub seq: u64,
+    /// The number of the last call whose answer the holder applied: a
+    /// grant made by a later call never reached it (its reply was lost),
+    /// and the ledger takes it back (`unseen` in ledger.lua).
+    pub applied: u64,
 }
 
 /// The authority's answer beyond the chunk grant.
@@ -193,6 +205,8 @@ pub(crate) fn args(
             ask.spent,
             t.debt_pay_pct,
             t.rate_start_pct,
+            ask.seq,
+            ask.applied,
         ]
         .map(|n| n.to_string()),
     );

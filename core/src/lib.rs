@@ -111,6 +111,14 @@ pub mod testing {
         crate::authority::MemoryAuthority::set_down(name, down)
     }
 
+    /// Make the `memory://NAME` authority carry out every call and lose its
+    /// reply (`mute = true`), as a Redis whose answers time out would: each
+    /// call fails as silence (a timeout) after its state changed. Returns
+    /// false when no limiter has that authority open.
+    pub fn memory_lose_replies(name: &str, mute: bool) -> bool {
+        crate::authority::MemoryAuthority::set_mute(name, mute)
+    }
+
     /// Make the `memory://NAME` authority forget every key, as a Redis
     /// restarted empty would (the failover guard's tests). False when no
     /// limiter has that authority open.

@@ -68,6 +68,10 @@ enum Step {
     /// The instance stops calling (dies with its commitments).
     Die(usize),
     Outage(bool),
+    /// The authority carries out every call and its replies are lost
+    /// (`memory_lose_replies`, Redis behind the fault proxy's `mute`): the
+    /// calls time out after the ledger granted.
+    LoseReplies(bool),
     /// A new instance starts and calls once. During an outage that call
     /// fails: the instance never had an answer, its share is the static one
     /// and starts empty.
@@ -114,6 +118,7 @@ fn step(n: usize) -> impl Strategy<Value = Step> {
         1 => (0..n).prop_map(Step::Close),
         1 => (0..n).prop_map(Step::Die),
         1 => any::<bool>().prop_map(Step::Outage),
+        1 => any::<bool>().prop_map(Step::LoseReplies),
         1 => Just(Step::RestartEmpty),
         1 => Just(Step::Snapshot),
         1 => Just(Step::Rollback),
@@ -397,6 +402,17 @@ impl Fleet {
         Ok(())
     }
 
+    /// The authority was unreachable (`was`) and is now (`is`): an outage
+    /// begins or ends for the books (exception (b)).
+    fn unreachable(&mut self, was: bool, is: bool) {
+        if !was && is {
+            self.outage_begins();
+        }
+        if was && !is {
+            self.outage_ends();
+        }
+    }
+
     fn settle(&self) -> Result<(), String> {
         for l in self.limiters.iter().flatten() {
             l.settle().map_err(|e| e.to_string())?;
@@ -560,12 +576,18 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
     let losses = c.steps.iter().any(|s| {
         matches!(
             s,
-            Step::RestartEmpty | Step::Rollback | Step::Outage(_) | Step::Die(_) | Step::Close(_)
+            Step::RestartEmpty
+                | Step::Rollback
+                | Step::Outage(_)
+                | Step::LoseReplies(_)
+                | Step::Die(_)
+                | Step::Close(_)
         )
     });
     f.books[0].losses = losses;
     let mut snapshot = None;
     let mut down = false;
+    let mut mute = false;
     // a limiter died unclosed (its memory authority then lives on)
     let mut forgotten = false;
     // every instance sees the key first (an instance's first call after a
@@ -638,13 +660,23 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                     }
                 }
                 if o.name.is_some() || o.proxy.is_some() {
-                    if *on {
-                        f.outage_begins();
-                    }
-                    if !*on {
-                        f.outage_ends();
-                    }
+                    f.unreachable(down || mute, *on || mute);
                     down = *on;
+                }
+            }
+            Step::LoseReplies(on) => {
+                if let Some(name) = o.name {
+                    quotalease::testing::memory_lose_replies(name, *on);
+                }
+                if let Some(p) = o.proxy {
+                    p.set(if *on { "mute" } else { "pass" });
+                    if !*on {
+                        reconnected(o.url);
+                    }
+                }
+                if o.name.is_some() || o.proxy.is_some() {
+                    f.unreachable(down || mute, down || *on);
+                    mute = *on;
                 }
             }
             Step::Join => {
@@ -702,6 +734,14 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                     ..Books::new(*limit, *window_ms)
                 });
             }
+        }
+    }
+    if mute {
+        if let Some(name) = o.name {
+            quotalease::testing::memory_lose_replies(name, false);
+        }
+        if !down {
+            f.outage_ends();
         }
     }
     if down {
@@ -928,7 +968,10 @@ fn both(c: &Case, policy: FailurePolicy, lease_ttl_ms: Option<u64>) -> Vec<(Stri
         return vec![("memory".into(), run_memory(c, policy, lease_ttl_ms).unwrap())];
     }
     let server = common::RedisServer::start();
-    let outages = c.steps.iter().any(|s| matches!(s, Step::Outage(_)));
+    let outages = c
+        .steps
+        .iter()
+        .any(|s| matches!(s, Step::Outage(_) | Step::LoseReplies(_)));
     let proxy = outages.then(|| common::FaultProxy::start(server.port));
     let direct = server.url();
     let url = proxy.as_ref().map_or_else(|| direct.clone(), |p| p.url());
@@ -1336,6 +1379,44 @@ fn schedule_j_an_outage_is_paid_back_under_saturation() {
             "{name}: {total} admitted where one bucket allows {bound}"
         );
         assert!(total * 100 >= bound * 95, "{name}: {total} admitted of {bound}");
+        close(f);
+    }
+}
+
+/// Schedule T: replies lost to timeouts while a saturated fleet runs on
+/// rates (the authority grants, the holders never hear). What those grants
+/// moved into the holders' commitments comes back to the bucket at each
+/// holder's next call (`unseen` in ledger.lua): the fleet keeps its
+/// allowance, within the bound.
+#[test]
+fn schedule_t_grants_whose_replies_were_lost_come_back() {
+    let mut steps = vec![Step::Load { per_s: 50, ms: 3_000 }];
+    for _ in 0..8 {
+        steps.extend([
+            Step::LoseReplies(true),
+            Step::Load { per_s: 50, ms: 400 },
+            Step::LoseReplies(false),
+            Step::Load { per_s: 50, ms: 1_100 },
+        ]);
+    }
+    let c = Case {
+        n: 4,
+        replicas: 0,
+        limit: 100,
+        window_ms: 1_000,
+        steps,
+    };
+    for (name, f) in both(&c, FailurePolicy::Deny, None) {
+        let total = admitted(&f);
+        let bound = c.limit + c.limit * f.now / c.window_ms;
+        eprintln!("{name}: {total} admitted, bound {bound}");
+        let r = check(&f);
+        assert!(r.is_ok(), "{name}: {}", r.unwrap_err());
+        assert!(
+            total <= bound,
+            "{name}: {total} admitted where one bucket allows {bound}"
+        );
+        assert!(total * 100 >= bound * 80, "{name}: {total} admitted of {bound}");
         close(f);
     }
 }

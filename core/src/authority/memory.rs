@@ -69,6 +69,9 @@ pub(crate) struct MemoryAuthority {
     policies: Mutex<PolicyStore>,
     /// A simulated outage ([`crate::testing::memory_outage`]): every call fails.
     down: std::sync::atomic::AtomicBool,
+    /// Simulated lost replies ([`crate::testing::memory_lose_replies`]):
+    /// every call is carried out and its caller hears nothing.
+    mute: std::sync::atomic::AtomicBool,
 }
 
 /// Every key's state of a memory authority at one moment (for tests of the
@@ -84,6 +87,7 @@ impl Default for MemoryAuthority {
             ledger: Mutex::new(Host::new(ledger::SCRIPT)),
             policies: Mutex::default(),
             down: Default::default(),
+            mute: Default::default(),
         }
     }
 }
@@ -190,6 +194,12 @@ impl MemoryAuthority {
     pub fn answer(&self, call: Call) -> Result<Reply, String> {
         if self.down.load(std::sync::atomic::Ordering::Acquire) {
             return Err("the memory authority is unreachable (simulated outage)".into());
+        }
+        if self.mute.load(std::sync::atomic::Ordering::Acquire) {
+            let _ = self.answer_up(call);
+            return Err(crate::wire::silence(format_args!(
+                "no reply from the memory authority (simulated: replies lost)"
+            )));
         }
         self.answer_up(call)
     }
@@ -349,27 +359,32 @@ impl MemoryAuthority {
     /// Start or end a simulated outage of the authority registered under `name`.
     /// False when no such authority is open.
     pub fn set_down(name: &str, down: bool) -> bool {
-        match lock(registry()).get(name).and_then(Weak::upgrade) {
-            Some(a) => {
-                a.down.store(down, std::sync::atomic::Ordering::Release);
-                true
-            }
-            None => false,
-        }
+        Self::with_named(name, |a| a.down.store(down, std::sync::atomic::Ordering::Release))
+    }
+
+    #[cfg(feature = "test-util")]
+    /// Run `f` on the authority registered under `name`; false when no such
+    /// authority is open.
+    fn with_named(name: &str, f: impl FnOnce(&MemoryAuthority)) -> bool {
+        let a = lock(registry()).get(name).and_then(Weak::upgrade);
+        a.map(|a| f(&a)).is_some()
+    }
+
+    #[cfg(feature = "test-util")]
+    /// Start or end simulated lost replies of the authority registered under
+    /// `name`. False when no such authority is open.
+    pub fn set_mute(name: &str, mute: bool) -> bool {
+        Self::with_named(name, |a| a.mute.store(mute, std::sync::atomic::Ordering::Release))
     }
 
     #[cfg(feature = "test-util")]
     /// Forget every key of the authority registered under `name`, as a
     /// Redis restarted empty would. False when no such authority is open.
     pub fn reset(name: &str) -> bool {
-        match lock(registry()).get(name).and_then(Weak::upgrade) {
-            Some(a) => {
-                lock(&a.buckets).map.clear();
-                lock(&lock(&a.ledger).store).clear();
-                true
-            }
-            None => false,
-        }
+        Self::with_named(name, |a| {
+            lock(&a.buckets).map.clear();
+            lock(&lock(&a.ledger).store).clear();
+        })
     }
 
     #[cfg(feature = "test-util")]
@@ -386,14 +401,10 @@ impl MemoryAuthority {
     #[cfg(feature = "test-util")]
     /// Put back a [`MemoryAuthority::snapshot`]. False when no such authority is open.
     pub fn restore(name: &str, snap: &Snapshot) -> bool {
-        match lock(registry()).get(name).and_then(Weak::upgrade) {
-            Some(a) => {
-                lock(&a.buckets).map = snap.0.clone();
-                *lock(&lock(&a.ledger).store) = snap.1.clone();
-                true
-            }
-            None => false,
-        }
+        Self::with_named(name, |a| {
+            lock(&a.buckets).map = snap.0.clone();
+            *lock(&lock(&a.ledger).store) = snap.1.clone();
+        })
     }
 
     /// A plain lease (no holder), for the static-share fallback buckets.

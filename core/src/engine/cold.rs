@@ -364,6 +364,7 @@ impl Engine {
         // The request waits for the answer and spends `need` of it at once
         // (not `try_acquire` on Redis: it is denied now, the grant lands later).
         let spent = self.spent_on_landing(need, waiting);
+        let applied = e.applied.load(Acquire);
         let started = self.start_lease(e, self.want(e, p, need, local), need, spent);
         if !self.is_inline() {
             if waiting == Waiting::No {
@@ -379,6 +380,12 @@ impl Engine {
         if self.circuit.is_open() {
             // The inline call failed (a simulated outage): the policy decides.
             return Ok(Step::Done(self.fallback(e, cost, now)));
+        }
+        if e.applied.load(Acquire) == applied {
+            // It failed and left the circuit closed (a simulated timeout:
+            // silence opens it only when it lasts): a `pending` denial, as
+            // a timed-out call to Redis gets, not a call per loop.
+            return Ok(Step::Done(self.deny(e, p, local, Reason::Pending, 1)));
         }
         // Answered inline: tokens arrived, or the key is now exhausted, or
         // other threads spent what arrived (then go round again).

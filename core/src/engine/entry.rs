@@ -112,6 +112,9 @@ pub(crate) struct Entry {
     pub rate_window: AtomicU64,
     /// Clock reading when the last adaptive lease call was sent.
     pub sent_at: AtomicU64,
+    /// The number ([`crate::ledger::CALLS`]) of the last lease call whose
+    /// answer this entry applied.
+    pub applied: AtomicU64,
     /// Accrued rate tokens that did not fit under the commitment (counted only).
     pub rate_dropped: AtomicU64,
     /// The ledger's commitment (I3): local tokens are valid until
@@ -181,6 +184,7 @@ impl Entry {
             rate_until: AtomicU64::new(0),
             rate_window: AtomicU64::new(policy.window_ms),
             sent_at: AtomicU64::new(0),
+            applied: AtomicU64::new(crate::ledger::CALLS.load(SeqCst)),
             rate_dropped: AtomicU64::new(0),
             lease_until: AtomicU64::new(0),
             commit: AtomicU64::new(0),

@@ -94,6 +94,9 @@ impl Engine {
         let now = self.now();
         let policy = self.authority_policy(e.policy());
         let used = e.fallback_used.load(Acquire);
+        // (every lease call is numbered: `applied` tells an inline call
+        // that failed, too)
+        let seq = crate::ledger::CALLS.fetch_add(1, SeqCst) + 1;
         let adaptive = self.r.adaptive.then(|| {
             // A renewal replaces the grant at the authority: the old rate
             // pauses as the call leaves (the authority stops paying for it
@@ -118,6 +121,8 @@ impl Engine {
                 spent,
                 single: self.single(policy),
                 commit_ms: self.commit_ms(),
+                seq,
+                applied: e.applied.load(Acquire),
             }
         });
         let call = Call::Lease {
@@ -130,7 +135,7 @@ impl Engine {
             guard: e.guard(now.ms, self.r.cfg.overshoot_budget.tokens(policy.limit)),
         };
         let entry = e.clone();
-        let done: Done = Box::new(move |r| me.lease_done(&entry, need, used, r));
+        let done: Done = Box::new(move |r| me.lease_done(&entry, need, used, seq, r));
         if self.submit(call, done).is_err() {
             e.in_flight.store(false, Release);
         }
@@ -180,7 +185,7 @@ impl Engine {
         }
     }
 
-    fn lease_done(&self, e: &Entry, need: u64, used: u64, r: std::result::Result<Reply, String>) {
+    fn lease_done(&self, e: &Entry, need: u64, used: u64, seq: u64, r: std::result::Result<Reply, String>) {
         let now = self.clock.precise();
         if !self.is_inline() {
             // Round trip, from the coarse reading the request went out at.
@@ -191,6 +196,9 @@ impl Engine {
         }
         let r = match r {
             Ok(Reply::Grant(g, answer, seen)) => {
+                // (before its tokens land: a call that reads `applied` later
+                // has this answer applied or being applied)
+                e.applied.fetch_max(seq, AcqRel);
                 if answer.is_some() && used > 0 {
                     // the authority debited them
                     let _ = e

@@ -12,8 +12,9 @@
 -- commit_ms, fallback_ms, learn_ms, min_period_ms, max_period_ms,
 -- grant_tokens, carry_ms, rate_cap_pct, saturation_pct; then `spent`, the
 -- tokens of a grant the request that asked spends as it lands; last
--- debt_pay_pct, rate_start_pct; then the kind of bucket: none or '' a
--- token bucket, 'c' a calendar quota followed by the start of the period
+-- debt_pay_pct, rate_start_pct; then the call's sequence number (per
+-- holder, rising; 0: none) and that of the last answer the holder applied
+-- (see `unseen`); then the kind of bucket: none or '' a token bucket, 'c' a calendar quota followed by the start of the period
 -- that holds the caller's time of day, its end and the next end (on this
 -- script's clock), 'n' a concurrency limit (tokens are permits in flight).
 --
@@ -39,6 +40,7 @@ local rate_cap_pct, saturation_pct = tonumber(ARGV[24]), tonumber(ARGV[25])
 local spent = tonumber(ARGV[26]) or 0
 local debt_pay_pct = tonumber(ARGV[27]) or 0
 local rate_start_pct = tonumber(ARGV[28]) or 0
+local seq, applied = tonumber(ARGV[29]) or 0, tonumber(ARGV[30]) or 0
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 -- numbers go to Redis as integer text (Lua's own text is %.14g)
@@ -61,9 +63,9 @@ local cal_start, cal_end = nil, nil
 -- (set at every refill, grant and store), so permits come back when given
 -- back, when a holder no longer reports them held and when a commitment
 -- expires (a holder that died); nothing else refills
-local conc = ARGV[29] == 'n'
-if ARGV[29] == 'c' then
-  local b0, b1, b2 = tonumber(ARGV[30]), tonumber(ARGV[31]), tonumber(ARGV[32])
+local conc = ARGV[31] == 'n'
+if ARGV[31] == 'c' then
+  local b0, b1, b2 = tonumber(ARGV[32]), tonumber(ARGV[33]), tonumber(ARGV[34])
   if now >= b1 then
     cal_start, cal_end = b1, b2
   elseif now >= b0 then
@@ -178,7 +180,7 @@ local function conv(x, w)
 end
 local function save(id, r)
   if r.L == 0 and r.f == 0 and not r.live then
-    redis.call('HDEL', K, 'h' .. id)
+    redis.call('HDEL', K, 'h' .. id, 'g' .. id)
   else
     local k = 0
     if r.live then k = 1 end
@@ -297,6 +299,7 @@ local function leave(me)
   end
   s.F = max(s.F - conv(me.f, me.w), 0)
   me.L, me.r, me.d, me.f, me.live = 0, 0, 0, 0, false
+  redis.call('HDEL', K, 'g' .. holder)
   redis.call('ZREM', Z, 'c' .. holder, 'r' .. holder, 'f' .. holder, 'e' .. holder, 'w' .. holder)
   if conc then redis.call('ZREM', W, holder) end
 end
@@ -315,6 +318,9 @@ local function give_back()
     s.R = max(s.R - conv(me.r, me.w), 0)
     me.r = 0
   end
+  -- (a grant this holder may not have seen is no longer credited later:
+  -- its rate ended here, and what it gives back is what it has)
+  redis.call('HDEL', K, 'g' .. holder)
   if op == 'x' and me.known then leave(me) end
   store_known(me)
   return whole()
@@ -512,6 +518,32 @@ local function debit()
   return whole()
 end
 
+-- unseen: the answer to this holder's call that last wrote its grant
+-- (`g<id>` = "seq chunk rate from until window") never reached it (a reply
+-- lost to a timeout: the connection was dropped with it). That chunk (less
+-- what the asking request was to spend) and what that rate accrued since
+-- were moved into the holder's commitment but are not at the holder. Up to
+-- what the commitment holds beyond what the holder reports, they go back
+-- to the bucket as a give-back would: W (the bucket plus what holders
+-- hold unspent) is unchanged by it, and I2 holds, since the commitment
+-- leaves `L` as they land in `c`. A commitment already reaped counted them
+-- as spent (the refill has filled their room since): nothing comes back.
+local function last_grant()
+  local raw = redis.call('HGET', K, 'g' .. holder)
+  if not raw then return nil end
+  local a, b, c, d, e, f = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  if not a then return nil end
+  return { seq = tonumber(a), chunk = tonumber(b), rate = tonumber(c), from = tonumber(d), to = tonumber(e),
+    w = tonumber(f) }
+end
+local function unseen(me, g)
+  if g == nil or g.seq <= applied or not me.live or s.z > now then return 0 end
+  local units = g.chunk * window
+  local to = min(now, g.to)
+  if to > g.from then units = units + conv(g.rate, g.w) * (to - g.from) end
+  return min(units, (me.L - min(held, me.L)) * window)
+end
+
 -- the call: reap, refill, then give back, debit or decide
 reap()
 refill(now)
@@ -520,7 +552,20 @@ if op == 'd' then return debit() end
 
 local me = record(holder)
 local lost = guard(me)
+local g = nil
+if seq > 0 then g = last_grant() end
+if g and seq <= g.seq then
+  -- a call sent before the one that wrote the last grant: its holder gave
+  -- up on it before sending that one, and never applies this answer
+  store_known(me)
+  return { 0, whole(), min_period, 0, 0, me.L, commit_ms, me.f, fallback_ms, s.n, max(s.z - now, 0),
+    s.e, s.v, alive, lost }
+end
+local back = unseen(me, g)
 local old_L, renewing = join(me)
+if back > 0 then
+  s.c = max(s.c, min(s.c + back, cap - (s.L + min(held, old_L)) * window))
+end
 if need < 1 then need = 1 end
 if need > limit then need = limit end
 -- a permit bucket's renewal (want 0) re-commits what its holder reports
@@ -541,6 +586,13 @@ me.r = rate
 s.L = s.L + me.L
 s.R = s.R + rate
 fallback(me)
+
+if seq > 0 then
+  local to = now
+  if rate > 0 then to = now + period end
+  redis.call('HSET', K, 'g' .. holder, string.format('%.0f %.0f %.0f %.0f %.0f %.0f', seq,
+    max(granted - min(spent, granted), 0), rate, now, to, window))
+end
 
 local c_until = NEVER
 if commit_ms > 0 then c_until = now + commit_ms end
