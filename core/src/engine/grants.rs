@@ -85,6 +85,10 @@ impl Engine {
                 return false;
             }
             tracing::warn!(key = %e.key, "quotalease: a lease request was lost; sending a new one");
+            // Its answer could still land after the new call left: count
+            // it as applied, so the ledger never gives back a grant this
+            // holder may yet spend (a grant lost for good is then lost).
+            e.applied.fetch_max(crate::ledger::CALLS.load(SeqCst), AcqRel);
         }
         e.in_flight_since.store(now, Relaxed);
         let Some(me) = self.me.upgrade() else {
