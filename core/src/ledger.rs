@@ -247,6 +247,44 @@ pub(crate) fn parse(r: &[i64]) -> Option<Parsed> {
 mod tests {
     use super::*;
 
+    /// One lease call of `holder` on a 100-per-second key at `now` (ms):
+    /// `(granted, remaining)`.
+    fn lease(host: &crate::authority::embedded::Host, now: u64, ask: Ask, want: u64) -> (u64, u64) {
+        let argv = args("l", Quota::new(100, 1_000), (now, true, now), &ask, want, 1, (0, 0, 0));
+        let keys = keys("k");
+        let r = host.eval(&keys, &argv, now).expect("the script answers");
+        let ((granted, remaining, _), _, _) = parse(&r).expect("a lease reply");
+        (granted, remaining)
+    }
+
+    /// `unseen` in ledger.lua: a grant whose reply its holder never applied
+    /// goes back to the bucket at the holder's next call; one it applied
+    /// does not; a call numbered below the last grant changes nothing.
+    #[test]
+    fn a_grant_whose_reply_was_lost_comes_back_once() {
+        let host = crate::authority::embedded::Host::new(SCRIPT);
+        let ask = |seq, applied, held| Ask {
+            holder: 7,
+            seq,
+            applied,
+            held,
+            commit_ms: 7_000,
+            ..Ask::default()
+        };
+        // call 1 takes 30 of 100; its reply is lost (the holder applied 0)
+        assert_eq!(lease(&host, 1_000, ask(1, 0, 0), 30), (30, 70));
+        // call 2 (holding nothing): the 30 came back before it takes 30 more
+        assert_eq!(lease(&host, 1_000, ask(2, 0, 0), 30), (30, 70));
+        // call 1 again, late (a dropped connection's command run after
+        // call 2): it grants nothing and changes nothing
+        assert_eq!(lease(&host, 1_000, ask(1, 0, 0), 30), (0, 70));
+        // call 3 after call 2's reply was applied (30 held): nothing back
+        assert_eq!(lease(&host, 1_000, ask(3, 2, 30), 30), (30, 40));
+        // call 4 never heard of call 3, and spent call 2's 30: only call
+        // 3's chunk comes back (what its commitment holds beyond 0 held)
+        assert_eq!(lease(&host, 1_000, ask(4, 2, 0), 10), (10, 60));
+    }
+
     #[test]
     fn the_tuning_keeps_rates_within_a_commitment() {
         let t = TUNING;
