@@ -87,8 +87,10 @@ pub const TUNING: Tuning = Tuning {
     recheck_pct: 50,
 };
 
-/// Adaptive lease calls this process has sent ([`Ask::seq`] numbers them
-/// from 1): rising for every holder, whichever entry sends. A new entry
+/// Lease calls this process has sent, numbered from 1 (an adaptive call
+/// sends its number as [`Ask::seq`]; every entry keeps the last one it
+/// applied, which also tells the cold path an inline call that failed):
+/// rising for every holder, whichever entry sends. A new entry
 /// starts as having applied every call numbered before it, so a grant
 /// answered to an evicted entry of its key is never taken back for it.
 pub(crate) static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -11,12 +11,13 @@
 -- guard's epoch, version and alive_ms, then the tuning (core/src/ledger.rs):
 -- commit_ms, fallback_ms, learn_ms, min_period_ms, max_period_ms,
 -- grant_tokens, carry_ms, rate_cap_pct, saturation_pct; then `spent`, the
--- tokens of a grant the request that asked spends as it lands; last
+-- tokens of a grant the request that asked spends as it lands; then
 -- debt_pay_pct, rate_start_pct; then the call's sequence number (per
 -- holder, rising; 0: none) and that of the last answer the holder applied
--- (see `unseen`); then the kind of bucket: none or '' a token bucket, 'c' a calendar quota followed by the start of the period
--- that holds the caller's time of day, its end and the next end (on this
--- script's clock), 'n' a concurrency limit (tokens are permits in flight).
+-- (see `unseen`); last the kind of bucket: none or '' a token bucket, 'c'
+-- a calendar quota followed by the start of the period that holds the
+-- caller's time of day, its end and the next end (on this script's
+-- clock), 'n' a concurrency limit (tokens are permits in flight).
 --
 -- Units: credit `c` in 1/w token (w the stored window), rates in those
 -- units per ms (the key's refill rate is `l`), commitments in tokens.
@@ -552,14 +553,18 @@ if op == 'd' then return debit() end
 
 local me = record(holder)
 local lost = guard(me)
+-- the answer (15 integers, `ledger::parse`), after `store`
+local function reply(granted, wait, rate, period)
+  return { granted, whole(), wait, rate, period, me.L, commit_ms, me.f, fallback_ms, s.n, max(s.z - now, 0),
+    s.e, s.v, alive, lost }
+end
 local g = nil
 if seq > 0 then g = last_grant() end
 if g and seq <= g.seq then
   -- a call sent before the one that wrote the last grant: its holder gave
   -- up on it before sending that one, and never applies this answer
   store_known(me)
-  return { 0, whole(), min_period, 0, 0, me.L, commit_ms, me.f, fallback_ms, s.n, max(s.z - now, 0),
-    s.e, s.v, alive, lost }
+  return reply(0, min_period, 0, 0)
 end
 local back = unseen(me, g)
 local old_L, renewing = join(me)
@@ -600,5 +605,4 @@ if commit_ms > 0 then c_until = now + commit_ms end
 local r_until = nil
 if rate > 0 then r_until = now + period end
 store(me, c_until, now + fallback_ms, r_until)
-return { granted, whole(), wait, rate, period, me.L, commit_ms, me.f, fallback_ms, s.n, max(s.z - now, 0),
-  s.e, s.v, alive, lost }
+return reply(granted, wait, rate, period)
