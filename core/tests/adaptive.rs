@@ -586,11 +586,16 @@ fn six_equal_holders_of_a_drained_minute_key_share_it() {
             .iter()
             .map(|a| (*a as f64 - mean).abs() / mean)
             .fold(0.0, f64::max);
+        // what one bucket allows: the refill over the 21 s (drained first)
+        let used = admitted.iter().sum::<u64>() as f64 / 210.0;
         eprintln!(
-            "equal 6, seed {seed}: {admitted:?}, {:.1} % from the mean",
+            "equal 6, seed {seed}: {admitted:?}, {:.1} % from the mean, {used:.3} of the allowance",
             worst * 100.0
         );
         assert!(worst <= 0.15, "seed {seed}: {admitted:?}");
+        // (a one-token carry's fraction dropped as each token was spent:
+        // 0.948-0.952 here, 0.851 on Redis with six real processes)
+        assert!(used >= 0.96, "seed {seed}: {admitted:?}, {used:.3} of the allowance");
         worst_sum += worst;
     }
     assert!(

@@ -409,7 +409,7 @@ impl Engine {
     /// grant is renewed ahead of its deadline. When the grant has ended, the
     /// key steps again as one with no grant.
     fn step_rate(&self, e: &Arc<Entry>, p: crate::bucket::Quota, cost: u64, waiting: Waiting, now: u64) -> Step {
-        self.accrue(e, now, e.commit.load(Relaxed));
+        self.accrue(e, now, e.commit.load(Relaxed), cost);
         if let Some(left) = e.try_take(cost) {
             return Step::Done(self.admit(e, p, left, self.admit_reason(), now));
         }

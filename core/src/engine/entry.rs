@@ -255,9 +255,9 @@ impl Entry {
     }
 
     /// Add what a rate grant accrued up to `now` (at most `cap` tokens held
-    /// locally; whole tokens beyond it are counted in `rate_dropped`).
-    /// Returns tokens added.
-    pub fn accrue(&self, now: u64, cap: u64) -> u64 {
+    /// locally; whole tokens beyond it are counted in `rate_dropped`), for
+    /// a caller about to take `take` of them (0: none). Returns tokens added.
+    pub fn accrue(&self, now: u64, cap: u64, take: u64) -> u64 {
         let w = self.rate_window.load(Acquire).max(1);
         let rate = self.rate.load(Acquire);
         if rate == 0 {
@@ -273,9 +273,17 @@ impl Entry {
         let tokens = units / w;
         let held = self.tokens.load(Relaxed);
         let add = tokens.min(cap.saturating_sub(held));
-        if held + add >= cap {
+        // What stays held once the caller took its tokens (if they are there).
+        let stays = match held + add {
+            have if take > 0 && take <= have => have - take,
+            have => have,
+        };
+        if stays >= cap {
             // At the commitment, a fraction of a token would be more than
             // it: the ledger counts what a holder may hold in whole tokens.
+            // (A token the request that accrued it spends at once leaves
+            // room for the fraction: dropping it there lost a fifth of a
+            // one-token carry's rate, six holders of a 600/min key at 2x.)
             acc.units = 0;
         }
         drop(acc);
@@ -419,16 +427,42 @@ mod tests {
         let e = Entry::new("k", p, 1, 0);
         // 3 credit units per ms: a token every 333.3 ms, until 2000
         e.start_rate(3, p.window_ms, 2_000, true, 0, 0);
-        assert_eq!(e.accrue(333, 5), 0, "999 units: not a whole token yet");
-        assert_eq!(e.accrue(334, 5), 1, "1002 units");
-        assert_eq!(e.accrue(1_000, 5), 2, "3000 units in all, no fraction lost");
+        assert_eq!(e.accrue(333, 5, 0), 0, "999 units: not a whole token yet");
+        assert_eq!(e.accrue(334, 5, 0), 1, "1002 units");
+        assert_eq!(e.accrue(1_000, 5, 0), 2, "3000 units in all, no fraction lost");
         // cap 1: the rest is counted
-        assert_eq!(e.accrue(5_000, 1), 0, "3 tokens held already");
+        assert_eq!(e.accrue(5_000, 1, 0), 0, "3 tokens held already");
         assert_eq!(
             e.rate_dropped.load(Relaxed),
             3,
             "1000..2000 at 3/ms: 3 tokens over the cap"
         );
         assert_eq!(e.tokens.load(Relaxed), 3);
+    }
+
+    #[test]
+    fn a_fraction_stays_when_the_token_it_follows_is_spent_at_once() {
+        let p = Quota::new(10, 1000);
+        // 3 credit units per ms: a token every 333.3 ms; a one-token carry
+        let taker = Entry::new("k", p, 1, 0);
+        taker.start_rate(3, p.window_ms, 10_000, true, 0, 0);
+        let keeper = Entry::new("k", p, 1, 0);
+        keeper.start_rate(3, p.window_ms, 10_000, true, 0, 0);
+        // at 500: 1.5 tokens accrued; the taker's request spends the whole
+        // one, so half a token stays within the commitment of one
+        assert_eq!(taker.accrue(500, 1, 1), 1);
+        assert_eq!(taker.try_take(1), Some(0));
+        assert_eq!(keeper.accrue(500, 1, 0), 1);
+        // at 700: 2.1 in all; the taker has its second token, the keeper
+        // (at its cap since 500) lost the half and holds 0.6 more
+        assert_eq!(taker.accrue(700, 1, 1), 1, "the half token was kept");
+        assert_eq!(keeper.try_take(1), Some(0));
+        assert_eq!(keeper.accrue(700, 1, 1), 0, "the half token was dropped at the cap");
+        // a take the tokens cannot cover keeps nothing beyond the cap
+        let short = Entry::new("k", p, 1, 0);
+        short.start_rate(3, p.window_ms, 10_000, true, 0, 0);
+        assert_eq!(short.accrue(500, 1, 2), 1);
+        assert_eq!(short.try_take(1), Some(0));
+        assert_eq!(short.accrue(700, 1, 1), 0, "dropped: two were asked, one was there");
     }
 }

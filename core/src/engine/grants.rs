@@ -109,7 +109,7 @@ impl Engine {
             // flight accrues the smaller of the two then (`start_rate`).
             let rate = e.rate.load(Acquire);
             if rate > 0 {
-                self.accrue(e, now.ms, e.commit.load(Relaxed));
+                self.accrue(e, now.ms, e.commit.load(Relaxed), 0);
             }
             // (with no rate: a paused one of an unanswered call is forgotten)
             e.pause_rate(now.ms);
@@ -297,10 +297,11 @@ impl Engine {
         }
     }
 
-    /// Take what a rate grant accrued up to `now` (at most `cap` held):
-    /// those tokens came from the authority, so they count as leased.
-    pub(super) fn accrue(&self, e: &Entry, now: u64, cap: u64) {
-        let got = e.accrue(now, cap);
+    /// Take what a rate grant accrued up to `now` (at most `cap` held, for a
+    /// request about to spend `take`): those tokens came from the
+    /// authority, so they count as leased.
+    pub(super) fn accrue(&self, e: &Entry, now: u64, cap: u64, take: u64) {
+        let got = e.accrue(now, cap, take);
         if got > 0 {
             Counters::add(&self.counters.tokens_leased, got);
             e.granted(got, now);

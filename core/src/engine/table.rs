@@ -217,7 +217,7 @@ impl Engine {
                 // commitment, I3): the authority paid for all of it, and a
                 // rate ended unseen lost up to a period's accrual.
                 if !expired {
-                    self.accrue(e, now, e.commit.load(Relaxed));
+                    self.accrue(e, now, e.commit.load(Relaxed), 0);
                 }
                 e.rate.store(0, Release);
             } else if idle
