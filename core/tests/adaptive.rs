@@ -604,3 +604,51 @@ fn six_equal_holders_of_a_drained_minute_key_share_it() {
         worst_sum / 8.0
     );
 }
+
+/// Fleet shapes beside the targets' own, on the memory authority (manual
+/// clocks, Poisson arrivals, 20 s): whatever the fleet, it admits at most
+/// what one bucket allows. The share of the allowance each reaches is
+/// printed and quoted in docs/limits.md ("Near the limit"); the floors are
+/// a little under what was measured, so that a change that loses more
+/// fails here (they are regression guards, not targets: 100 even
+/// instances at 1.5x measured 0.963, under issue 22's 0.97).
+#[test]
+fn fleet_shapes_hold_the_bound() {
+    // (limit, window, instances, load, weights: 0 even, 1 zipf, 2 cyclic 1..7, floor)
+    let shapes: &[(u64, u64, usize, f64, u32, f64)] = &[
+        (1000, 1_000, 100, 1.5, 0, 0.95),
+        (1000, 1_000, 100, 2.0, 2, 0.97),
+        (1000, 1_000, 50, 1.5, 1, 0.97),
+        (1000, 1_000, 100, 1.3, 0, 0.93),
+        (1000, 1_000, 100, 1.0, 0, 0.88),
+        (100, 1_000, 50, 1.2, 2, 0.75),
+        (50, 1_000, 20, 2.0, 2, 0.85),
+        (100, 1_000, 12, 13.0, 0, 0.97),
+    ];
+    let secs = 20;
+    for (k, &(limit, window, n, load, weights, floor)) in shapes.iter().enumerate() {
+        let f = fleet_with(&format!("adaptive-shape-{k}"), n, limit, window);
+        let w: Vec<f64> = (0..n)
+            .map(|i| match weights {
+                0 => 1.0,
+                1 => 1.0 / (1 + i) as f64,
+                _ => 1.0 + (i % 7) as f64,
+            })
+            .collect();
+        let r = run(&f, &w, load * limit as f64 / window as f64, secs, 11 + k as u64);
+        let admitted: u64 = r.admitted.iter().sum();
+        let allowed = r.allowance.min(r.offered);
+        let share = admitted as f64 / allowed as f64;
+        eprintln!(
+            "{n} instances at {load}x a {limit} per {window} ms key (weights {weights}): {admitted} admitted of {allowed} \
+             ({share:.3}), {:.4} calls per admitted",
+            r.metrics.backend_calls as f64 / admitted.max(1) as f64
+        );
+        assert!(
+            admitted <= r.allowance,
+            "shape {k}: {admitted} admitted, one bucket allows {}",
+            r.allowance
+        );
+        assert!(share >= floor, "shape {k}: {share:.3} of the allowance");
+    }
+}
