@@ -532,7 +532,10 @@ fn a_cold_key_costs_one_call_per_request() {
 /// move onto rates, one holder at a time (0.079; `rate_start_pct`: 0.052),
 /// and a longest rate ended as its holder's commitment did, its last
 /// accrual dropped unspent (0.959 of the allowance; `commit_ms` 7000 with
-/// 5000 ms rates: 0.972 at 0.048).
+/// 5000 ms rates: 0.972 at 0.048). Since a rate's lazy accrual is bounded
+/// by the most tokens held since it was last taken (`Accrual::peak`, the
+/// bound's fix of `a_carry_kept_through_a_lull_is_one_carry`), 0.968: under
+/// issue 22's 0.97, asserted at what it is.
 #[test]
 fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
     let f = fleet("adaptive-uneven100", 100);
@@ -546,7 +549,7 @@ fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
         r.offered, r.allowance
     );
     assert!(total <= r.allowance + BUDGET, "{total} > {} + {BUDGET}", r.allowance);
-    assert!(used >= 0.97, "the allowance is used: {used:.3}");
+    assert!(used >= 0.965, "the allowance is used: {used:.3}");
     assert!(calls <= 0.05, "calls per admitted: {calls:.4}");
 }
 
@@ -594,8 +597,9 @@ fn six_equal_holders_of_a_drained_minute_key_share_it() {
         );
         assert!(worst <= 0.15, "seed {seed}: {admitted:?}");
         // (a one-token carry's fraction dropped as each token was spent:
-        // 0.948-0.952 here, 0.851 on Redis with six real processes)
-        assert!(used >= 0.96, "seed {seed}: {admitted:?}, {used:.3} of the allowance");
+        // 0.851 on Redis with six real processes; since the lazy accrual
+        // is bounded by the most held, 0.948-0.962 here)
+        assert!(used >= 0.945, "seed {seed}: {admitted:?}, {used:.3} of the allowance");
         worst_sum += worst;
     }
     assert!(
@@ -611,17 +615,17 @@ fn six_equal_holders_of_a_drained_minute_key_share_it() {
 /// printed and quoted in docs/limits.md ("Near the limit"); the floors are
 /// a little under what was measured, so that a change that loses more
 /// fails here (they are regression guards, not targets: 100 even
-/// instances at 1.5x measured 0.963, under issue 22's 0.97).
+/// instances at 1.5x measured 0.946, under issue 22's 0.97).
 #[test]
 fn fleet_shapes_hold_the_bound() {
     // (limit, window, instances, load, weights: 0 even, 1 zipf, 2 cyclic 1..7, floor)
     let shapes: &[(u64, u64, usize, f64, u32, f64)] = &[
-        (1000, 1_000, 100, 1.5, 0, 0.95),
+        (1000, 1_000, 100, 1.5, 0, 0.94),
         (1000, 1_000, 100, 2.0, 2, 0.97),
         (1000, 1_000, 50, 1.5, 1, 0.97),
-        (1000, 1_000, 100, 1.3, 0, 0.93),
-        (1000, 1_000, 100, 1.0, 0, 0.88),
-        (100, 1_000, 50, 1.2, 2, 0.75),
+        (1000, 1_000, 100, 1.3, 0, 0.91),
+        (1000, 1_000, 100, 1.0, 0, 0.87),
+        (100, 1_000, 50, 1.2, 2, 0.73),
         (50, 1_000, 20, 2.0, 2, 0.85),
         (100, 1_000, 12, 13.0, 0, 0.97),
     ];
@@ -650,5 +654,80 @@ fn fleet_shapes_hold_the_bound() {
             r.allowance
         );
         assert!(share >= floor, "shape {k}: {share:.3} of the allowance");
+    }
+}
+
+/// Saturate a 100/s key from `n` holders (a request every 5 ms each), go
+/// quiet `lull1` ms, one request each, quiet `lull2` ms, then burst. Returns
+/// the most admitted over any interval ending at the burst's end, less the
+/// refill over it: at most the capacity for one bucket.
+fn carry_through_a_lull(url: &str, prefix: &str, n: usize, lull1: u64, lull2: u64) -> f64 {
+    let (limit, window) = (100u64, 1_000u64);
+    let f = fleet_at(url, prefix, n, limit, window);
+    let mut per_ms: Vec<u64> = Vec::new();
+    let tick = |f: &[Limiter], per_ms: &mut Vec<u64>, admitted: u64| {
+        per_ms.push(admitted);
+        for l in f {
+            l.advance_clock(1).unwrap();
+        }
+    };
+    for ms in 0..3_000u64 {
+        let a = if ms % 5 == 0 {
+            f.iter().filter(|l| l.acquire("k", 1).unwrap().allowed).count() as u64
+        } else {
+            0
+        };
+        tick(&f, &mut per_ms, a);
+    }
+    for _ in 0..lull1 {
+        tick(&f, &mut per_ms, 0);
+    }
+    let a = f.iter().filter(|l| l.acquire("k", 1).unwrap().allowed).count() as u64;
+    tick(&f, &mut per_ms, a);
+    for _ in 0..lull2 {
+        tick(&f, &mut per_ms, 0);
+    }
+    for _ in 0..50 {
+        let a = (0..200)
+            .map(|_| f.iter().filter(|l| l.acquire("k", 1).unwrap().allowed).count() as u64)
+            .sum();
+        tick(&f, &mut per_ms, a);
+    }
+    for l in &f {
+        l.close().unwrap();
+    }
+    let (mut sum, mut worst) = (0u64, f64::MIN);
+    for (len, a) in per_ms.iter().rev().enumerate() {
+        sum += a;
+        worst = worst.max(sum as f64 - (limit * (len as u64 + 1)) as f64 / window as f64);
+    }
+    worst
+}
+
+/// A rate's accrual is taken lazily, when the tokens held run out. It
+/// fills what the commitment leaves beside what was held all along, so the
+/// most held since the last accrual bounds it (`Accrual::peak`). Bounded by
+/// what was held at the end (none), a holder that kept its carry through a
+/// lull, then spent it, took a second carry at once: four holders admitted
+/// the capacity and 20 over one bucket (and the refill) on both authorities.
+#[test]
+fn a_carry_kept_through_a_lull_is_one_carry() {
+    let server = common::redis_or_none(common::RedisServer::start);
+    for n in [4, 10] {
+        for (lull1, lull2) in [(600, 1_000), (600, 2_000), (400, 2_000)] {
+            let prefix = format!("lull-{n}-{lull1}-{lull2}");
+            let mut urls = vec![format!("memory://{prefix}")];
+            if let Some(s) = &server {
+                urls.push(s.url());
+            }
+            for url in urls {
+                let over = carry_through_a_lull(&url, &prefix, n, lull1, lull2) - 100.0;
+                eprintln!("{n} holders, quiet {lull1} and {lull2} ms, {url}: capacity {over:+.1}");
+                assert!(
+                    over <= 0.0,
+                    "{n} holders, {lull1}/{lull2} ms on {url}: {over:.1} over one bucket"
+                );
+            }
+        }
     }
 }

@@ -271,6 +271,7 @@ impl Engine {
             Reason::Fallback => self.refund_fallback(e, cost),
             _ => {
                 e.tokens.fetch_add(cost, AcqRel);
+                e.note_held();
             }
         }
     }

@@ -27,12 +27,14 @@ pub(crate) const ACCESS_BLOCKED: u8 = 2;
 pub(crate) const MORE_CALENDAR: u8 = 0x80;
 
 /// How far a rate has accrued: taken up to `at`, with `units` credit units
-/// short of a whole token carried; and while a renewal is in flight, the
-/// rate it replaces and that rate's end (`paused`).
+/// short of a whole token carried; the most tokens held locally since `at`
+/// (`peak`); and while a renewal is in flight, the rate it replaces and
+/// that rate's end (`paused`).
 #[derive(Debug, Default)]
 pub(crate) struct Accrual {
     pub at: u64,
     pub units: u64,
+    pub peak: u64,
     pub paused: (u64, u64),
 }
 
@@ -272,7 +274,13 @@ impl Entry {
         (acc.at, acc.units) = (end, units % w);
         let tokens = units / w;
         let held = self.tokens.load(Relaxed);
-        let add = tokens.min(cap.saturating_sub(held));
+        // Accrual is taken lazily, when the tokens held ran out; it filled
+        // what the commitment left beside what was held all along, so the
+        // most held since the last accrual bounds it, not what is held now
+        // (a holder that kept a full carry through a lull, then spent it,
+        // took a second carry at once: four holders of a 100/s key admitted
+        // 13 over one bucket, `a_carry_kept_through_a_lull_is_one_carry`).
+        let add = tokens.min(cap.saturating_sub(held.max(acc.peak)));
         // What stays held once the caller took its tokens (if they are there).
         let stays = match held + add {
             have if take > 0 && take <= have => have - take,
@@ -286,6 +294,7 @@ impl Entry {
             // one-token carry's rate, six holders of a 600/min key at 2x.)
             acc.units = 0;
         }
+        acc.peak = stays;
         drop(acc);
         self.tokens.fetch_add(add, AcqRel);
         if add < tokens {
@@ -325,8 +334,18 @@ impl Entry {
             acc.units += old.min(rate) * now.min(old_until).saturating_sub(sent);
         }
         acc.at = now;
+        acc.peak = self.tokens.load(Acquire);
         self.rate_until.store(until, Release);
         self.rate.store(rate, Release);
+    }
+
+    /// Tokens were added to those held (a grant, a refund): a rate's next
+    /// accrual fills only what the commitment leaves beside them.
+    pub fn note_held(&self) {
+        if self.rate.load(Acquire) > 0 {
+            let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+            acc.peak = acc.peak.max(self.tokens.load(Acquire));
+        }
     }
 
     /// Forget the fraction of a token a rate accrued, and the paused rate
@@ -438,6 +457,27 @@ mod tests {
             "1000..2000 at 3/ms: 3 tokens over the cap"
         );
         assert_eq!(e.tokens.load(Relaxed), 3);
+    }
+
+    #[test]
+    fn accrual_fills_only_what_the_most_held_left() {
+        let p = Quota::new(10, 1000);
+        let e = Entry::new("k", p, 1, 0);
+        // 10 credit units per ms: a token every 100 ms; a commitment of 5
+        e.start_rate(10, p.window_ms, 100_000, true, 0, 0);
+        assert_eq!(e.accrue(400, 5, 0), 4);
+        // 4 held through a quiet second, then spent: the accrual filled the
+        // one token of room beside them, not the 5 of an empty lease
+        assert_eq!(e.take_up_to(4), 4);
+        assert_eq!(e.accrue(1_400, 5, 0), 1);
+        // held 1 since: room for 4 more
+        assert_eq!(e.take_up_to(1), 1);
+        assert_eq!(e.accrue(2_400, 5, 0), 4);
+        // a grant raises what is held (and the most held)
+        e.tokens.fetch_add(3, AcqRel);
+        e.note_held();
+        assert_eq!(e.take_up_to(7), 7);
+        assert_eq!(e.accrue(3_400, 5, 0), 0, "7 held since the last accrual: no room");
     }
 
     #[test]

@@ -344,6 +344,7 @@ impl Engine {
             // Fresh tokens start their lease TTL now.
             e.touch(now);
             e.tokens.fetch_add(g.granted, AcqRel);
+            e.note_held();
             if e.retired.load(Acquire) || self.closed.load(Acquire) || e.access.load(Acquire) != 0 {
                 let back = e.tokens.swap(0, AcqRel);
                 self.give_back(e, e.policy(), back);

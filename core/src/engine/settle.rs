@@ -158,6 +158,7 @@ impl Engine {
             return;
         }
         e.tokens.fetch_add(n, AcqRel);
+        e.note_held();
         if e.retired.load(Acquire) {
             // evicted between the check and the add: whatever the eviction
             // did not take is dropped
