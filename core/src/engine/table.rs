@@ -261,11 +261,14 @@ impl Engine {
         let mut gone = Vec::new();
         for (k, e) in guard.iter() {
             self.expire_if_idle(e, e.policy(), now);
-            if e.rate.load(Acquire) > 0 && now < e.rate_until.load(Acquire) {
+            let until = e.lease_until.load(Acquire);
+            let live = until == 0 || now < until;
+            if live && e.rate.load(Acquire) > 0 && now < e.rate_until.load(Acquire) {
                 // A running rate's accrual is taken at each sweep too: it
                 // is bounded by the most held since it was last taken
                 // (`Accrual::peak`), which a sweep brings down to what is
-                // held now.
+                // held now. Never past the commitment's expiry (I3): the
+                // admit path would spend what it took.
                 self.accrue(e, now, e.commit.load(Relaxed), 0);
             }
             self.renew_permits(e, now);
