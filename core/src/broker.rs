@@ -21,7 +21,7 @@ use crate::fork;
 use crate::url::BackendSpec;
 use crate::wire::{Call, Done};
 /// How often registered limiters are ticked (coarse clock, maintenance).
-const TICK: Duration = Duration::from_millis(10);
+pub(crate) const TICK: Duration = Duration::from_millis(10);
 
 /// A Redis backend: one connection per distinct target in a process.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

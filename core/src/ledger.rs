@@ -64,6 +64,15 @@ pub struct Tuning {
     pub recheck_pct: u64,
 }
 
+/// How often a limiter's maintenance sweeps its keys (lease TTL, the
+/// ledger's expiries, accrual), for a `lease_ttl_ms`: a quarter of the TTL,
+/// and at most half `expiry_margin_ms`, so that a commitment's tokens go
+/// back (I3) before the authority forgets them, a margin after the holder's
+/// expiry, even a tick late (`crate::broker::TICK`).
+pub fn sweep_ms(lease_ttl_ms: u64) -> u64 {
+    (lease_ttl_ms / 4).clamp(5, TUNING.expiry_margin_ms / 2)
+}
+
 /// The tuning of every limiter.
 pub const TUNING: Tuning = Tuning {
     commit_ms: 7_000,
@@ -300,5 +309,14 @@ mod tests {
             "learning outlasts every commitment of the lost state"
         );
         assert!(t.min_period_ms <= t.max_period_ms);
+    }
+
+    #[test]
+    fn a_sweep_comes_within_the_expiry_margin() {
+        // (the longest sweep period, then a tick late, and a tick more)
+        let (longest, tick) = (super::sweep_ms(u64::MAX), crate::broker::TICK.as_millis() as u64);
+        assert!(longest + 2 * tick < TUNING.expiry_margin_ms, "{longest} ms");
+        assert_eq!(super::sweep_ms(2_000), 500);
+        assert_eq!(super::sweep_ms(1), 5);
     }
 }
