@@ -110,6 +110,9 @@ fn run(fleet: &[Limiter], weights: &[f64], rate_per_ms: f64, secs: u64, seed: u6
     let (mut offered, mut false_denials) = (0, 0);
     let mut per_ms = Vec::new();
     let mut exact_per_ms = Vec::new();
+    // (a tick late: the ticker sweeps at its first tick a period on)
+    let sweep_every =
+        quotalease::internals::sweep_ms(fleet[0].config().lease_ttl_ms) + quotalease::internals::tick_ms();
     for _ in 0..secs * 1_000 {
         let mut admitted_now = 0;
         let mut exact_now = 0;
@@ -137,6 +140,12 @@ fn run(fleet: &[Limiter], weights: &[f64], rate_per_ms: f64, secs: u64, seed: u6
             l.advance_clock(1).unwrap();
         }
         exact.tick(1);
+        if per_ms.len() as u64 % sweep_every == 0 {
+            // each limiter's maintenance, as its ticker runs it
+            for l in fleet {
+                l.settle().unwrap();
+            }
+        }
     }
     let max_window = |v: &[u64]| {
         let mut best = 0;
@@ -549,7 +558,7 @@ fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
         r.offered, r.allowance
     );
     assert!(total <= r.allowance + BUDGET, "{total} > {} + {BUDGET}", r.allowance);
-    assert!(used >= 0.965, "the allowance is used: {used:.3}");
+    assert!(used >= 0.97, "the allowance is used: {used:.3}");
     assert!(calls <= 0.05, "calls per admitted: {calls:.4}");
 }
 
@@ -620,14 +629,14 @@ fn six_equal_holders_of_a_drained_minute_key_share_it() {
 fn fleet_shapes_hold_the_bound() {
     // (limit, window, instances, load, weights: 0 even, 1 zipf, 2 cyclic 1..7, floor)
     let shapes: &[(u64, u64, usize, f64, u32, f64)] = &[
-        (1000, 1_000, 100, 1.5, 0, 0.94),
-        (1000, 1_000, 100, 2.0, 2, 0.97),
-        (1000, 1_000, 50, 1.5, 1, 0.97),
-        (1000, 1_000, 100, 1.3, 0, 0.91),
-        (1000, 1_000, 100, 1.0, 0, 0.87),
-        (100, 1_000, 50, 1.2, 2, 0.73),
-        (50, 1_000, 20, 2.0, 2, 0.85),
-        (100, 1_000, 12, 13.0, 0, 0.97),
+        (1000, 1_000, 100, 1.5, 0, 0.95),
+        (1000, 1_000, 100, 2.0, 2, 0.975),
+        (1000, 1_000, 50, 1.5, 1, 0.985),
+        (1000, 1_000, 100, 1.3, 0, 0.925),
+        (1000, 1_000, 100, 1.0, 0, 0.885),
+        (100, 1_000, 50, 1.2, 2, 0.76),
+        (50, 1_000, 20, 2.0, 2, 0.87),
+        (100, 1_000, 12, 13.0, 0, 0.975),
     ];
     let secs = 20;
     for (k, &(limit, window, n, load, weights, floor)) in shapes.iter().enumerate() {
