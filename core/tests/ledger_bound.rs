@@ -133,6 +133,24 @@ fn step(n: usize) -> impl Strategy<Value = Step> {
     ]
 }
 
+/// Cases of `n` instances on a key of `limit` per `window_ms`, with steps
+/// drawn from `step`, `len` of them.
+fn schedule(
+    n: usize,
+    limit: u64,
+    window_ms: u64,
+    step: impl Strategy<Value = Step>,
+    len: std::ops::Range<usize>,
+) -> impl Strategy<Value = Case> {
+    proptest::collection::vec(step, len).prop_map(move |steps| Case {
+        n,
+        replicas: 0,
+        limit,
+        window_ms,
+        steps,
+    })
+}
+
 /// Schedules of reservations: settled at once or seconds later, over the
 /// expiry of their holders' commitments, below, at or above their
 /// estimates, among requests, flushes and loads.
@@ -153,16 +171,13 @@ fn reserve_case(memory: bool) -> impl Strategy<Value = Case> {
                 3 => (1u64..400, 10u64..3_000).prop_map(|(per_s, ms)| Step::Load { per_s, ms }),
                 1 => (0..n).prop_map(Step::Flush),
             ];
-            let steps = proptest::collection::vec(step, 10..if memory { 60 } else { 30 });
-            steps.prop_map(move |steps| Case {
-                n,
-                replicas: 0,
-                limit,
-                window_ms,
-                steps,
-            })
+            schedule(n, limit, window_ms, step, 10..if memory { 60 } else { 30 })
         })
 }
+
+/// The lease TTL of those schedules: long, so an idle holder keeps its
+/// tokens through a lull (and its commitment's expiry gives them back).
+const LULL_TTL_MS: u64 = 600_000;
 
 /// Schedules of rates held through lulls: loads far above the limit (every
 /// holder on a rate, with a carry), quiet spells in which maintenance runs
@@ -171,10 +186,6 @@ fn reserve_case(memory: bool) -> impl Strategy<Value = Case> {
 /// until their commitment's expiry takes them). With that expiry removed
 /// (`expire_if_idle`) the memory run finds a counterexample within seconds
 /// (69 admitted where one bucket allows 50).
-/// The lease TTL of those schedules: long, so an idle holder keeps its
-/// tokens through a lull (and its commitment's expiry gives them back).
-const LULL_TTL_MS: u64 = 600_000;
-
 fn lull_case(memory: bool) -> impl Strategy<Value = Case> {
     (2usize..6, 20u64..200, prop_oneof![Just(1_000u64), 200u64..3_000]).prop_flat_map(move |(n, limit, window_ms)| {
         let step = prop_oneof![
@@ -184,14 +195,7 @@ fn lull_case(memory: bool) -> impl Strategy<Value = Case> {
             3 => (0..n, 1u64..4, 10u32..60).prop_map(|(inst, cost, times)| burst(inst, cost, times, 0)),
             1 => (10u64..2_000).prop_map(Step::Advance),
         ];
-        let steps = proptest::collection::vec(step, 5..if memory { 30 } else { 15 });
-        steps.prop_map(move |steps| Case {
-            n,
-            replicas: 0,
-            limit,
-            window_ms,
-            steps,
-        })
+        schedule(n, limit, window_ms, step, 5..if memory { 30 } else { 15 })
     })
 }
 
@@ -234,14 +238,7 @@ fn case(memory: bool) -> impl Strategy<Value = Case> {
         prop_oneof![Just(100u64), Just(1_000), Just(10_000), 100u64..20_000],
     )
         .prop_flat_map(move |(n, limit, window_ms)| {
-            let steps = proptest::collection::vec(step(n), 10..if memory { 100 } else { 50 });
-            steps.prop_map(move |steps| Case {
-                n,
-                replicas: 0,
-                limit,
-                window_ms,
-                steps,
-            })
+            schedule(n, limit, window_ms, step(n), 10..if memory { 100 } else { 50 })
         })
 }
 

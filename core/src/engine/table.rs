@@ -261,15 +261,16 @@ impl Engine {
         let mut gone = Vec::new();
         for (k, e) in guard.iter() {
             self.expire_if_idle(e, e.policy(), now);
-            let until = e.lease_until.load(Acquire);
-            let live = until == 0 || now < until;
-            if live && e.rate.load(Acquire) > 0 && now < e.rate_until.load(Acquire) {
+            if e.rate.load(Acquire) > 0 && now < e.rate_until.load(Acquire) {
                 // A running rate's accrual is taken at each sweep too: it
                 // is bounded by the most held since it was last taken
                 // (`Accrual::peak`), which a sweep brings down to what is
                 // held now. Never past the commitment's expiry (I3): the
                 // admit path would spend what it took.
-                self.accrue(e, now, e.commit.load(Relaxed), 0);
+                let until = e.lease_until.load(Acquire);
+                if until == 0 || now < until {
+                    self.accrue(e, now, e.commit.load(Relaxed), 0);
+                }
             }
             self.renew_permits(e, now);
             let idle = now.saturating_sub(e.last_used.load(Relaxed));
