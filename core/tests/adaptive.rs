@@ -558,7 +558,7 @@ fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
         r.offered, r.allowance
     );
     assert!(total <= r.allowance + BUDGET, "{total} > {} + {BUDGET}", r.allowance);
-    assert!(used >= 0.97, "the allowance is used: {used:.3}");
+    assert!(used >= 0.965, "the allowance is used: {used:.3}");
     assert!(calls <= 0.05, "calls per admitted: {calls:.4}");
 }
 
@@ -606,9 +606,9 @@ fn six_equal_holders_of_a_drained_minute_key_share_it() {
         );
         assert!(worst <= 0.15, "seed {seed}: {admitted:?}");
         // (a one-token carry's fraction dropped as each token was spent:
-        // 0.851 on Redis with six real processes; since the lazy accrual
-        // is bounded by the most held, 0.948-0.962 here)
-        assert!(used >= 0.945, "seed {seed}: {admitted:?}, {used:.3} of the allowance");
+        // 0.851 on Redis with six real processes; with a carry a token
+        // over the share, room for the fraction, 0.976-0.986 here)
+        assert!(used >= 0.97, "seed {seed}: {admitted:?}, {used:.3} of the allowance");
         worst_sum += worst;
     }
     assert!(
@@ -629,13 +629,13 @@ fn six_equal_holders_of_a_drained_minute_key_share_it() {
 fn fleet_shapes_hold_the_bound() {
     // (limit, window, instances, load, weights: 0 even, 1 zipf, 2 cyclic 1..7, floor)
     let shapes: &[(u64, u64, usize, f64, u32, f64)] = &[
-        (1000, 1_000, 100, 1.5, 0, 0.95),
+        (1000, 1_000, 100, 1.5, 0, 0.94),
         (1000, 1_000, 100, 2.0, 2, 0.975),
         (1000, 1_000, 50, 1.5, 1, 0.985),
-        (1000, 1_000, 100, 1.3, 0, 0.925),
-        (1000, 1_000, 100, 1.0, 0, 0.885),
-        (100, 1_000, 50, 1.2, 2, 0.76),
-        (50, 1_000, 20, 2.0, 2, 0.87),
+        (1000, 1_000, 100, 1.3, 0, 0.92),
+        (1000, 1_000, 100, 1.0, 0, 0.88),
+        (100, 1_000, 50, 1.2, 2, 0.71),
+        (50, 1_000, 20, 2.0, 2, 0.82),
         (100, 1_000, 12, 13.0, 0, 0.975),
     ];
     let secs = 20;

@@ -286,12 +286,15 @@ impl Entry {
             have if take > 0 && take <= have => have - take,
             have => have,
         };
-        if stays >= cap {
-            // At the commitment, a fraction of a token would be more than
-            // it: the ledger counts what a holder may hold in whole tokens.
-            // (A token the request that accrued it spends at once leaves
-            // room for the fraction: dropping it there lost a fifth of a
-            // one-token carry's rate, six holders of a 600/min key at 2x.)
+        if add < tokens || held + add >= cap {
+            // A fraction of a token beside a full commitment would be more
+            // than it: held with it, even for the instant before the
+            // caller's take, it is spent early, and n holders at once spend
+            // up to n tokens over one bucket (ten holders of a 100/s key
+            // with `carry_ms` 1000: 109 in 20 ms where one bucket allowed
+            // 102, when a take was taken to leave room for it). The ledger
+            // sizes a carry a token over its rate's share for the fraction
+            // (`ledger.lua` `rate_grant`), so a one-token share keeps it.
             acc.units = 0;
         }
         acc.peak = stays;
@@ -481,28 +484,33 @@ mod tests {
     }
 
     #[test]
-    fn a_fraction_stays_when_the_token_it_follows_is_spent_at_once() {
+    fn a_fraction_stays_only_below_the_commitment() {
         let p = Quota::new(10, 1000);
-        // 3 credit units per ms: a token every 333.3 ms; a one-token carry
-        let taker = Entry::new("k", p, 1, 0);
-        taker.start_rate(3, p.window_ms, 10_000, true, 0, 0);
-        let keeper = Entry::new("k", p, 1, 0);
-        keeper.start_rate(3, p.window_ms, 10_000, true, 0, 0);
-        // at 500: 1.5 tokens accrued; the taker's request spends the whole
-        // one, so half a token stays within the commitment of one
-        assert_eq!(taker.accrue(500, 1, 1), 1);
-        assert_eq!(taker.try_take(1), Some(0));
-        assert_eq!(keeper.accrue(500, 1, 0), 1);
-        // at 700: 2.1 in all; the taker has its second token, the keeper
-        // (at its cap since 500) lost the half and holds 0.6 more
-        assert_eq!(taker.accrue(700, 1, 1), 1, "the half token was kept");
-        assert_eq!(keeper.try_take(1), Some(0));
-        assert_eq!(keeper.accrue(700, 1, 1), 0, "the half token was dropped at the cap");
-        // a take the tokens cannot cover keeps nothing beyond the cap
-        let short = Entry::new("k", p, 1, 0);
-        short.start_rate(3, p.window_ms, 10_000, true, 0, 0);
-        assert_eq!(short.accrue(500, 1, 2), 1);
-        assert_eq!(short.try_take(1), Some(0));
-        assert_eq!(short.accrue(700, 1, 1), 0, "dropped: two were asked, one was there");
+        // 3 credit units per ms: a token every 333.3 ms; a commitment of
+        // two (a one-token share and a token for the fraction) and of one
+        let roomy = Entry::new("k", p, 1, 0);
+        roomy.start_rate(3, p.window_ms, 10_000, true, 0, 0);
+        let full = Entry::new("k", p, 1, 0);
+        full.start_rate(3, p.window_ms, 10_000, true, 0, 0);
+        // at 500: 1.5 tokens accrued; one whole token each
+        assert_eq!(roomy.accrue(500, 2, 1), 1);
+        assert_eq!(roomy.try_take(1), Some(0));
+        assert_eq!(full.accrue(500, 1, 1), 1);
+        assert_eq!(full.try_take(1), Some(0));
+        // at 700: 2.1 in all; below its commitment the half token was kept
+        // (1.5 held at most, within 2); at its commitment it was dropped
+        // (1.5 would be more than 1, even before the take)
+        assert_eq!(roomy.accrue(700, 2, 1), 1, "the half token was kept");
+        assert_eq!(full.accrue(700, 1, 1), 0, "the half token was dropped at the cap");
+        // capped accrual keeps no fraction either
+        let capped = Entry::new("k", p, 1, 0);
+        capped.start_rate(3, p.window_ms, 10_000, true, 0, 0);
+        assert_eq!(capped.accrue(1_100, 2, 0), 2, "3.3 accrued, 2 fit");
+        assert_eq!(capped.take_up_to(2), 2);
+        assert_eq!(
+            capped.accrue(1_300, 2, 0),
+            0,
+            "0.6 more: the 0.3 was dropped with the third token"
+        );
     }
 }

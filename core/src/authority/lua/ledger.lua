@@ -402,7 +402,9 @@ local function rate_grant(me, h, avail, part)
     local mine = floor(avail * max(demand, 0) / max(s.D, 1))
     granted = min(max(part, need + mine), avail)
   end
-  local carry = max(need, ceil(rate * carry_ms / window))
+  -- (a token more: room for the fraction of a token the rate accrues
+  -- beside whole ones, which the holder may keep only below its commitment)
+  local carry = max(need, ceil(rate * carry_ms / window) + 1)
   local room = floor((cap - max(s.c - granted * window, 0)) / window) - s.L - h - granted
   carry = min(carry, room)
   if carry < need or rate <= 0 then
