@@ -81,13 +81,9 @@ pub use reservation::Reservation;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::authority::{policy_base, redis_key};
-    pub use crate::broker::connections_open;
+    pub use crate::broker::{connections_open, longest_sweep_gap_ms};
     pub use crate::bucket::BucketState;
-    pub use crate::ledger::{sweep_ms, TUNING};
-    /// The broker's ticker period (ms): maintenance runs on its ticks.
-    pub fn tick_ms() -> u64 {
-        crate::broker::TICK.as_millis() as u64
-    }
+    pub use crate::ledger::TUNING;
     pub use crate::policy::{MAX_RULES, RULE_SEPARATOR};
     /// Every option's default, to show them (the C ABI's `lease_config_init`).
     /// A configuration is made through `Options` or `Builder`, not from this.

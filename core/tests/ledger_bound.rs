@@ -66,7 +66,7 @@ enum Step {
     /// (`settle()`).
     Advance(u64),
     /// The clocks move; maintenance runs only as the tickers would (at
-    /// most `sweep_ms` apart), so tokens and a rate's accrual stay held
+    /// most `sweep_gap_ms` apart), so tokens and a rate's accrual stay held
     /// through the lull.
     Quiet(u64),
     Flush(usize),
@@ -386,7 +386,7 @@ struct Fleet {
     lost: bool,
     /// When the limiters' maintenance last ran, and its longest period.
     swept: u64,
-    sweep_ms: u64,
+    sweep_gap_ms: u64,
 }
 
 impl Fleet {
@@ -433,12 +433,12 @@ impl Fleet {
     }
 
     /// The clocks move `ms`, and the limiters' maintenance runs as their
-    /// tickers would: at least every `sweep_ms` (a stall longer than that,
+    /// tickers would: at least every `sweep_gap_ms` (a stall longer than that,
     /// a paused process, is the exception docs/design.md names under I3).
     fn advance(&mut self, ms: u64) -> Result<(), String> {
         let mut left = ms;
-        while self.now + left >= self.swept + self.sweep_ms {
-            let step = self.swept + self.sweep_ms - self.now;
+        while self.now + left >= self.swept + self.sweep_gap_ms {
+            let step = self.swept + self.sweep_gap_ms - self.now;
             self.move_clocks(step)?;
             left -= step;
             self.settle()?;
@@ -626,11 +626,10 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
         static_at_down: 0,
         lost: false,
         swept: 0,
-        // (a tick late: the ticker sweeps at its first tick a period on)
-        sweep_ms: quotalease::internals::sweep_ms(
+        sweep_gap_ms: quotalease::internals::longest_sweep_gap_ms(
             o.lease_ttl_ms
                 .unwrap_or(quotalease::internals::default_config().lease_ttl_ms),
-        ) + quotalease::internals::tick_ms(),
+        ),
     };
     let losses = c.steps.iter().any(|s| {
         matches!(
@@ -2022,8 +2021,8 @@ enum PermitStep {
     Take(usize),
     /// An instance releases one of its permits (the `j`-th, wrapping).
     Release(usize, usize),
-    /// The clocks move, in half-second steps with each live instance's
-    /// maintenance (its ticker on a system clock).
+    /// The clocks move, in steps of the longest gap between sweeps, with
+    /// each live instance's maintenance (its ticker on a system clock).
     Advance(u64),
     Flush(usize),
     /// The instance releases its permits and closes.
@@ -2105,8 +2104,10 @@ fn run_permits(c: &PermitCase, url: &str, prefix: &str) -> Result<(), String> {
             }
             PermitStep::Advance(ms) => {
                 let mut left = ms;
+                let gap =
+                    quotalease::internals::longest_sweep_gap_ms(quotalease::internals::default_config().lease_ttl_ms);
                 while left > 0 {
-                    let step = left.min(500);
+                    let step = left.min(gap);
                     now += step;
                     for (l, _) in live.iter().flatten() {
                         l.advance_clock(step).map_err(|e| e.to_string())?;
