@@ -490,7 +490,7 @@ pub fn run(opts: &Options) -> Result<Report, String> {
         .iter()
         .map(|s| Fleet::new(*s, &common, opts, time, nkeys, nbins))
         .collect();
-    let sweep_ms = (opts.lease_ttl_ms / 4).clamp(5, 1_000);
+    let sweep_ms = quotalease::internals::TUNING.sweep_ms(opts.lease_ttl_ms);
     let mut now = 0u64;
     let mut next_sweep = sweep_ms;
     let start = Instant::now();

@@ -24,11 +24,11 @@ use crate::wire::{Call, Done};
 pub(crate) const TICK: Duration = Duration::from_millis(10);
 
 /// The longest time between two sweeps of a limiter's maintenance: the
-/// ticker sweeps at its first tick a `ledger::sweep_ms` after the last
+/// ticker sweeps at its first tick a `Tuning::sweep_ms` after the last
 /// sweep. (Tests on manual clocks run the maintenance this often, as the
 /// ticker would.)
-pub fn longest_sweep_gap_ms(lease_ttl_ms: u64) -> u64 {
-    crate::ledger::sweep_ms(lease_ttl_ms) + TICK.as_millis() as u64
+pub fn longest_sweep_gap_ms(cfg: &crate::Config) -> u64 {
+    cfg.tuning.sweep_ms(cfg.lease_ttl_ms) + TICK.as_millis() as u64
 }
 
 /// A Redis backend: one connection per distinct target in a process.

@@ -15,6 +15,8 @@ pub struct Builder {
     options: Options,
     /// The first setter that failed.
     error: Option<Error>,
+    #[cfg(feature = "test-util")]
+    tuning: Option<crate::ledger::Tuning>,
 }
 
 macro_rules! setters {
@@ -96,10 +98,31 @@ impl Builder {
 
     /// Validate and build.
     pub fn build(self) -> Result<Limiter> {
-        match self.error {
-            Some(e) => Err(e),
-            None => Limiter::from_options(self.options),
+        if let Some(e) = self.error {
+            return Err(e);
         }
+        #[allow(unused_mut)]
+        let mut cfg = self.options.into_config()?;
+        #[cfg(feature = "test-util")]
+        if let Some(t) = self.tuning {
+            t.check().map_err(|reason| Error::Config {
+                field: "tuning",
+                reason,
+            })?;
+            cfg.tuning = t;
+        }
+        Limiter::new(cfg)
+    }
+
+    /// Adaptive leasing's tuning (default [`crate::internals::TUNING`]),
+    /// for tests that check the bound under other values of the knobs
+    /// (`core/tests/ledger_bound.rs`). Refused at `build` when it breaks a
+    /// relation the bound relies on ([`crate::internals::Tuning::check`]).
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub fn tuning(mut self, t: crate::ledger::Tuning) -> Self {
+        self.tuning = Some(t);
+        self
     }
 }
 

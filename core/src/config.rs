@@ -213,6 +213,9 @@ pub struct Config {
     /// to watch what a limit would do before enforcing it. A tier or key
     /// can be put in shadow mode alone by its rules (`"shadow 100/min"`).
     pub shadow: bool,
+    /// Adaptive leasing's tuning: [`crate::ledger::TUNING`], except in
+    /// tests that draw other values (`Builder::tuning`, feature `test-util`).
+    pub(crate) tuning: crate::ledger::Tuning,
 }
 
 impl Config {
@@ -240,6 +243,7 @@ impl Config {
             policy_file: None,
             policy_refresh_ms: 0,
             shadow: false,
+            tuning: crate::ledger::TUNING,
         }
     }
 }

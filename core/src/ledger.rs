@@ -64,13 +64,67 @@ pub struct Tuning {
     pub recheck_pct: u64,
 }
 
-/// How often a limiter's maintenance sweeps its keys (lease TTL, the
-/// ledger's expiries, accrual), for a `lease_ttl_ms`: a quarter of the TTL,
-/// and at most half `expiry_margin_ms`, so that a commitment's tokens go
-/// back (I3) before the authority forgets them, a margin after the holder's
-/// expiry, even a tick late (`crate::broker::TICK`).
-pub fn sweep_ms(lease_ttl_ms: u64) -> u64 {
-    (lease_ttl_ms / 4).clamp(5, TUNING.expiry_margin_ms / 2)
+impl Default for Tuning {
+    fn default() -> Self {
+        TUNING
+    }
+}
+
+impl Tuning {
+    /// How often a limiter's maintenance sweeps its keys (lease TTL, the
+    /// ledger's expiries, accrual), for a `lease_ttl_ms`: a quarter of the
+    /// TTL, and at most half `expiry_margin_ms`, so that a commitment's
+    /// tokens go back (I3) before the authority forgets them, a margin after
+    /// the holder's expiry, even a tick late (`crate::broker::TICK`).
+    pub fn sweep_ms(&self, lease_ttl_ms: u64) -> u64 {
+        (lease_ttl_ms / 4).clamp(5, self.expiry_margin_ms / 2)
+    }
+
+    /// Whether the bound's argument (docs/design.md, "The ledger") holds
+    /// under this tuning: the relations between the knobs it relies on.
+    /// Any tuning that passes keeps the bound; the values only trade calls,
+    /// false denials and latency. `Err` says which relation fails.
+    pub fn check(&self) -> Result<(), String> {
+        let tick = crate::broker::TICK.as_millis() as u64;
+        let rules: [(bool, &str); 7] = [
+            // a longest rate ends a margin before its holder stops spending
+            // (`commit_ms - expiry_margin_ms` after the call): what it accrued
+            // last is spent, and the renewal comes, before the commitment ends
+            (
+                self.max_period_ms + 2 * self.expiry_margin_ms <= self.commit_ms,
+                "max_period_ms + 2 x expiry_margin_ms must be at most commit_ms",
+            ),
+            (
+                self.learn_ms >= self.commit_ms,
+                "learn_ms must be at least commit_ms (learning outlasts every commitment of a lost state)",
+            ),
+            (
+                1 <= self.min_period_ms && self.min_period_ms <= self.max_period_ms,
+                "min_period_ms must be between 1 and max_period_ms",
+            ),
+            // a sweep, a tick late, comes within the margin
+            (
+                self.expiry_margin_ms / 2 + 2 * tick < self.expiry_margin_ms,
+                "expiry_margin_ms must leave room for a sweep a tick late (more than 4 ticks)",
+            ),
+            (
+                (1..=100).contains(&self.debt_pay_pct),
+                "debt_pay_pct must be 1..=100 (0 never pays a debt back)",
+            ),
+            (
+                self.rate_start_pct <= 100 && self.recheck_pct <= 100,
+                "rate_start_pct and recheck_pct are percentages (at most 100)",
+            ),
+            (
+                self.grant_tokens >= 1 && self.rate_cap_pct >= 1 && self.demand_half_life_ms >= 1,
+                "grant_tokens, rate_cap_pct and demand_half_life_ms must be at least 1",
+            ),
+        ];
+        match rules.iter().find(|(ok, _)| !ok) {
+            Some((_, why)) => Err(why.to_string()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The tuning of every limiter.
@@ -134,6 +188,8 @@ pub struct Ask {
     /// grant made by a later call never reached it (its reply was lost),
     /// and the ledger takes it back (`unseen` in ledger.lua).
     pub applied: u64,
+    /// The holder's tuning (its limiter's: [`TUNING`] outside tests).
+    pub tuning: Tuning,
 }
 
 /// The authority's answer beyond the chunk grant.
@@ -182,7 +238,7 @@ pub(crate) fn args(
     need: u64,
     guard: (u64, u64, u64),
 ) -> Vec<String> {
-    let t = TUNING;
+    let t = ask.tuning;
     let mut v = vec![
         op.to_string(),
         policy.limit.to_string(),
@@ -297,27 +353,51 @@ mod tests {
     }
 
     #[test]
-    fn the_tuning_keeps_rates_within_a_commitment() {
+    fn the_tuning_keeps_the_bound() {
+        assert_eq!(TUNING.check(), Ok(()));
+        // each relation the bound relies on is refused when it fails
         let t = TUNING;
-        assert!(t.max_period_ms + t.expiry_margin_ms <= t.commit_ms);
-        // a longest rate ends a margin before its holder stops spending
-        // (`commit_ms - expiry_margin_ms` after the call): what it accrued
-        // last is spent, and the renewal comes, before the commitment ends
-        assert!(t.max_period_ms + 2 * t.expiry_margin_ms <= t.commit_ms);
-        assert!(
-            t.learn_ms >= t.commit_ms,
-            "learning outlasts every commitment of the lost state"
-        );
-        assert!(t.min_period_ms <= t.max_period_ms);
+        for bad in [
+            Tuning {
+                max_period_ms: t.commit_ms - 2 * t.expiry_margin_ms + 1,
+                ..t
+            },
+            Tuning {
+                learn_ms: t.commit_ms - 1,
+                ..t
+            },
+            Tuning { min_period_ms: 0, ..t },
+            Tuning {
+                min_period_ms: t.max_period_ms + 1,
+                ..t
+            },
+            Tuning {
+                expiry_margin_ms: 40,
+                ..t
+            },
+            Tuning { debt_pay_pct: 0, ..t },
+            Tuning {
+                rate_start_pct: 101,
+                ..t
+            },
+            Tuning { grant_tokens: 0, ..t },
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
     }
 
     #[test]
     fn a_sweep_comes_within_the_expiry_margin() {
         // (the longest gap between sweeps, and a tick more)
-        let longest = crate::broker::longest_sweep_gap_ms(u64::MAX);
+        let l = crate::Limiter::builder()
+            .limit(10)
+            .lease_ttl_ms(3_600_000)
+            .build()
+            .unwrap();
+        let longest = crate::broker::longest_sweep_gap_ms(l.config());
         let tick = crate::broker::TICK.as_millis() as u64;
         assert!(longest + tick < TUNING.expiry_margin_ms, "{longest} ms");
-        assert_eq!(super::sweep_ms(2_000), 500);
-        assert_eq!(super::sweep_ms(1), 5);
+        assert_eq!(TUNING.sweep_ms(2_000), 500);
+        assert_eq!(TUNING.sweep_ms(1), 5);
     }
 }

@@ -83,7 +83,7 @@ pub mod internals {
     pub use crate::authority::{policy_base, redis_key};
     pub use crate::broker::{connections_open, longest_sweep_gap_ms};
     pub use crate::bucket::BucketState;
-    pub use crate::ledger::TUNING;
+    pub use crate::ledger::{Tuning, TUNING};
     pub use crate::policy::{MAX_RULES, RULE_SEPARATOR};
     /// Every option's default, to show them (the C ABI's `lease_config_init`).
     /// A configuration is made through `Options` or `Builder`, not from this.

@@ -37,6 +37,8 @@ pub(crate) enum Call {
         leaving: bool,
         /// Which tokens: see [`Back`].
         what: Back,
+        /// The holder's tuning (with `adaptive`: the ledger's arguments).
+        tuning: crate::ledger::Tuning,
     },
     /// Read the stored bucket without changing it.
     Inspect { key: String, policy: Quota, now: Now },

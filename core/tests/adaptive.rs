@@ -111,7 +111,7 @@ fn run(fleet: &[Limiter], weights: &[f64], rate_per_ms: f64, secs: u64, seed: u6
     let mut per_ms = Vec::new();
     let mut exact_per_ms = Vec::new();
     // each limiter's maintenance runs this often, as its ticker would
-    let sweep_every = quotalease::internals::longest_sweep_gap_ms(fleet[0].config().lease_ttl_ms);
+    let sweep_every = quotalease::internals::longest_sweep_gap_ms(fleet[0].config());
     for _ in 0..secs * 1_000 {
         let mut admitted_now = 0;
         let mut exact_now = 0;

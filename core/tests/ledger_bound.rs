@@ -22,6 +22,7 @@
 mod common;
 
 use proptest::prelude::*;
+use quotalease::internals::{Tuning, TUNING};
 use quotalease::{ClockKind, FailurePolicy, Limiter, Reason};
 
 #[derive(Clone, Debug)]
@@ -104,6 +105,8 @@ fn burst(inst: usize, cost: u64, times: u32, gap_ms: u64) -> Step {
 
 #[derive(Clone, Debug)]
 struct Case {
+    /// The limiters' tuning: [`TUNING`], or drawn (`with_knobs`).
+    tuning: Tuning,
     n: usize,
     /// `expected_replicas` (0: `n`, the fleet's size).
     replicas: u64,
@@ -143,6 +146,7 @@ fn schedule(
     len: std::ops::Range<usize>,
 ) -> impl Strategy<Value = Case> {
     proptest::collection::vec(step, len).prop_map(move |steps| Case {
+        tuning: TUNING,
         n,
         replicas: 0,
         limit,
@@ -222,6 +226,7 @@ fn outage_case(memory: bool) -> impl Strategy<Value = Case> {
             // declared fewer instances than run: larger static shares)
             let replicas = prop_oneof![Just(0u64), 1..=n as u64];
             (replicas, steps).prop_map(move |(replicas, steps)| Case {
+                tuning: TUNING,
                 n,
                 replicas,
                 limit,
@@ -242,6 +247,69 @@ fn case(memory: bool) -> impl Strategy<Value = Case> {
         })
 }
 
+/// A tuning drawn over each knob's range, within the relations the bound
+/// relies on (`Tuning::check`): docs/design.md says no knob can change the
+/// bound, only calls, false denials and latency. (A bug found this way:
+/// `carry_ms` 1000 let each holder spend a fraction of a token early.)
+fn knobs() -> impl Strategy<Value = Tuning> {
+    let periods = (
+        50u64..2_000,
+        prop_oneof![1u64..100, 100u64..3_000],
+        0u64..6_000,
+        prop_oneof![Just(0u64), 1u64..5_000],
+        prop_oneof![Just(0u64), 1u64..5_000],
+        prop_oneof![Just(300_000u64), 1u64..20_000],
+    );
+    let sizes = (
+        1u64..200,
+        prop_oneof![Just(0u64), 1u64..3_000],
+        1u64..400,
+        1u64..200,
+        prop_oneof![Just(1u64), 1u64..3_000],
+        1u64..=100,
+        0u64..=100,
+    );
+    let engine = (1u64..500, 1u64..30, 1u64..5_000, 0u64..300, 1u64..2_000, 0u64..=100);
+    (periods, sizes, engine).prop_map(
+        |(
+            (expiry_margin_ms, min_period_ms, more_period, more_commit, more_learn, fallback_ms),
+            (grant_tokens, carry_ms, rate_cap_pct, saturation_pct, target_ms, debt_pay_pct, rate_start_pct),
+            (demand_first_ms, demand_first_requests, demand_half_life_ms, renew_lead_ms, recheck_ms, recheck_pct),
+        )| {
+            let max_period_ms = min_period_ms + more_period;
+            let commit_ms = max_period_ms + 2 * expiry_margin_ms + more_commit;
+            let t = Tuning {
+                commit_ms,
+                expiry_margin_ms,
+                fallback_ms,
+                learn_ms: commit_ms + more_learn,
+                min_period_ms,
+                max_period_ms,
+                grant_tokens,
+                carry_ms,
+                rate_cap_pct,
+                saturation_pct,
+                target_ms,
+                debt_pay_pct,
+                rate_start_pct,
+                demand_first_ms,
+                demand_first_requests,
+                demand_half_life_ms,
+                renew_lead_ms,
+                recheck_ms,
+                recheck_pct,
+            };
+            assert_eq!(t.check(), Ok(()), "{t:?}");
+            t
+        },
+    )
+}
+
+/// `cases`' schedules under drawn tunings.
+fn with_knobs(cases: impl Strategy<Value = Case>) -> impl Strategy<Value = Case> {
+    (knobs(), cases).prop_map(|(tuning, c)| Case { tuning, ..c })
+}
+
 /// Admissions `(time, tokens)` under one policy, and the named exceptions
 /// `(from, amount)` that came in it.
 struct Books {
@@ -254,19 +322,20 @@ struct Books {
     debts: Vec<(u64, u64)>,
     /// The schedule may lose the state (a loss's learning pauses the refill).
     losses: bool,
+    /// The limiters' tuning (the delays the exceptions and debts allow).
+    tuning: Tuning,
 }
 
 /// How long an exception (a) can show: a lost or stale state is read at
 /// `from`; intervals that meet it may hold the deficit the state forgot,
 /// and intervals that begin after it may hold the commitments made before
 /// it, which all expire within a commitment's life (and its margin).
-fn exception_ms() -> u64 {
-    let t = quotalease::internals::TUNING;
+fn exception_ms(t: &Tuning) -> u64 {
     t.commit_ms + t.expiry_margin_ms
 }
 
 impl Books {
-    fn new(limit: u64, window_ms: u64) -> Self {
+    fn new(limit: u64, window_ms: u64, tuning: Tuning) -> Self {
         Books {
             limit,
             window_ms,
@@ -274,6 +343,7 @@ impl Books {
             exceptions: Vec::new(),
             debts: Vec::new(),
             losses: true,
+            tuning,
         }
     }
 
@@ -284,7 +354,7 @@ impl Books {
     /// `k`, the debt at `t` is at most the overages from `k` on less what
     /// that rate paid since `k` (after the delay): the largest such bound.
     fn owed_at(&self, t: u64) -> f64 {
-        let tuning = quotalease::internals::TUNING;
+        let tuning = self.tuning;
         let pay = self.limit as f64 * tuning.debt_pay_pct as f64 / 100.0 / self.window_ms as f64;
         let delay = tuning.max_period_ms + if self.losses { tuning.learn_ms } else { 0 };
         let mut worst = 0f64;
@@ -307,7 +377,7 @@ impl Books {
     /// longest rate grant: until their rates end, the holders that saw the
     /// newer state accrue what the stale (or fresh) state refills again.
     fn except(&mut self, now: u64) {
-        let rates = (self.limit * quotalease::internals::TUNING.max_period_ms).div_ceil(self.window_ms);
+        let rates = (self.limit * self.tuning.max_period_ms).div_ceil(self.window_ms);
         self.exceptions.push((now, self.limit + rates));
     }
 
@@ -320,7 +390,7 @@ impl Books {
     fn worst(&self) -> (f64, String) {
         let cap = self.limit as f64;
         let rate = self.limit as f64 / self.window_ms as f64;
-        let span = exception_ms();
+        let span = exception_ms(&self.tuning);
         let sum = |f: &dyn Fn(u64) -> bool| -> f64 {
             self.exceptions
                 .iter()
@@ -331,8 +401,12 @@ impl Books {
         let mut s = 0f64;
         let mut best = f64::INFINITY;
         let mut worst = (f64::NEG_INFINITY, String::new());
+        let mut best_at = 0;
         for &(t, n) in &self.events {
             let (begun, over) = (sum(&|from| from <= t), sum(&|from| from + span < t));
+            if s - rate * t as f64 - over < best {
+                best_at = t;
+            }
             best = best.min(s - rate * t as f64 - over);
             s += n as f64;
             let after = s - rate * t as f64 - begun - self.owed_at(t);
@@ -340,7 +414,7 @@ impl Books {
                 worst = (
                     after - best - cap,
                     format!(
-                        "at {t} ms: {:.1} admitted where one bucket allows {cap} + refill",
+                        "at {t} ms: {:.1} admitted where one bucket allows {cap} + refill (from {best_at} ms)",
                         after - best
                     ),
                 );
@@ -377,6 +451,10 @@ struct Fleet {
     /// Instances that had an answer from the authority (an admission
     /// outside the failure policy says so; a denial may not).
     answered: Vec<bool>,
+    /// When each instance last admitted outside the failure policy: its
+    /// last answer came at most a commitment's life (less the margin)
+    /// before, and promised the state's life for at least `promise_ms`.
+    admitted_at: Vec<u64>,
     /// In the current outage: live instances with an answer when it began,
     /// and instances on the static share (none when it began, or joined).
     known_at_down: u64,
@@ -384,6 +462,12 @@ struct Fleet {
     /// The authority lost the key's state (restart empty) and no instance
     /// that joined since has read it: a joiner would be its first reader.
     lost: bool,
+    /// The authority lost the key's state and every live instance could
+    /// tell (a live promise of the state's life) when it did; one whose
+    /// promise runs out before it reads the state cannot (`first_read`).
+    unread_loss: bool,
+    /// The limiters' tuning.
+    tuning: Tuning,
     /// When the limiters' maintenance last ran, and its longest period.
     swept: u64,
     sweep_gap_ms: u64,
@@ -427,7 +511,11 @@ impl Fleet {
                 .unwrap();
             let windows = (self.now - from + 1_000).div_ceil(window);
             let share = (limit / self.replicas).max(1) + 1;
-            let lapsed = if self.now >= 300_000 { known } else { 0 };
+            let lapsed = if self.now >= self.books[0].tuning.fallback_ms {
+                known
+            } else {
+                0
+            };
             self.outage_allowance += (limit + known) * windows + limit + known + (unknown + lapsed) * share * windows;
         }
     }
@@ -473,7 +561,31 @@ impl Fleet {
         Ok(())
     }
 
+    /// Whether `inst`'s last answer's promise of the state's life has run
+    /// out (or it never had one): it came at most a commitment's life, less
+    /// the margin, before its last admission, and lasts at least
+    /// `max(commit_ms, fallback_ms)`. Such an instance cannot tell a lost
+    /// state from an idle key's expiry.
+    fn stale(&self, inst: usize) -> bool {
+        let t = self.tuning;
+        let promise_ms = t.commit_ms.max(t.fallback_ms);
+        !self.answered[inst] || self.now - self.admitted_at[inst] + t.commit_ms - t.expiry_margin_ms >= promise_ms
+    }
+
+    /// Exception (a) when `inst`, about to call, may be the first reader of
+    /// a lost state that it cannot tell from an expired one.
+    fn first_read(&mut self, inst: usize) {
+        if self.unread_loss && self.stale(inst) {
+            self.unread_loss = false;
+            let now = self.now;
+            self.books.last_mut().unwrap().except(now);
+        }
+    }
+
     fn acquire(&mut self, inst: usize, cost: u64, policy: FailurePolicy) -> Result<bool, String> {
+        if self.limiters.get(inst).is_some_and(Option::is_some) {
+            self.first_read(inst);
+        }
         let Some(l) = self.limiters.get(inst).and_then(Option::as_ref) else {
             return Ok(false);
         };
@@ -492,6 +604,7 @@ impl Fleet {
                 let now = self.now;
                 self.books.last_mut().unwrap().events.push((now, cost));
                 self.answered[inst] = true;
+                self.admitted_at[inst] = now;
                 Ok(true)
             }
             Ok(_) => Ok(false),
@@ -506,6 +619,9 @@ impl Fleet {
     /// below it (what went back may be admitted again later); an overage
     /// counts when settled (and is owed by the bucket until paid).
     fn reserve(&mut self, inst: usize, estimate: u64, actual: u64, hold_ms: u64) -> Result<(), String> {
+        if self.limiters.get(inst).is_some_and(Option::is_some) {
+            self.first_read(inst);
+        }
         let Some(l) = self.limiters.get(inst).and_then(Option::as_ref) else {
             return Ok(());
         };
@@ -524,6 +640,7 @@ impl Fleet {
             return r.settle(actual.min(estimate)).map_err(|e| format!("settle: {e}"));
         }
         self.answered[inst] = true;
+        self.admitted_at[inst] = self.now;
         let at = self.now;
         self.books.last_mut().unwrap().events.push((at, actual.min(estimate)));
         if hold_ms > 0 {
@@ -607,29 +724,32 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
             .key_prefix(o.prefix)
             .on_backend_failure(o.policy)
             .expected_replicas(replicas)
-            .clock(ClockKind::Manual { start_ms: start + now });
+            .clock(ClockKind::Manual { start_ms: start + now })
+            .tuning(c.tuning);
         if let Some(ttl) = o.lease_ttl_ms {
             b = b.lease_ttl_ms(ttl);
         }
         b.build().map_err(|e| e.to_string())
     };
+    let limiters: Vec<Option<Limiter>> = (0..c.n).map(|_| make(0).map(Some)).collect::<Result<_, _>>()?;
+    let sweep_gap_ms = quotalease::internals::longest_sweep_gap_ms(limiters[0].as_ref().unwrap().config());
     let mut f = Fleet {
-        limiters: (0..c.n).map(|_| make(0).map(Some)).collect::<Result<_, _>>()?,
+        limiters,
         now: 0,
-        books: vec![Books::new(c.limit, c.window_ms)],
+        books: vec![Books::new(c.limit, c.window_ms, c.tuning)],
         fallback: 0,
         outage_allowance: 0,
         down_since: None,
         replicas,
         answered: vec![false; c.n],
+        admitted_at: vec![0; c.n],
         known_at_down: 0,
         static_at_down: 0,
         lost: false,
+        unread_loss: false,
+        tuning: c.tuning,
         swept: 0,
-        sweep_gap_ms: quotalease::internals::longest_sweep_gap_ms(
-            o.lease_ttl_ms
-                .unwrap_or(quotalease::internals::default_config().lease_ttl_ms),
-        ),
+        sweep_gap_ms,
     };
     let losses = c.steps.iter().any(|s| {
         matches!(
@@ -749,6 +869,7 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                 }
                 f.limiters.push(Some(make(f.now)?));
                 f.answered.push(false);
+                f.admitted_at.push(0);
                 if f.down_since.is_some() {
                     f.static_at_down += 1;
                 }
@@ -757,14 +878,19 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
             }
             Step::RestartEmpty => {
                 // exception (a): an instance that never had an answer (it
-                // joined during an outage) carries no stamp; if it reads
-                // the lost state first, it is served from a fresh bucket
-                let unseen = (0..f.limiters.len()).any(|i| f.limiters[i].is_some() && !f.answered[i]);
+                // joined during an outage) carries no stamp, and one whose
+                // last answer's promise of the state's life ran out cannot
+                // tell a loss from an idle key's expiry; if it reads the
+                // lost state first, it is served from a fresh bucket
+                // (and one whose promise runs out before it calls:
+                // `first_read`)
+                let unseen = (0..f.limiters.len()).any(|i| f.limiters[i].is_some() && f.stale(i));
                 if unseen {
                     let now = f.now;
                     f.books.last_mut().unwrap().except(now);
                 }
                 f.lost = !unseen;
+                f.unread_loss = !unseen;
                 match o.name {
                     Some(name) => {
                         quotalease::testing::memory_reset(name);
@@ -790,7 +916,7 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                 }
                 f.books.push(Books {
                     losses,
-                    ..Books::new(*limit, *window_ms)
+                    ..Books::new(*limit, *window_ms, c.tuning)
                 });
             }
         }
@@ -952,6 +1078,33 @@ fn redis_admits_no_more_than_one_bucket() {
     property(12, case(false), |c| run_redis(c, &server.url()));
 }
 
+/// The bound holds whatever the tuning: the random schedules, the lulls,
+/// the reservations, the outages and the calendar quotas again, each limiter tuned with knobs drawn over their
+/// ranges (`knobs`).
+#[test]
+fn every_tuning_keeps_the_bound_on_the_memory_authority() {
+    property(48, with_knobs(case(true)), |c| run_memory(c, FailurePolicy::Deny, None));
+    property(32, with_knobs(lull_case(true)), |c| {
+        run_memory(c, FailurePolicy::Deny, Some(LULL_TTL_MS))
+    });
+    property(32, with_knobs(reserve_case(true)), |c| {
+        run_memory(c, FailurePolicy::Deny, None)
+    });
+    property(32, with_knobs(outage_case(true)), |c| {
+        run_memory(c, FailurePolicy::StaticShare, None)
+    });
+    calendar_property(32, with_knobs(calendar_case(true)), run_calendar_memory);
+}
+
+#[test]
+fn every_tuning_keeps_the_bound_on_redis() {
+    let server = common::redis_or_skip!(common::RedisServer::start());
+    property(16, with_knobs(case(false)), |c| run_redis(c, &server.url()));
+    property(12, with_knobs(lull_case(false)), |c| {
+        run_redis_ttl(c, &server.url(), Some(LULL_TTL_MS))
+    });
+}
+
 /// One schedule on the redis-server at `url`, under keys of its own.
 fn run_redis(c: &Case, url: &str) -> Result<Fleet, String> {
     run_redis_ttl(c, url, None)
@@ -1088,6 +1241,7 @@ fn admitted(f: &Fleet) -> u64 {
 #[test]
 fn schedule_two_holders_cannot_double_a_bucket() {
     let c = Case {
+        tuning: TUNING,
         n: 2,
         replicas: 0,
         limit: 50,
@@ -1126,6 +1280,7 @@ fn schedule_a_quiet_holders_keep_no_forgotten_chunks() {
         });
     }
     let c = Case {
+        tuning: TUNING,
         n: 20,
         replicas: 0,
         limit: 600,
@@ -1140,6 +1295,7 @@ fn schedule_a_quiet_holders_keep_no_forgotten_chunks() {
 #[test]
 fn schedule_b_a_lone_rate_holder_bursts_one_bucket_at_most() {
     let c = Case {
+        tuning: TUNING,
         n: 1,
         replicas: 0,
         limit: 100,
@@ -1158,6 +1314,7 @@ fn schedule_b_a_lone_rate_holder_bursts_one_bucket_at_most() {
 #[test]
 fn schedule_c_a_window_change_mixes_no_units() {
     let c = Case {
+        tuning: TUNING,
         n: 2,
         replicas: 0,
         limit: 600,
@@ -1185,6 +1342,7 @@ fn schedule_c_a_window_change_mixes_no_units() {
 #[test]
 fn schedule_d_the_state_outlives_its_grants() {
     let c = Case {
+        tuning: TUNING,
         n: 2,
         replicas: 0,
         limit: 60,
@@ -1203,6 +1361,7 @@ fn schedule_d_the_state_outlives_its_grants() {
 #[test]
 fn schedule_e_flushes_credit_only_what_they_return() {
     let c = Case {
+        tuning: TUNING,
         n: 3,
         replicas: 0,
         limit: 500,
@@ -1228,6 +1387,7 @@ fn schedule_e_flushes_credit_only_what_they_return() {
 #[test]
 fn schedule_g_a_restart_with_a_quiet_holder() {
     let c = Case {
+        tuning: TUNING,
         n: 3,
         replicas: 0,
         limit: 300,
@@ -1303,6 +1463,7 @@ fn fixed_leases_on_a_ledger_key_are_refused_with_the_reason() {
 #[test]
 fn schedule_a_holder_spends_nothing_past_its_commitment() {
     let c = Case {
+        tuning: TUNING,
         n: 2,
         replicas: 0,
         limit: 50,
@@ -1370,6 +1531,7 @@ fn schedule_i_two_policies_on_one_key_convert_exactly() {
 #[test]
 fn a_restart_empty_under_load_is_back_to_the_rate_within_two_seconds() {
     let c = Case {
+        tuning: TUNING,
         n: 10,
         replicas: 0,
         limit: 1_000,
@@ -1406,6 +1568,7 @@ fn a_restart_empty_under_load_is_back_to_the_rate_within_two_seconds() {
 #[test]
 fn a_burst_on_a_full_bucket_then_saturation_admits_the_allowance() {
     let c = Case {
+        tuning: TUNING,
         n: 6,
         replicas: 0,
         limit: 600,
@@ -1431,6 +1594,7 @@ fn a_burst_on_a_full_bucket_then_saturation_admits_the_allowance() {
 #[test]
 fn schedule_j_an_outage_is_paid_back_under_saturation() {
     let c = Case {
+        tuning: TUNING,
         n: 4,
         replicas: 0,
         limit: 100,
@@ -1478,6 +1642,7 @@ fn schedule_t_grants_whose_replies_were_lost_come_back() {
         ]);
     }
     let c = Case {
+        tuning: TUNING,
         n: 4,
         replicas: 0,
         limit: 100,
@@ -1520,6 +1685,7 @@ fn schedule_k_a_zero_fallback_share_admits_nothing() {
         Step::Outage(false),
     ]);
     let c = Case {
+        tuning: TUNING,
         n: 8,
         replicas: 0,
         limit: 100,
@@ -1553,6 +1719,7 @@ fn schedule_k_a_zero_fallback_share_admits_nothing() {
 #[test]
 fn schedule_l_a_closed_holder_frees_its_fallback_share() {
     let c = Case {
+        tuning: TUNING,
         n: 7,
         replicas: 0,
         limit: 600,
@@ -1606,6 +1773,7 @@ fn schedule_m_a_joiner_keeps_the_bound() {
     ];
     steps.extend((0..5).map(|_| burst(0, 1, 1, 0)));
     let c = Case {
+        tuning: TUNING,
         n: 2,
         replicas: 0,
         limit: 46,
@@ -1649,6 +1817,7 @@ fn schedule_n_a_burst_after_a_quiet_window() {
     ];
     steps.extend((0..5).map(|_| burst(0, 1, 1, 0)));
     let c = Case {
+        tuning: TUNING,
         n: 6,
         replicas: 0,
         limit: 85,
@@ -1668,6 +1837,7 @@ fn schedule_n_a_burst_after_a_quiet_window() {
 #[test]
 fn schedule_o_a_restart_read_first_by_an_outage_joiner() {
     let c = Case {
+        tuning: TUNING,
         n: 3,
         replicas: 0,
         limit: 124,
@@ -1709,6 +1879,7 @@ fn schedule_o_a_restart_read_first_by_an_outage_joiner() {
 #[test]
 fn schedule_p_a_rollback_read_first_by_a_joiner() {
     let c = Case {
+        tuning: TUNING,
         n: 2,
         replicas: 0,
         limit: 400,
@@ -1740,6 +1911,7 @@ fn schedule_p_a_rollback_read_first_by_a_joiner() {
 #[test]
 fn schedule_q_a_rate_leaves_the_sums_at_its_end() {
     let c = Case {
+        tuning: TUNING,
         n: 3,
         replicas: 0,
         limit: 93,
@@ -1851,6 +2023,7 @@ fn a_fallback_debt_is_not_paid_by_refill_cut_before_the_last_answer() {
 #[test]
 fn schedule_r_reservations_settled_below_return_only_what_is_committed() {
     let c = Case {
+        tuning: TUNING,
         n: 2,
         replicas: 0,
         limit: 41,
@@ -1882,6 +2055,7 @@ fn schedule_r_reservations_settled_below_return_only_what_is_committed() {
 #[test]
 fn schedule_s_an_overage_settled_late_is_paid_by_the_bucket() {
     let c = Case {
+        tuning: TUNING,
         n: 2,
         replicas: 0,
         limit: 33,
@@ -1928,6 +2102,7 @@ fn calendar_case(memory: bool) -> impl Strategy<Value = Case> {
         ];
         let steps = proptest::collection::vec(step, 10..if memory { 60 } else { 30 });
         steps.prop_map(move |steps| Case {
+            tuning: TUNING,
             n,
             replicas: 0,
             limit,
@@ -1961,11 +2136,29 @@ fn calendar_check(f: &Fleet, limit: u64) -> Result<(), String> {
     }
 }
 
-/// `cases` calendar schedules, each run by `run`, checked and closed.
-fn calendar_property(cases: u32, memory: bool, run: impl Fn(&Case) -> Result<Fleet, String>) {
-    each_schedule(cases, calendar_case(memory), |c| {
-        checked(run(c), |f| calendar_check(f, c.limit))
-    });
+/// `cases` calendar schedules of `strategy`, each run by `run`, checked
+/// and closed.
+fn calendar_property(cases: u32, strategy: impl Strategy<Value = Case>, run: impl Fn(&Case) -> Result<Fleet, String>) {
+    each_schedule(cases, strategy, |c| checked(run(c), |f| calendar_check(f, c.limit)));
+}
+
+/// One calendar schedule on a `memory://NAME` of its own.
+fn run_calendar_memory(c: &Case) -> Result<Fleet, String> {
+    let name = common::unique("ledger-cal");
+    let url = format!("memory://{name}");
+    run(
+        c,
+        &Options {
+            url: &url,
+            prefix: "p",
+            name: Some(&name),
+            policy: FailurePolicy::Deny,
+            lease_ttl_ms: None,
+            proxy: None,
+            server: None,
+            calendar: Some("day@UTC"),
+        },
+    )
 }
 
 /// A calendar quota admits at most its quota in each period, across its
@@ -1975,30 +2168,14 @@ fn calendar_property(cases: u32, memory: bool, run: impl Fn(&Case) -> Result<Fle
 /// than its quota within seconds (docs/design.md, "Calendar quotas").
 #[test]
 fn calendar_quotas_on_the_memory_authority_keep_the_bound() {
-    calendar_property(128, true, |c| {
-        let name = common::unique("ledger-cal");
-        let url = format!("memory://{name}");
-        run(
-            c,
-            &Options {
-                url: &url,
-                prefix: "p",
-                name: Some(&name),
-                policy: FailurePolicy::Deny,
-                lease_ttl_ms: None,
-                proxy: None,
-                server: None,
-                calendar: Some("day@UTC"),
-            },
-        )
-    });
+    calendar_property(128, calendar_case(true), run_calendar_memory);
 }
 
 #[test]
 fn calendar_quotas_on_redis_keep_the_bound() {
     let server = common::redis_or_skip!(common::RedisServer::start());
     let url = server.url();
-    calendar_property(16, false, |c| {
+    calendar_property(16, calendar_case(false), |c| {
         let prefix = common::unique("lc");
         let o = Options {
             url: &url,
@@ -2104,8 +2281,7 @@ fn run_permits(c: &PermitCase, url: &str, prefix: &str) -> Result<(), String> {
             }
             PermitStep::Advance(ms) => {
                 let mut left = ms;
-                let gap =
-                    quotalease::internals::longest_sweep_gap_ms(quotalease::internals::default_config().lease_ttl_ms);
+                let gap = quotalease::internals::longest_sweep_gap_ms(&quotalease::internals::default_config());
                 while left > 0 {
                     let step = left.min(gap);
                     now += step;

@@ -285,10 +285,12 @@ impl MemoryAuthority {
                 adaptive: true,
                 leaving,
                 what,
+                tuning,
             } => {
                 let ask = ledger::Ask {
                     holder,
                     held: tokens,
+                    tuning,
                     ..Default::default()
                 };
                 let op = what.ledger_op(leaving);

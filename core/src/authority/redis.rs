@@ -371,12 +371,14 @@ impl Connection {
                     adaptive,
                     leaving,
                     what,
+                    tuning,
                 } => backs.push((
                     i,
                     if *adaptive {
                         let ask = crate::ledger::Ask {
                             holder: *holder,
                             held: *tokens,
+                            tuning: *tuning,
                             ..Default::default()
                         };
                         ScriptCall {

@@ -26,7 +26,7 @@ impl Engine {
             if self.single(p) {
                 return need;
             }
-            let span = (crate::ledger::TUNING.target_ms + self.rtt_ms.load(Relaxed)) as u128;
+            let span = (self.r.cfg.tuning.target_ms + self.rtt_ms.load(Relaxed)) as u128;
             // what it leases ahead: the whole requests a period of demand
             // expects (a fraction of one would mostly go back unused, a
             // give-back call), at most the overshoot budget (what one

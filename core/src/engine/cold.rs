@@ -15,7 +15,6 @@ use crate::authority::Reply;
 use crate::config::{validate_key, Mode};
 use crate::decision::{Decision, Reason};
 use crate::error::{Error, Result};
-use crate::ledger::TUNING;
 use crate::policy::RuleSet;
 
 /// Where an exact-mode answer lands.
@@ -421,7 +420,7 @@ impl Engine {
         }
         // Renew from a little before the period's end (the grace after it
         // keeps accruing meanwhile).
-        let lead = (2 * self.rtt_ms.load(Relaxed)).max(TUNING.renew_lead_ms);
+        let lead = (2 * self.rtt_ms.load(Relaxed)).max(self.r.cfg.tuning.renew_lead_ms);
         if now + lead >= until && !self.circuit.is_open() {
             let local = e.tokens.load(Relaxed).min(cost - 1);
             self.start_lease(e, self.want(e, p, cost - local, local), cost - local, 0);
@@ -443,8 +442,8 @@ impl Engine {
         // saturated costs no call per denial.
         let remaining = e.auth_remaining.load(Relaxed);
         let last_call = e.in_flight_since.load(Relaxed);
-        let due = now.saturating_sub(last_call) >= TUNING.recheck_ms;
-        let recheck_at = (p.limit as u128 * TUNING.recheck_pct as u128 / 100) as u64;
+        let due = now.saturating_sub(last_call) >= self.r.cfg.tuning.recheck_ms;
+        let recheck_at = (p.limit as u128 * self.r.cfg.tuning.recheck_pct as u128 / 100) as u64;
         if remaining >= cost.max(recheck_at) && due && !self.circuit.is_open() {
             let local = e.tokens.load(Relaxed).min(cost - 1);
             let spent = self.spent_on_landing(cost - local, waiting);

@@ -108,6 +108,7 @@ impl Engine {
                 adaptive: false,
                 leaving: false,
                 what: crate::wire::Back::Held,
+                tuning: self.r.cfg.tuning,
             });
             let _ = e
                 .fallback_used

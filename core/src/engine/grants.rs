@@ -12,7 +12,7 @@ use crate::authority::{Call, Done, Now, Reply};
 use crate::bucket::{Grant, Quota};
 use crate::config::Mode;
 use crate::error::Result;
-use crate::ledger::{Answer, Ask, TUNING};
+use crate::ledger::{Answer, Ask};
 use crate::metrics::Counters;
 use crate::wire::Back;
 
@@ -127,6 +127,7 @@ impl Engine {
                 commit_ms: self.commit_ms(),
                 seq,
                 applied: e.applied.load(Acquire),
+                tuning: self.r.cfg.tuning,
             }
         });
         let call = Call::Lease {
@@ -160,7 +161,7 @@ impl Engine {
         // `demand_half_life_ms`.
         let seen = offered.saturating_sub(e.demand_offered.load(Relaxed));
         let due = if old == 0.0 {
-            dt >= TUNING.demand_first_ms || (dt >= 1 && seen >= TUNING.demand_first_requests)
+            dt >= self.r.cfg.tuning.demand_first_ms || (dt >= 1 && seen >= self.r.cfg.tuning.demand_first_requests)
         } else {
             dt >= 10
         };
@@ -170,7 +171,7 @@ impl Engine {
             let keep = if old == 0.0 {
                 0.0
             } else {
-                0.5f64.powf(dt as f64 / TUNING.demand_half_life_ms as f64)
+                0.5f64.powf(dt as f64 / self.r.cfg.tuning.demand_half_life_ms as f64)
             };
             e.demand.store((old * keep + sample * (1.0 - keep)) as u64, Relaxed);
         }
@@ -180,12 +181,12 @@ impl Engine {
     /// How long the authority keeps an adaptive commitment: until it is given
     /// back for the memory authority on the system clock (its holders live
     /// and die with it, and nothing ticks their expiry), else
-    /// [`TUNING`]`.commit_ms`.
+    /// its tuning's `commit_ms`.
     pub(super) fn commit_ms(&self) -> u64 {
         if self.is_inline() && !self.clock.is_manual() {
             0
         } else {
-            TUNING.commit_ms
+            self.r.cfg.tuning.commit_ms
         }
     }
 
@@ -209,7 +210,14 @@ impl Engine {
                         .fallback_used
                         .fetch_update(AcqRel, Acquire, |u| Some(u.saturating_sub(used)));
                 }
-                self.seen(e, seen, now);
+                // (the state's promised life counts from when the call
+                // left: the authority's count starts later)
+                let from = if answer.is_some() {
+                    e.sent_at.load(Relaxed).min(now)
+                } else {
+                    now
+                };
+                self.seen(e, seen, from);
                 if let Some(a) = answer {
                     self.apply_answer(e, a, now);
                 }
@@ -260,12 +268,14 @@ impl Engine {
         // authority keeps it `expiry_margin_ms` past this holder's expiry at
         // least): a fraction of a token its rate accrued is within it
         let old_until = e.lease_until.load(Acquire);
-        let covered = old_until == 0 || sent < old_until + TUNING.expiry_margin_ms;
+        let covered = old_until == 0 || sent < old_until + self.r.cfg.tuning.expiry_margin_ms;
         e.commit.store(a.commit, Relaxed);
         let until = if a.commit_ms == 0 {
             0
         } else {
-            (sent + a.commit_ms).saturating_sub(TUNING.expiry_margin_ms).max(1)
+            (sent + a.commit_ms)
+                .saturating_sub(self.r.cfg.tuning.expiry_margin_ms)
+                .max(1)
         };
         e.lease_until.store(until, Release);
         e.fallback.store(a.fallback, Relaxed);
@@ -330,9 +340,9 @@ impl Engine {
             // A permit bucket's denials stay local for a recheck: a permit
             // may come back at any release.
             let wait = if p.calendar.is_some() {
-                g.wait_ms.min(crate::ledger::TUNING.max_period_ms)
+                g.wait_ms.min(self.r.cfg.tuning.max_period_ms)
             } else if p.calendar.is_in_flight() {
-                g.wait_ms.min(crate::ledger::TUNING.recheck_ms)
+                g.wait_ms.min(self.r.cfg.tuning.recheck_ms)
             } else {
                 g.wait_ms
             };
@@ -403,6 +413,7 @@ impl Engine {
             adaptive: self.r.adaptive,
             leaving,
             what,
+            tuning: self.r.cfg.tuning,
         };
         let done: Done = Box::new(move |r| {
             let r = match r {

@@ -482,7 +482,7 @@ impl Tick for Engine {
             return;
         }
         let now = self.clock.precise();
-        let every = crate::ledger::sweep_ms(self.r.cfg.lease_ttl_ms);
+        let every = self.r.cfg.tuning.sweep_ms(self.r.cfg.lease_ttl_ms);
         if now.saturating_sub(self.last_sweep.load(Relaxed)) >= every {
             self.last_sweep.store(now, Relaxed);
             self.maintain_at(now);

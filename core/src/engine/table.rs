@@ -244,7 +244,7 @@ impl Engine {
     fn renew_permits(&self, e: &Arc<Entry>, now: u64) {
         if Calendar(e.calendar.load(Relaxed)).is_in_flight() && e.reserved.load(Acquire) > 0 {
             let until = e.lease_until.load(Acquire);
-            if until != 0 && now + crate::ledger::TUNING.commit_ms / 2 >= until {
+            if until != 0 && now + self.r.cfg.tuning.commit_ms / 2 >= until {
                 // want 0: re-commit what it holds, take nothing more
                 self.start_lease(e, 0, 1, 0);
             }
