@@ -1625,6 +1625,45 @@ fn schedule_j_an_outage_is_paid_back_under_saturation() {
     }
 }
 
+/// Schedule U: a reservation out while its holder's rate fills the carry.
+/// The holder drains a 130/s key (a rate with a carry), reserves 4, and goes
+/// quiet: the idle rate fills the lease and is handed back with what the
+/// lease holds; the reservation, settled at 0 before the commitment's
+/// expiry, puts its 4 back in the lease. Accrual that counted only the
+/// lease (not the tokens out on reservations) filled the commitment beside
+/// them, so the 4 came back outside it and the fleet admitted 131.3 where
+/// one bucket allows 130 (both authorities; found by
+/// `every_tuning_keeps_the_bound_*`, and it needs no other tuning).
+#[test]
+fn schedule_u_a_reservation_out_while_a_rate_fills_the_carry() {
+    let c = Case {
+        tuning: TUNING,
+        n: 2,
+        replicas: 0,
+        limit: 130,
+        window_ms: 1_000,
+        steps: vec![
+            burst(0, 3, 23, 0),
+            burst(0, 3, 22, 1),
+            burst(1, 1, 6, 4),
+            Step::Reserve {
+                inst: 0,
+                estimate: 4,
+                actual: 0,
+                hold_ms: 5_761,
+            },
+            burst(0, 1, 16, 0),
+            Step::LoadFirst {
+                per_s: 182,
+                ms: 2_181,
+                first: 1,
+            },
+            burst(0, 1, 2, 0),
+        ],
+    };
+    holds_on_both(&c, None);
+}
+
 /// Schedule T: replies lost to timeouts while a saturated fleet runs on
 /// rates (the authority grants, the holders never hear). What those grants
 /// moved into the holders' commitments comes back to the bucket at each

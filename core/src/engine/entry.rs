@@ -273,7 +273,11 @@ impl Entry {
         let units = rate * (end - acc.at) + acc.units;
         (acc.at, acc.units) = (end, units % w);
         let tokens = units / w;
-        let held = self.tokens.load(Relaxed);
+        // (tokens out on reservations are held too: the commitment counts
+        // them until they are settled, and a settle below the estimate
+        // puts them back in the lease)
+        let lease = self.tokens.load(Relaxed);
+        let held = lease + u64::from(self.reserved.load(Relaxed));
         // Accrual is taken lazily, when the tokens held ran out; it filled
         // what the commitment left beside what was held all along, so the
         // most held since the last accrual bounds it, not what is held now
@@ -282,9 +286,9 @@ impl Entry {
         // 13 over one bucket, `a_carry_kept_through_a_lull_is_one_carry`).
         let add = tokens.min(cap.saturating_sub(held.max(acc.peak)));
         // What stays held once the caller took its tokens (if they are there).
-        let stays = match held + add {
-            have if take > 0 && take <= have => have - take,
-            have => have,
+        let stays = match lease + add {
+            have if take > 0 && take <= have => held + add - take,
+            _ => held + add,
         };
         if add < tokens || held + add >= cap {
             // A fraction of a token beside a full commitment would be more
