@@ -2250,6 +2250,8 @@ enum PermitStep {
 
 #[derive(Clone, Debug)]
 struct PermitCase {
+    /// The limiters' tuning: [`TUNING`], or drawn (`knobs`).
+    tuning: Tuning,
     n: usize,
     limit: u64,
     steps: Vec<PermitStep>,
@@ -2267,6 +2269,7 @@ fn permit_case(memory: bool) -> impl Strategy<Value = PermitCase> {
             1 => Just(PermitStep::Join),
         ];
         proptest::collection::vec(step, 10..if memory { 80 } else { 40 }).prop_map(move |steps| PermitCase {
+            tuning: TUNING,
             n,
             limit,
             steps,
@@ -2289,14 +2292,16 @@ fn run_permits(c: &PermitCase, url: &str, prefix: &str) -> Result<(), String> {
             .clock(ClockKind::Manual {
                 start_ms: 1_000_000 + now,
             })
+            .tuning(c.tuning)
             .build()
             .map_err(|e| e.to_string())
     };
-    let commit_ms = quotalease::internals::TUNING.commit_ms;
+    let commit_ms = c.tuning.commit_ms;
     let mut now = 0u64;
     let mut live: Vec<Option<(Limiter, Vec<quotalease::Permit>)>> = (0..c.n)
         .map(|_| make(0).map(|l| Some((l, Vec::new()))))
         .collect::<Result<_, _>>()?;
+    let gap = quotalease::internals::longest_sweep_gap_ms(live[0].as_ref().unwrap().0.config());
     // (permits, when they died)
     let mut dead: Vec<(usize, u64)> = Vec::new();
     let mut forgotten = Vec::new();
@@ -2320,7 +2325,6 @@ fn run_permits(c: &PermitCase, url: &str, prefix: &str) -> Result<(), String> {
             }
             PermitStep::Advance(ms) => {
                 let mut left = ms;
-                let gap = quotalease::internals::longest_sweep_gap_ms(&quotalease::internals::default_config());
                 while left > 0 {
                     let step = left.min(gap);
                     now += step;
@@ -2396,6 +2400,7 @@ fn permits_on_redis_keep_the_bound() {
 fn schedule_p_permits_held_through_an_idle_minute_stay_held() {
     use PermitStep::*;
     let c = PermitCase {
+        tuning: TUNING,
         n: 3,
         limit: 2,
         steps: vec![
