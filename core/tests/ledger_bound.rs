@@ -980,6 +980,16 @@ fn close(f: Fleet) {
 }
 
 fn run_memory(c: &Case, policy: FailurePolicy, lease_ttl_ms: Option<u64>) -> Result<Fleet, String> {
+    run_memory_on(c, policy, lease_ttl_ms, None)
+}
+
+/// One schedule on a `memory://NAME` of its own (`calendar`: see [`Options`]).
+fn run_memory_on(
+    c: &Case,
+    policy: FailurePolicy,
+    lease_ttl_ms: Option<u64>,
+    calendar: Option<&str>,
+) -> Result<Fleet, String> {
     let name = common::unique("ledger-bound");
     let url = format!("memory://{name}");
     run(
@@ -992,7 +1002,7 @@ fn run_memory(c: &Case, policy: FailurePolicy, lease_ttl_ms: Option<u64>) -> Res
             lease_ttl_ms,
             proxy: None,
             server: None,
-            calendar: None,
+            calendar,
         },
     )
 }
@@ -2183,21 +2193,7 @@ fn calendar_property(cases: u32, strategy: impl Strategy<Value = Case>, run: imp
 
 /// One calendar schedule on a `memory://NAME` of its own.
 fn run_calendar_memory(c: &Case) -> Result<Fleet, String> {
-    let name = common::unique("ledger-cal");
-    let url = format!("memory://{name}");
-    run(
-        c,
-        &Options {
-            url: &url,
-            prefix: "p",
-            name: Some(&name),
-            policy: FailurePolicy::Deny,
-            lease_ttl_ms: None,
-            proxy: None,
-            server: None,
-            calendar: Some("day@UTC"),
-        },
-    )
+    run_memory_on(c, FailurePolicy::Deny, None, Some("day@UTC"))
 }
 
 /// A calendar quota admits at most its quota in each period, across its
