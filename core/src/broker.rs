@@ -11,17 +11,15 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::error::{Error, Result};
 use crate::fork;
+pub(crate) use crate::ledger::TICK;
 use crate::url::BackendSpec;
 use crate::wire::{Call, Done};
-/// How often registered limiters are ticked (coarse clock, maintenance).
-pub(crate) const TICK: Duration = Duration::from_millis(10);
 
 /// The longest time between two sweeps of a limiter's maintenance: the
 /// ticker sweeps at its first tick a `Tuning::sweep_ms` after the last

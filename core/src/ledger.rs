@@ -7,9 +7,16 @@
 //! expiry on its own clock. The invariants I1-I4 and the bound they give are
 //! in docs/design.md ("The ledger").
 
-/// The script: one text for Redis and for the memory authority.
+use std::time::Duration;
+
 use crate::bucket::Quota;
 
+/// How often the broker ticks registered limiters (coarse clock,
+/// maintenance). It lives here, below the broker, because the tuning's
+/// margins are counted in ticks ([`Tuning::check`]).
+pub(crate) const TICK: Duration = Duration::from_millis(10);
+
+/// The script: one text for Redis and for the memory authority.
 pub(crate) const SCRIPT: &str = include_str!("authority/lua/ledger.lua");
 
 /// Every tuned number of adaptive leasing, in one place; docs/design.md
@@ -75,7 +82,7 @@ impl Tuning {
     /// ledger's expiries, accrual), for a `lease_ttl_ms`: a quarter of the
     /// TTL, and at most half `expiry_margin_ms`, so that a commitment's
     /// tokens go back (I3) before the authority forgets them, a margin after
-    /// the holder's expiry, even a tick late (`crate::broker::TICK`).
+    /// the holder's expiry, even a tick late (`TICK`).
     pub fn sweep_ms(&self, lease_ttl_ms: u64) -> u64 {
         (lease_ttl_ms / 4).clamp(5, self.expiry_margin_ms / 2)
     }
@@ -85,7 +92,7 @@ impl Tuning {
     /// Any tuning that passes keeps the bound; the values only trade calls,
     /// false denials and latency. `Err` says which relation fails.
     pub fn check(&self) -> Result<(), String> {
-        let tick = crate::broker::TICK.as_millis() as u64;
+        let tick = TICK.as_millis() as u64;
         let rules: [(bool, &str); 7] = [
             // a longest rate ends a margin before its holder stops spending
             // (`commit_ms - expiry_margin_ms` after the call): what it accrued
@@ -395,7 +402,7 @@ mod tests {
             .build()
             .unwrap();
         let longest = crate::broker::longest_sweep_gap_ms(l.config());
-        let tick = crate::broker::TICK.as_millis() as u64;
+        let tick = TICK.as_millis() as u64;
         assert!(longest + tick < TUNING.expiry_margin_ms, "{longest} ms");
         assert_eq!(TUNING.sweep_ms(2_000), 500);
         assert_eq!(TUNING.sweep_ms(1), 5);
