@@ -1104,6 +1104,10 @@ fn every_tuning_keeps_the_bound_on_the_memory_authority() {
         run_memory(c, FailurePolicy::StaticShare, None)
     });
     calendar_property(32, with_knobs(calendar_case(true)), run_calendar_memory);
+    let permits = (knobs(), permit_case(true)).prop_map(|(tuning, c)| PermitCase { tuning, ..c });
+    each_schedule(64, permits, |c| {
+        run_permits(c, &format!("memory://{}", common::unique("permits")), "p")
+    });
 }
 
 #[test]
@@ -2275,8 +2279,8 @@ fn permit_case(memory: bool) -> impl Strategy<Value = PermitCase> {
 
 /// Runs a permit schedule on `url` and checks after every step: the
 /// permits live instances hold, plus those of dead instances until their
-/// last commitment can have expired at the authority (`commit_ms` after
-/// they died), are at most `limit`.
+/// last commitment expires at the authority (`commit_ms` after their last
+/// lease call), are at most `limit`.
 fn run_permits(c: &PermitCase, url: &str, prefix: &str) -> Result<(), String> {
     let make = |now: u64| {
         Limiter::builder()
@@ -2298,14 +2302,23 @@ fn run_permits(c: &PermitCase, url: &str, prefix: &str) -> Result<(), String> {
         .map(|_| make(0).map(|l| Some((l, Vec::new()))))
         .collect::<Result<_, _>>()?;
     let gap = quotalease::internals::longest_sweep_gap_ms(live[0].as_ref().unwrap().0.config());
-    // (permits, when they died)
+    // each instance's last lease call (a take or a renewal; a release or a
+    // flush gives back and re-commits nothing): its commitment expires at
+    // the authority `commit_ms` after it
+    let mut last_lease = vec![0u64; c.n];
+    let calls = |l: &Limiter| l.metrics().backend_calls;
+    // (permits, the dead instance's last lease call)
     let mut dead: Vec<(usize, u64)> = Vec::new();
     let mut forgotten = Vec::new();
     for st in &c.steps {
         match *st {
             PermitStep::Take(i) => {
                 if let Some((l, held)) = live.get_mut(i).and_then(Option::as_mut) {
+                    let before = calls(l);
                     let p = l.acquire_concurrent("k", None).map_err(|e| e.to_string())?;
+                    if calls(l) > before {
+                        last_lease[i] = now;
+                    }
                     if p.allowed() {
                         held.push(p);
                     }
@@ -2324,9 +2337,13 @@ fn run_permits(c: &PermitCase, url: &str, prefix: &str) -> Result<(), String> {
                 while left > 0 {
                     let step = left.min(gap);
                     now += step;
-                    for (l, _) in live.iter().flatten() {
+                    for (i, (l, _)) in live.iter().enumerate().filter_map(|(i, x)| Some((i, x.as_ref()?))) {
+                        let before = calls(l);
                         l.advance_clock(step).map_err(|e| e.to_string())?;
                         l.settle().map_err(|e| e.to_string())?;
+                        if calls(l) > before {
+                            last_lease[i] = now;
+                        }
                     }
                     left -= step;
                 }
@@ -2344,14 +2361,17 @@ fn run_permits(c: &PermitCase, url: &str, prefix: &str) -> Result<(), String> {
             }
             PermitStep::Die(i) => {
                 if let Some((l, held)) = live.get_mut(i).and_then(Option::take) {
-                    dead.push((held.len(), now));
+                    dead.push((held.len(), last_lease[i]));
                     forgotten.push((l, held));
                 }
             }
-            PermitStep::Join => live.push(Some((make(now)?, Vec::new()))),
+            PermitStep::Join => {
+                live.push(Some((make(now)?, Vec::new())));
+                last_lease.push(now);
+            }
         }
         let held: usize = live.iter().flatten().map(|(_, h)| h.len()).sum();
-        let dying: usize = dead.iter().filter(|&&(_, at)| now <= at + commit_ms).map(|d| d.0).sum();
+        let dying: usize = dead.iter().filter(|&&(_, at)| now < at + commit_ms).map(|d| d.0).sum();
         if (held + dying) as u64 > c.limit {
             return Err(format!(
                 "at {now} ms: {held} permits held and {dying} of dead instances, limit {}",
