@@ -511,11 +511,7 @@ impl Fleet {
                 .unwrap();
             let windows = (self.now - from + 1_000).div_ceil(window);
             let share = (limit / self.replicas).max(1) + 1;
-            let lapsed = if self.now >= self.tuning.fallback_ms {
-                known
-            } else {
-                0
-            };
+            let lapsed = if self.now >= self.tuning.fallback_ms { known } else { 0 };
             self.outage_allowance += (limit + known) * windows + limit + known + (unknown + lapsed) * share * windows;
         }
     }
