@@ -617,6 +617,62 @@ fn six_equal_holders_of_a_drained_minute_key_share_it() {
     );
 }
 
+/// Six holders of equal demand as in `six_equal_holders_of_a_drained_minute_key_share_it`,
+/// but with Poisson arrivals (3.33/s each, 20 s, seeds 1-16): the split follows
+/// each holder's demand estimate, which a few requests a second leave noisy,
+/// so the shares spread far wider than paced requests' (docs/limits.md,
+/// "Equal demand with random arrivals"). The bound is asserted; the spread
+/// is printed, with a floor a little over what was measured (a regression
+/// guard, not a target: issue 22's 10 % is met by paced requests only).
+#[test]
+fn six_equal_poisson_holders_keep_the_bound_and_print_their_spread() {
+    let seeds = 16u64;
+    let (mut worst_sum, mut used_sum) = (0.0, 0.0);
+    for seed in 1..=seeds {
+        let name = format!("adaptive-eqp6-{seed}");
+        let d = fleet_with(&name, 1, 600, 60_000).pop().unwrap();
+        while d.acquire("k", 1).unwrap().allowed {}
+        d.close().unwrap();
+        let f = fleet_with(&name, 6, 600, 60_000);
+        let mut rng = Rng(seed * 7919);
+        let mut admitted = [0u64; 6];
+        let ms = 20_000u64;
+        for _ in 0..ms {
+            for (i, l) in f.iter().enumerate() {
+                if rng.unit() < 3.333 / 1000.0 {
+                    admitted[i] += l.acquire("k", 1).unwrap().allowed as u64;
+                }
+            }
+            for l in &f {
+                l.advance_clock(1).unwrap();
+            }
+        }
+        // what one bucket allows after the drain: the refill over the run
+        let allowance = 600 * ms / 60_000;
+        let total: u64 = admitted.iter().sum();
+        assert!(total <= allowance, "seed {seed}: {admitted:?} of {allowance}");
+        let mean = total as f64 / 6.0;
+        let worst = admitted
+            .iter()
+            .map(|a| (*a as f64 - mean).abs() / mean)
+            .fold(0.0, f64::max);
+        eprintln!(
+            "equal 6, Poisson, seed {seed}: {admitted:?}, {:.1} % from the mean, {:.3} of the allowance",
+            worst * 100.0,
+            total as f64 / allowance as f64
+        );
+        worst_sum += worst;
+        used_sum += total as f64 / allowance as f64;
+    }
+    let (worst, used) = (worst_sum / seeds as f64, used_sum / seeds as f64);
+    eprintln!(
+        "equal 6, Poisson: {:.1} % from an equal share on average, {used:.3} of the allowance",
+        worst * 100.0
+    );
+    assert!(worst <= 0.5, "{:.1} % from an equal share on average", worst * 100.0);
+    assert!(used >= 0.88, "{used:.3} of the allowance");
+}
+
 /// Fleet shapes beside the targets' own, on the memory authority (manual
 /// clocks, Poisson arrivals, 20 s): whatever the fleet, it admits at most
 /// what one bucket allows. The share of the allowance each reaches is
