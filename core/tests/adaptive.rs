@@ -569,15 +569,29 @@ fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
 /// shortest: split by a sum of demand that lacks the holders joining next,
 /// 5 s first rates left a late joiner with nothing until they ended (34 %
 /// from an equal share on seed 7, 6.6-34 % over seeds 1-8).
+/// Six holders of a 600/min key `k` that another limiter drained first.
+fn six_holders_of_a_drained_minute_key(name: &str) -> Vec<Limiter> {
+    let d = fleet_with(name, 1, 600, 60_000).pop().unwrap();
+    while d.acquire("k", 1).unwrap().allowed {}
+    d.close().unwrap();
+    fleet_with(name, 6, 600, 60_000)
+}
+
+/// The largest distance of one holder's admitted from the mean, as a
+/// fraction of the mean.
+fn spread(admitted: &[u64]) -> f64 {
+    let mean = admitted.iter().sum::<u64>() as f64 / admitted.len() as f64;
+    admitted
+        .iter()
+        .map(|a| (*a as f64 - mean).abs() / mean)
+        .fold(0.0, f64::max)
+}
+
 #[test]
 fn six_equal_holders_of_a_drained_minute_key_share_it() {
     let mut worst_sum = 0.0;
     for seed in 1..=8u64 {
-        let name = format!("adaptive-eq6-{seed}");
-        let d = fleet_with(&name, 1, 600, 60_000).pop().unwrap();
-        while d.acquire("k", 1).unwrap().allowed {}
-        d.close().unwrap();
-        let f = fleet_with(&name, 6, 600, 60_000);
+        let f = six_holders_of_a_drained_minute_key(&format!("adaptive-eq6-{seed}"));
         let mut rng = Rng(seed);
         let mut next: Vec<u64> = (0..6).map(|_| (rng.unit() * 1000.0) as u64).collect();
         let mut admitted = [0u64; 6];
@@ -592,11 +606,7 @@ fn six_equal_holders_of_a_drained_minute_key_share_it() {
                 l.advance_clock(1).unwrap();
             }
         }
-        let mean = admitted.iter().sum::<u64>() as f64 / 6.0;
-        let worst = admitted
-            .iter()
-            .map(|a| (*a as f64 - mean).abs() / mean)
-            .fold(0.0, f64::max);
+        let worst = spread(&admitted);
         // what one bucket allows: the refill over the 21 s (drained first)
         let used = admitted.iter().sum::<u64>() as f64 / 210.0;
         eprintln!(
@@ -629,11 +639,7 @@ fn six_equal_poisson_holders_keep_the_bound_and_print_their_spread() {
     let seeds = 16u64;
     let (mut worst_sum, mut used_sum) = (0.0, 0.0);
     for seed in 1..=seeds {
-        let name = format!("adaptive-eqp6-{seed}");
-        let d = fleet_with(&name, 1, 600, 60_000).pop().unwrap();
-        while d.acquire("k", 1).unwrap().allowed {}
-        d.close().unwrap();
-        let f = fleet_with(&name, 6, 600, 60_000);
+        let f = six_holders_of_a_drained_minute_key(&format!("adaptive-eqp6-{seed}"));
         let mut rng = Rng(seed * 7919);
         let mut admitted = [0u64; 6];
         let ms = 20_000u64;
@@ -651,11 +657,7 @@ fn six_equal_poisson_holders_keep_the_bound_and_print_their_spread() {
         let allowance = 600 * ms / 60_000;
         let total: u64 = admitted.iter().sum();
         assert!(total <= allowance, "seed {seed}: {admitted:?} of {allowance}");
-        let mean = total as f64 / 6.0;
-        let worst = admitted
-            .iter()
-            .map(|a| (*a as f64 - mean).abs() / mean)
-            .fold(0.0, f64::max);
+        let worst = spread(&admitted);
         eprintln!(
             "equal 6, Poisson, seed {seed}: {admitted:?}, {:.1} % from the mean, {:.3} of the allowance",
             worst * 100.0,
