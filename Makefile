@@ -71,7 +71,7 @@ test-go: redis
 	bash scripts/test-go.sh
 
 bench-c-go:
-	bash scripts/bench-c-go.sh
+	GO_BASELINE=$(GO_BASELINE) bash scripts/bench-c-go.sh
 
 test: test-rust test-c test-go test-python test-node check-compat test-system
 

@@ -4,6 +4,10 @@ package quotalease
 // wrappers in cshim.h are compiled into this package.
 
 // #cgo pkg-config: lease
+// #cgo noescape ql_acquire_into
+// #cgo nocallback ql_acquire_into
+// #cgo noescape ql_acquire_tier_into
+// #cgo nocallback ql_acquire_tier_into
 // #include "cshim.h"
 import "C"
 

@@ -19,31 +19,40 @@ typedef struct {
 	char *err;
 } ql_decision_result;
 
-static inline ql_decision_result ql_acquire(const lease_limiter *l, _GoString_ key, uint64_t cost, int wait) {
-	ql_decision_result r;
-	const uint8_t *p = (const uint8_t *)_GoStringPtr(key);
-	size_t n = _GoStringLen(key);
-	r.status = wait ? lease_acquire(l, p, n, cost, &r.d) : lease_try_acquire(l, p, n, cost, &r.d);
-	r.err = r.status == LEASE_OK ? NULL : ql_err(r.status);
-	return r;
-}
-
 typedef struct {
 	lease_status status;
 	char *err;
 } ql_result;
 
-// A call naming a plan tier: "" (Go's "no tier") is NULL, length 0.
-static inline ql_decision_result ql_acquire_tier(const lease_limiter *l, _GoString_ key, uint64_t cost,
-                                                 _GoString_ tier, int wait) {
-	ql_decision_result r;
+// Acquire and AcquireTier: the decision is written into the caller's struct
+// (on the Go stack: `#cgo noescape` in cgo.go), not returned by value and
+// copied twice; the struct holds no pointer (the error message is the
+// return value), so cgo's check of it is one type test. The limiter goes
+// as an integer: it is C memory, nothing for cgo to check.
+typedef struct {
+	lease_decision d;
+	lease_status status;
+} ql_decided;
+
+static inline char *ql_acquire_into(uintptr_t l, _GoString_ key, uint64_t cost, int wait, ql_decided *out) {
+	const lease_limiter *lim = (const lease_limiter *)l;
+	const uint8_t *p = (const uint8_t *)_GoStringPtr(key);
+	size_t n = _GoStringLen(key);
+	out->status = wait ? lease_acquire(lim, p, n, cost, &out->d) : lease_try_acquire(lim, p, n, cost, &out->d);
+	return ql_err(out->status);
+}
+
+// AcquireTier's: a tier of "" (Go's "no tier") is NULL, length 0.
+static inline char *ql_acquire_tier_into(uintptr_t l, _GoString_ key, uint64_t cost, _GoString_ tier, int wait,
+                                         ql_decided *out) {
+	const lease_limiter *lim = (const lease_limiter *)l;
 	const uint8_t *p = (const uint8_t *)_GoStringPtr(key);
 	size_t n = _GoStringLen(key);
 	size_t tn = _GoStringLen(tier);
 	const uint8_t *t = tn ? (const uint8_t *)_GoStringPtr(tier) : NULL;
-	r.status = wait ? lease_acquire_tier(l, p, n, cost, t, tn, &r.d) : lease_try_acquire_tier(l, p, n, cost, t, tn, &r.d);
-	r.err = r.status == LEASE_OK ? NULL : ql_err(r.status);
-	return r;
+	out->status = wait ? lease_acquire_tier(lim, p, n, cost, t, tn, &out->d)
+	                   : lease_try_acquire_tier(lim, p, n, cost, t, tn, &out->d);
+	return ql_err(out->status);
 }
 
 static inline ql_decision_result ql_acquire_wait(const lease_limiter *l, _GoString_ key, uint64_t cost,

@@ -104,30 +104,34 @@ func (l *Limiter) TryAcquireTierN(key string, cost uint64, tier string) (Decisio
 	return l.acquireTier(key, cost, tier, 0)
 }
 
-func (l *Limiter) acquire(key string, cost uint64, wait C.int) (Decision, error) {
+func (l *Limiter) acquire(key string, cost uint64, wait C.int) (d Decision, err error) {
 	if l == nil {
 		return Decision{}, errNil
 	}
-	r := C.ql_acquire(l.ptr, key, C.uint64_t(cost), wait)
+	var r C.ql_decided
+	msg := C.ql_acquire_into(C.uintptr_t(uintptr(unsafe.Pointer(l.ptr))), key, C.uint64_t(cost), wait, &r)
 	runtime.KeepAlive(l)
 	if r.status != C.LEASE_OK {
-		return Decision{}, newError(r.status, r.err, ctxKey)
+		return Decision{}, newError(r.status, msg, ctxKey)
 	}
-	return decisionOf(l, &r.d), nil
+	d.fill(l, &r.d)
+	return d, nil
 }
 
-func (l *Limiter) acquireTier(key string, cost uint64, tier string, wait C.int) (Decision, error) {
+func (l *Limiter) acquireTier(key string, cost uint64, tier string, wait C.int) (d Decision, err error) {
 	if l == nil {
 		return Decision{}, errNil
 	}
-	r := C.ql_acquire_tier(l.ptr, key, C.uint64_t(cost), tier, wait)
+	var r C.ql_decided
+	msg := C.ql_acquire_tier_into(C.uintptr_t(uintptr(unsafe.Pointer(l.ptr))), key, C.uint64_t(cost), tier, wait, &r)
 	runtime.KeepAlive(l)
 	if r.status != C.LEASE_OK {
 		// LEASE_ERR_UTF8 is about the key here: a tier that is not UTF-8 is
 		// LEASE_ERR_CONFIG.
-		return Decision{}, newError(r.status, r.err, ctxKey)
+		return Decision{}, newError(r.status, msg, ctxKey)
 	}
-	return decisionOf(l, &r.d), nil
+	d.fill(l, &r.d)
+	return d, nil
 }
 
 // AcquireWait takes cost tokens for key in plan tier tier ("": no tier),
