@@ -93,6 +93,36 @@ impl Limiter {
         self.engine.acquire_slow(key, cost, Waiting::No, tier)
     }
 
+    /// For the bindings: decides as [`acquire_with`](Self::acquire_with)
+    /// (`wait`) or [`try_acquire_with`](Self::try_acquire_with) would, and
+    /// hands the decision to `f` by reference. Moved out of the admit
+    /// path's `Result<Option<Decision>>`, a decision is copied with vector
+    /// moves over fields just stored one by one, and each copy stalls on
+    /// store forwarding: about 20 ns of a warm call through the C ABI or
+    /// N-API (docs/benchmarks.md, "The decision read in place"). Read in
+    /// place, it is not copied. `tier` `None` as a constant folds the
+    /// admit path's tier check away, as in [`acquire`](Self::acquire).
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn decide<R>(
+        &self,
+        key: &str,
+        cost: u64,
+        tier: Option<&str>,
+        wait: bool,
+        f: impl FnOnce(&Decision) -> R,
+    ) -> Result<R> {
+        match self.engine.admit_local(key, cost, tier) {
+            Ok(Some(ref d)) => Ok(f(d)),
+            Ok(None) => {
+                let how = if wait { Waiting::Yes } else { Waiting::No };
+                let d = self.engine.acquire_slow(key, cost, how, tier)?;
+                Ok(f(&d))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// The hot path alone, for bindings that hold an interpreter lock
     /// (Python's GIL): `Ok(Some(decision))` when local tokens decided (no
     /// wait, no network), `Ok(None)` when the cold path is needed; the

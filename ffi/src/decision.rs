@@ -74,6 +74,15 @@ pub struct lease_decision {
 impl From<Decision> for lease_decision {
     #[inline]
     fn from(d: Decision) -> Self {
+        Self::from(&d)
+    }
+}
+
+impl From<&Decision> for lease_decision {
+    /// (By reference: the hot path reads the decision in place,
+    /// `Limiter::decide`.)
+    #[inline]
+    fn from(d: &Decision) -> Self {
         let mut rule_limits = [0; LEASE_MAX_RULES];
         let mut rule_window_ms = [0; LEASE_MAX_RULES];
         let rule_count = if d.rule_set == RuleSet::default() {

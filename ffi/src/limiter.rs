@@ -154,18 +154,19 @@ unsafe fn acquire_impl(
     };
     // No tier named: the engine's calls compiled with the tier known to be
     // none (its admit path folds the tier check away).
+    // SAFETY (each `out.write`): `out` is not NULL (checked) and writable
+    // (the caller's contract). The decision is read in place, not moved out
+    // (`Limiter::decide`).
+    let put = |d: &_| unsafe { out.write(lease_decision::from(d)) };
     let r = match (how, tier) {
-        (How::Acquire, None) => l.limiter.acquire(key, cost),
-        (How::Acquire, Some(_)) => l.limiter.acquire_with(key, cost, tier),
-        (How::Try, None) => l.limiter.try_acquire(key, cost),
-        (How::Try, Some(_)) => l.limiter.try_acquire_with(key, cost, tier),
-        (How::Wait(wait), _) => l.limiter.acquire_wait(key, cost, tier, wait),
+        (How::Acquire, None) => l.limiter.decide(key, cost, None, true, put),
+        (How::Acquire, Some(_)) => l.limiter.decide(key, cost, tier, true, put),
+        (How::Try, None) => l.limiter.decide(key, cost, None, false, put),
+        (How::Try, Some(_)) => l.limiter.decide(key, cost, tier, false, put),
+        (How::Wait(wait), _) => l.limiter.acquire_wait(key, cost, tier, wait).map(|d| put(&d)),
     };
     match r {
-        Ok(d) => {
-            unsafe { out.write(d.into()) };
-            LEASE_OK
-        }
+        Ok(()) => LEASE_OK,
         Err(e) => fail_with(fname, &e),
     }
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use napi::bindgen_prelude::{Float64Array, ToNapiValue};
 use napi::{sys, Env};
-use quotalease::{Decision, Error as QlError, ErrorKind, Limiter, Reservation};
+use quotalease::{Decision, Error as QlError, ErrorKind, Limiter, Reservation, RuleSet};
 
 use crate::{
     calendar_code, code_of, code_of_decision, Deferred, Meet, NativeReservation, Notifier, Outcome, KEY_BUF, MAX_SAFE,
@@ -56,8 +56,6 @@ impl Shared {
     #[inline]
     fn write(&self, d: &Decision) {
         if self.scratch_len >= SCRATCH_LEN {
-            let all = d.rules();
-            let rules = all.as_slice();
             // SAFETY: in bounds (checked: at most MAX_RULES rules fit), JS
             // thread only, array kept alive by `_scratch_ref`.
             unsafe {
@@ -68,6 +66,17 @@ impl Shared {
                 *self.scratch.add(4) = d.window_ms as f64;
                 *self.scratch.add(5) = code_of_decision(d) as f64;
                 *self.scratch.add(6) = d.rule as f64;
+                if d.rule_set == RuleSet::default() {
+                    // One rule, the decision's own, no calendar (a key with
+                    // no tier and one rule): no lookup of the rule set.
+                    *self.scratch.add(7) = 1.0;
+                    *self.scratch.add(8) = d.limit as f64;
+                    *self.scratch.add(9) = d.window_ms as f64;
+                    *self.scratch.add(10) = 0.0;
+                    return;
+                }
+                let all = d.rules();
+                let rules = all.as_slice();
                 *self.scratch.add(7) = rules.len() as f64;
                 for (i, p) in rules.iter().enumerate() {
                     *self.scratch.add(8 + 3 * i) = p.limit as f64;
@@ -274,10 +283,11 @@ unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info, op: Op) -> sys
         // No tier: the engine's plain calls, whose admit path skips the tier check.
         let l = &shared.limiter;
         match (op, tier) {
-            (Op::Acquire, None) => shared.write(&l.acquire(key, cost)?),
-            (Op::Acquire, Some(_)) => shared.write(&l.acquire_with(key, cost, tier)?),
-            (Op::TryAcquire, None) => shared.write(&l.try_acquire(key, cost)?),
-            (Op::TryAcquire, Some(_)) => shared.write(&l.try_acquire_with(key, cost, tier)?),
+            // (the decision read in place: `Limiter::decide`)
+            (Op::Acquire, None) => l.decide(key, cost, None, true, |d| shared.write(d))?,
+            (Op::Acquire, Some(_)) => l.decide(key, cost, tier, true, |d| shared.write(d))?,
+            (Op::TryAcquire, None) => l.decide(key, cost, None, false, |d| shared.write(d))?,
+            (Op::TryAcquire, Some(_)) => l.decide(key, cost, tier, false, |d| shared.write(d))?,
             (Op::AcquireAsync, _) => return unsafe { acquire_async(env, shared, key, cost, tier) },
             (Op::Reserve, _) => return unsafe { reservation_value(env, l.reserve(key, cost, tier)?) },
             (Op::ReserveAsync, _) => return unsafe { reserve_async(env, shared, key, cost, tier) },
@@ -310,6 +320,20 @@ unsafe fn acquire_async(
     cost: u64,
     tier: Option<&str>,
 ) -> Result<sys::napi_value, Thrown> {
+    // Decided by local tokens: the decision read in place (`Limiter::decide`)
+    // and no notifier made.
+    let local = match tier {
+        None => shared.limiter.acquire_local(key, cost),
+        Some(_) => shared.limiter.acquire_local_with(key, cost, tier),
+    };
+    match local {
+        Ok(Some(ref d)) => {
+            shared.write(d);
+            return Ok(ptr::null_mut());
+        }
+        Ok(None) => {}
+        Err(e) => return Err(e.into()),
+    }
     let (meet, mut notifier) = Notifier::<Decision>::pair();
     let done = move |r| notifier.fire(r);
     let now = match tier {
