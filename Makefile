@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-peers soak flood loom dist test-dist check-compat bench-dist
+.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-node-baseline bench-peers soak flood loom dist test-dist check-compat bench-dist
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
@@ -71,7 +71,7 @@ test-go: redis
 	bash scripts/test-go.sh
 
 bench-c-go:
-	GO_BASELINE=$(GO_BASELINE) bash scripts/bench-c-go.sh
+	BASELINE=$(BASELINE) bash scripts/bench-c-go.sh
 
 test: test-rust test-c test-go test-python test-node check-compat test-system
 
@@ -154,6 +154,10 @@ test-node: redis
 
 bench-node: redis
 	bash scripts/bench-node.sh --write-docs docs/benchmarks.md
+
+## Node acquireSync now against the package at BASELINE=<rev>, side by side
+bench-node-baseline:
+	bash scripts/bench-node-baseline.sh $(BASELINE)
 
 ## Rust against per-request Redis limiting: lease vs exact vs a GCRA Lua script,
 ## hot key and Zipf keys, one redis-server; docs/benchmarks.md, docs/peers.svg/png.

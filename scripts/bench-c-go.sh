@@ -4,9 +4,10 @@
 # call per contender), plus callgrind instruction counts (repeatable on a noisy
 # machine) for Rust, the C ABI and the C program. Writes the "C and Go"
 # section of docs/benchmarks.md. N=calls per round, ROUNDS=rounds.
-# GO_BASELINE=rev (`make bench-c-go GO_BASELINE=rev`) also runs the Go package
-# as it was at rev, built from a git worktree against the same liblease, in
-# the same rounds: the table gains a "Go at rev" row, Go's before and after.
+# BASELINE=rev (`make bench-c-go BASELINE=rev`) also runs the C program and
+# the Go package against liblease as it was at rev (built from a git worktree
+# into target/baseline-build, so the main build is untouched), in the same
+# rounds: the table gains two rows at rev, the before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -28,13 +29,18 @@ c_bench="$root/target/bench_acquire_c"
 cc -O2 ffi/tests/c/bench_acquire.c $(pkg-config --cflags --libs lease) -o "$c_bench"
 go_bench="$root/target/quotalease-go.test"
 (cd bindings/go && go test -c -o "$go_bench" .)
-go_base=""
-if [ -n "${GO_BASELINE:-}" ]; then
+go_base="" c_base=""
+if [ -n "${BASELINE:-}" ]; then
   base_tree=$(mktemp -d)
   trap 'git worktree remove --force "$base_tree" >/dev/null 2>&1 || true' EXIT
-  git worktree add --detach "$base_tree" "$GO_BASELINE" >/dev/null
+  git worktree add --detach "$base_tree" "$BASELINE" >/dev/null
+  base_prefix="$root/target/baseline-build/lease-prefix"
+  (cd "$base_tree" && CARGO_TARGET_DIR="$root/target/baseline-build" make -s install PREFIX="$base_prefix")
+  c_base="$root/target/bench_acquire_c_baseline"
+  cc -O2 ffi/tests/c/bench_acquire.c $(PKG_CONFIG_PATH="$base_prefix/lib/pkgconfig" pkg-config --cflags --libs lease) \
+    -o "$c_base"
   go_base="$root/target/quotalease-go-baseline.test"
-  (cd "$base_tree/bindings/go" && go test -c -o "$go_base" .)
+  (cd "$base_tree/bindings/go" && PKG_CONFIG_PATH="$base_prefix/lib/pkgconfig" go test -c -o "$go_base" .)
 fi
 
 results="$root/target/bench-c-go.txt"
@@ -45,6 +51,7 @@ for r in $(seq "$ROUNDS"); do
   "$go_bench" -test.run '^$' -test.bench '^(BenchmarkAcquire|BenchmarkCgoNoop|BenchmarkAcquireParallel)$' \
     -test.benchtime "${N}x" | awk '/^Benchmark/{sub(/-[0-9]+$/, "", $1); print "go_" $1 "_ns=" $3}' >> "$results"
   if [ -n "$go_base" ]; then
+    "$c_base" "$N" 1 | sed 's/^c_/cbase_/' >> "$results"
     "$go_base" -test.run '^$' -test.bench '^BenchmarkAcquire$' -test.benchtime "${N}x" |
       awk '/^Benchmark/{print "gobase_acquire_ns=" $3}' >> "$results"
   fi
@@ -64,10 +71,10 @@ else
   echo "valgrind not found: no instruction counts (apt-get install valgrind)" >&2
 fi
 
-python3 - "$results" "$instr" "$N" "$ROUNDS" "${GO_BASELINE:-}" <<'PY'
+python3 - "$results" "$instr" "$N" "$ROUNDS" "${BASELINE:-}" <<'PY'
 import datetime, pathlib, platform, re, subprocess, sys
 results, instr, n, rounds = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-go_baseline = sys.argv[5]
+baseline = sys.argv[5]
 best = {}
 for line in results.read_text().split():
     k, v = line.split("=")
@@ -84,7 +91,7 @@ lines = [
     "<!-- c-go-bench:start -->",
     "## C and Go",
     "",
-    "Command: `make bench-c-go"+ (f" GO_BASELINE={go_baseline}" if go_baseline else "") + "` (runs `scripts/bench-c-go.sh`; `N=` calls per round, `ROUNDS=`).",
+    "Command: `make bench-c-go"+ (f" BASELINE={baseline}" if baseline else "") + "` (runs `scripts/bench-c-go.sh`; `N=` calls per round, `ROUNDS=`).",
     "`acquire` on a warm key (local tokens, no network) from each caller, in interleaved rounds",
     f"of one run ({rounds} rounds of {n} calls; the minimum per contender), then callgrind",
     "instruction counts per call, which do not move with the machine's load. Rust and",
@@ -102,9 +109,10 @@ lines = [
     f"| Go `Limiter.Acquire` (cgo) | {go:.1f} | {go - rust:+.1f} ns | — |",
     f"| Go: one empty cgo call | {noop:.1f} | | — |",
 ]
-if go_baseline:
-    gobase = best["gobase_acquire_ns"]
-    lines.append(f"| Go `Limiter.Acquire` at {go_baseline} (same liblease) | {gobase:.1f} | {gobase - rust:+.1f} ns | — |")
+if baseline:
+    cbase, gobase = best["cbase_acquire_ns"], best["gobase_acquire_ns"]
+    lines.append(f"| C program → `liblease.so` at {baseline} | {cbase:.1f} | {cbase - rust:+.1f} ns | — |")
+    lines.append(f"| Go `Limiter.Acquire` at {baseline} (and its liblease) | {gobase:.1f} | {gobase - rust:+.1f} ns | — |")
 if gopar is not None:
     lines.append(f"| Go `Acquire`, `b.RunParallel` on 2 cores | {gopar:.1f} | | — |")
 lines += [
