@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-node-baseline bench-peers soak flood loom dist test-dist check-compat bench-dist
+.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-node-baseline bench-python-baseline bench-peers soak flood loom dist test-dist check-compat bench-dist
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
@@ -154,6 +154,10 @@ test-node: redis
 
 bench-node: redis
 	bash scripts/bench-node.sh --write-docs docs/benchmarks.md
+
+## Python acquire now against the package at BASELINE=<rev>, side by side
+bench-python-baseline:
+	bash scripts/bench-python-baseline.sh $(BASELINE)
 
 ## Node acquireSync now against the package at BASELINE=<rev>, side by side
 bench-node-baseline:

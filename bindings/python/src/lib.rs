@@ -372,6 +372,29 @@ fn rules_tuple<'py>(py: Python<'py>, rules: &ql::Rules) -> PyResult<Bound<'py, P
 // ---------------------------------------------------------------------------
 // Decision.
 
+/// A copy of `d`, read field by field. The admit path has just stored the
+/// decision's fields one by one; a plain copy reads them back with 16-byte
+/// loads, which wait for those stores to retire (a store-forwarding stall,
+/// about 8 ns of a warm `acquire`: docs/benchmarks.md, "The decision read in
+/// place"). Volatile reads keep the compiler from merging them into one copy.
+#[inline(always)]
+fn in_place(d: &ql::Decision) -> ql::Decision {
+    // SAFETY: each pointer comes from a reference to a live, initialised field.
+    unsafe {
+        ql::Decision {
+            allowed: std::ptr::read_volatile(&d.allowed),
+            limit: std::ptr::read_volatile(&d.limit),
+            remaining: std::ptr::read_volatile(&d.remaining),
+            retry_after_ms: std::ptr::read_volatile(&d.retry_after_ms),
+            reset_after_ms: std::ptr::read_volatile(&d.reset_after_ms),
+            window_ms: std::ptr::read_volatile(&d.window_ms),
+            reason: std::ptr::read_volatile(&d.reason),
+            rule: std::ptr::read_volatile(&d.rule),
+            rule_set: std::ptr::read_volatile(&d.rule_set),
+        }
+    }
+}
+
 /// The outcome of one acquire. Immutable; true when allowed.
 #[pyclass(frozen, eq, module = "quotalease._native", name = "Decision")]
 #[derive(PartialEq)]
@@ -841,7 +864,7 @@ impl Limiter {
             return self.decide(py, r);
         }
         match self.inner.acquire_local_with(key, cost.0, tier) {
-            Ok(Some(d)) => Ok(Decision { d }),
+            Ok(Some(ref d)) => Ok(Decision { d: in_place(d) }),
             Ok(None) => {
                 let r = py.detach(|| self.inner.acquire_with(key, cost.0, tier));
                 self.decide(py, r)
