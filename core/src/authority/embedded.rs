@@ -726,6 +726,157 @@ mod tests {
         }
     }
 
+    /// The store against a real redis-server (the Redis authority's crate
+    /// is the client).
+    #[cfg(feature = "redis")]
+    mod against_redis {
+        use super::super::*;
+
+        /// A redis-server from the project's harness (`tests/harness/redisctl`),
+        /// stopped on drop; None (said on stderr) when there is none and
+        /// `QUOTALEASE_REQUIRE_REDIS` does not ask for one, as the integration
+        /// tests do.
+        struct Server(String);
+
+        impl Server {
+            fn ctl(args: &[&str]) -> std::process::Output {
+                let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+                std::process::Command::new(root.join("tests/harness/redisctl"))
+                    .args(args)
+                    .env(
+                        "QUOTALEASE_HARNESS_STATE",
+                        std::env::temp_dir().join("quotalease-harness-core-lib"),
+                    )
+                    .output()
+                    .expect("tests/harness/redisctl runs")
+            }
+
+            fn start() -> Option<Server> {
+                let required = std::env::var("QUOTALEASE_REQUIRE_REDIS").is_ok_and(|v| !v.is_empty() && v != "0");
+                let installed = std::process::Command::new("redis-server")
+                    .arg("--version")
+                    .output()
+                    .is_ok();
+                if !required && !installed {
+                    eprintln!("the store against redis-server: skipped: no redis-server");
+                    return None;
+                }
+                let out = Server::ctl(&["start"]);
+                assert!(
+                    out.status.success(),
+                    "redisctl start: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                Some(Server(String::from_utf8_lossy(&out.stdout).trim().to_string()))
+            }
+        }
+
+        impl Drop for Server {
+            fn drop(&mut self) {
+                let _ = Server::ctl(&["stop", &self.0]);
+            }
+        }
+
+        /// A reply as text, the store's and the server's alike.
+        fn show(r: &Reply) -> String {
+            match r {
+                Reply::Nil => "nil".into(),
+                Reply::Int(i) => format!("i:{i}"),
+                Reply::Bulk(s) => format!("b:{s}"),
+                Reply::Status(s) => format!("s:{s}"),
+                Reply::Array(items) => format!("[{}]", items.iter().map(show).collect::<Vec<_>>().join(", ")),
+            }
+        }
+
+        fn show_value(v: &redis::Value) -> String {
+            use redis::Value as V;
+            match v {
+                V::Nil => "nil".into(),
+                V::Int(i) => format!("i:{i}"),
+                V::BulkString(b) => format!("b:{}", String::from_utf8_lossy(b)),
+                V::SimpleString(s) => format!("s:{s}"),
+                V::Okay => "s:OK".into(),
+                V::Array(items) => format!("[{}]", items.iter().map(show_value).collect::<Vec<_>>().join(", ")),
+                other => format!("{other:?}"),
+            }
+        }
+
+        /// The store answers every command the scripts use as a real
+        /// redis-server does: random sequences on a few keys, through both
+        /// encodings and the conversion (more than `Pack::MAX` entries, parts
+        /// over 255 bytes), keys emptied and deleted, commands on a key of the
+        /// other type; every reply compared.
+        #[test]
+        fn the_store_answers_as_a_real_redis_server() {
+            let Some(server) = Server::start() else { return };
+            let client = redis::Client::open(format!("redis://127.0.0.1:{}", server.0)).expect("a URL");
+            let mut con = client.get_connection().expect("a connection to the harness server");
+            let mut st = Store::default();
+            let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = |n: u64| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed % n
+            };
+            for step in 0..6000 {
+                let key = ["h", "z", "k"][next(3) as usize].to_string();
+                let spread = if next(2) == 0 { 20 } else { 90 };
+                let field = format!("f{}", next(spread));
+                let value = match next(40) {
+                    0 => "v".repeat(300),
+                    _ => next(1_000_000).to_string(),
+                };
+                let score = match next(30) {
+                    0 => "4503599627370496".to_string(),
+                    1 => "-4503599627370496".to_string(),
+                    _ => (next(100) as i64 - 50).to_string(),
+                };
+                let bound = |b: u64| match b {
+                    0 => "-inf".to_string(),
+                    1 => "+inf".to_string(),
+                    b => (b as i64 - 30).to_string(),
+                };
+                let (lo, hi) = (bound(next(60)), bound(next(60)));
+                let (a, b) = ((next(12) as i64 - 6).to_string(), (next(12) as i64 - 6).to_string());
+                let with = if next(2) == 0 {
+                    vec!["WITHSCORES".to_string()]
+                } else {
+                    vec![]
+                };
+                let mut args: Vec<String> = match next(16) {
+                    0..=2 => vec!["HSET".into(), key, field.clone(), value],
+                    3 => vec!["HGET".into(), key, field],
+                    4 => vec!["HMGET".into(), key, field, format!("f{}", next(spread))],
+                    5 => vec!["HDEL".into(), key, field, format!("f{}", next(spread))],
+                    6..=8 => vec!["ZADD".into(), key, score, field],
+                    9 => vec!["ZREM".into(), key, field, format!("f{}", next(spread))],
+                    10 => vec!["ZSCORE".into(), key, field],
+                    11 => vec!["ZRANGE".into(), key, a, b],
+                    12 => vec!["ZRANGEBYSCORE".into(), key, lo, hi],
+                    13 => vec!["ZREMRANGEBYSCORE".into(), key, lo, hi],
+                    14 => vec!["TYPE".into(), key],
+                    _ => vec![["DEL", "GET", "PEXPIRE"][next(3) as usize].into(), key],
+                };
+                if matches!(args[0].as_str(), "ZRANGE" | "ZRANGEBYSCORE") {
+                    args.extend(with);
+                }
+                if args[0] == "PEXPIRE" {
+                    args.push("600000".into());
+                }
+                let ours = match st.command(&args) {
+                    Ok(r) => show(&r),
+                    Err(e) => format!("error {}", e.split_whitespace().next().unwrap_or_default()),
+                };
+                let theirs = match redis::cmd(&args[0]).arg(&args[1..]).query::<redis::Value>(&mut con) {
+                    Ok(v) => show_value(&v),
+                    Err(e) => format!("error {}", e.code().unwrap_or("?")),
+                };
+                assert_eq!(ours, theirs, "step {step}: {args:?}");
+            }
+        }
+    }
+
     #[test]
     fn hashes_and_sorted_sets_answer_as_redis_does() {
         let mut st = Store::default();
