@@ -64,6 +64,14 @@ def test_decision_is_immutable_with_repr_and_headers() -> None:
     assert h["Retry-After"] == "1"
     assert set(h) == {"RateLimit-Policy", "RateLimit", "Retry-After"}
     assert d == d and d != no
+    # equality as pyo3's `eq` gives it (Decision implements it itself, beside
+    # its free list): field by field, another type is not equal, no order,
+    # not hashable
+    assert d != 1 and not (d == "allowed") and d != None  # noqa: E711
+    with pytest.raises(TypeError):
+        _ = d < no  # type: ignore[operator]
+    with pytest.raises(TypeError):
+        hash(d)
 
 
 def test_rate_string() -> None:
