@@ -666,18 +666,22 @@ mod tests {
         }
     }
 
+    /// Seeded pseudo-random numbers (xorshift): `next(n)` is below `n`.
+    fn numbers(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |n| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        }
+    }
+
     /// Random operations on a hash and a sorted set, through the packed
     /// encoding and past it into the maps (more than `Pack::MAX` entries,
     /// parts over 255 bytes), answer as a plain model does.
     #[test]
     fn packed_and_map_encodings_answer_alike() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = numbers(0x2545_f491_4f6c_dd1d);
         for round in 0..40 {
             let (mut h, mut hm) = (Fields::default(), BTreeMap::<String, String>::new());
             let (mut z, mut zm) = (ZSet::default(), BTreeMap::<String, i64>::new());
@@ -734,6 +738,7 @@ mod tests {
     #[cfg(feature = "redis")]
     mod against_redis {
         use super::super::*;
+        use super::numbers;
 
         /// A redis-server from the project's harness (`tests/harness/redisctl`),
         /// stopped on drop; None (said on stderr) when there is none and
@@ -815,13 +820,7 @@ mod tests {
             let client = redis::Client::open(format!("redis://127.0.0.1:{}", server.0)).expect("a URL");
             let mut con = client.get_connection().expect("a connection to the harness server");
             let mut st = Store::default();
-            let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-            let mut next = |n: u64| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                seed % n
-            };
+            let mut next = numbers(0x9e37_79b9_7f4a_7c15);
             for step in 0..6000 {
                 let key = ["h", "z", "k"][next(3) as usize].to_string();
                 let spread = if next(2) == 0 { 20 } else { 90 };
