@@ -210,8 +210,22 @@ def case_a(url: str, redis: Redis, secs: int, lease: int | None, tag: str, hog: 
         r["label"] = f"{r['lang']} {r['rate']}/s"
         r["series"] = [[b - a for a, b in itertools.pairwise([0, *(c[k] for c in cum)])] for k in (0, 1)]
     lines += seconds(results, lease is None)
+    lines.append(denials_line(results))
+    for r in results:
+        for ev in r.get("events", []):
+            lines.append(f"  event {r['lang']} {r['rate']}/s at {ev[0]} ms: {ev[1]} {ev[2]}")
     lines.append(redis_line(row, sum(r["metrics_closed"]["backend_calls"] for r in results)))
     return row, lines
+
+
+def denials_line(results: list[dict]) -> str:
+    """The fleet's denials by the decision's reason (`exhausted`: the key's tokens were spent; `pending`: a lease
+    call did not answer in time; `fallback`: the failure policy decided during an outage)."""
+    total: dict[str, int] = {}
+    for r in results:
+        for reason, n in r.get("denied_by", {}).items():
+            total[reason] = total.get(reason, 0) + n
+    return "denied by reason: " + (", ".join(f"{k} {v}" for k, v in sorted(total.items())) or "none")
 
 
 # ---------------------------------------------------------------- case (c)

@@ -6,12 +6,14 @@ const { Limiter } = require(path.join(__dirname, '..', '..', 'bindings', 'node')
 
 async function main () {
   const job = JSON.parse(process.argv[2])
+  const events = [] // [ms since the start, kind, message]: the outages this process saw
   const limiter = new Limiter({
     url: job.url,
     keyPrefix: job.key_prefix,
     limit: job.limit,
     windowMs: job.window_ms,
-    leaseSize: job.lease_size
+    leaseSize: job.lease_size,
+    onEvent: (ev) => events.push([Date.now() - job.start_at_ms, ev.kind, ev.message])
   })
   const { key, rate } = job
   const start = job.start_at_ms
@@ -20,6 +22,7 @@ async function main () {
   while (Date.now() < start) await tick()
   let offered = 0
   let admitted = 0
+  const deniedBy = {} // reason of each denial: where false denials come from
   let firstMs = 0
   let lastMs = 0
   const perSecond = [] // [backend_calls, admitted] at each whole second
@@ -33,7 +36,9 @@ async function main () {
     const due = Math.floor(((now - start) / 1000) * rate)
     while (offered < due) {
       if (!firstMs) firstMs = Date.now()
-      if ((await limiter.acquire(key)).allowed) admitted++
+      const d = await limiter.acquire(key)
+      if (d.allowed) admitted++
+      else deniedBy[d.reason] = (deniedBy[d.reason] || 0) + 1
       offered++
     }
     lastMs = Date.now()
@@ -51,7 +56,9 @@ async function main () {
     last_ms: lastMs,
     metrics: run,
     metrics_closed: limiter.metrics(),
-    per_second: perSecond
+    per_second: perSecond,
+    denied_by: deniedBy,
+    events
   }))
 }
 

@@ -15,12 +15,14 @@ from quotalease import Limiter
 
 def main() -> None:
     job = json.loads(sys.argv[1])
+    events: list = []  # [ms since the start, kind, message]: the outages this process saw
     limiter = Limiter(
         job["url"],
         limit=job["limit"],
         window_ms=job["window_ms"],
         lease_size=job["lease_size"],
         key_prefix=job["key_prefix"],
+        on_event=lambda kind, msg: events.append([int(time.time() * 1000) - job["start_at_ms"], kind, msg]),
     )
     key, rate = job["key"], job["rate"]
     start = job["start_at_ms"] / 1000
@@ -28,6 +30,7 @@ def main() -> None:
     while time.time() < start:
         time.sleep(0.001)
     offered = admitted = 0
+    denied_by: dict[str, int] = {}  # reason of each denial: where false denials come from
     first_ms = last_ms = 0
     per_second: list[list[int]] = []  # [backend_calls, admitted] at each whole second
     while True:
@@ -41,8 +44,11 @@ def main() -> None:
         while offered < due:
             if not first_ms:
                 first_ms = int(time.time() * 1000)
-            if limiter.acquire(key).allowed:
+            d = limiter.acquire(key)
+            if d.allowed:
                 admitted += 1
+            else:
+                denied_by[d.reason] = denied_by.get(d.reason, 0) + 1
             offered += 1
         last_ms = int(time.time() * 1000)
         time.sleep(0.001)
@@ -61,6 +67,8 @@ def main() -> None:
                 "metrics": run,
                 "metrics_closed": limiter.metrics(),
                 "per_second": per_second,
+                "denied_by": denied_by,
+                "events": events,
             }
         )
     )
