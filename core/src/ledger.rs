@@ -185,7 +185,9 @@ pub struct Ask {
     /// Tokens of this grant the request that asked spends as it lands (not
     /// counted as held); 0 for a prefetch or a request that does not wait.
     pub spent: u64,
-    /// Decide one request at a time: grant `need` only, never a rate.
+    /// Decide one request at a time: grant `need` only, never a rate (a key
+    /// whose budget is under a token, and every call while the circuit is
+    /// open).
     pub single: bool,
     /// Commitments expire at the authority (0: only when given back).
     pub commit_ms: u64,
@@ -357,6 +359,35 @@ mod tests {
         // call 4 never heard of call 3, and spent call 2's 30: only call
         // 3's chunk comes back (what its commitment holds beyond 0 held)
         assert_eq!(lease(&host, 1_000, ask(4, 2, 0), 10), (10, 60));
+    }
+
+    /// `unseen_debit` in ledger.lua: fallback admissions a holder reports
+    /// again because the reply to the call that debited them was lost are
+    /// debited once.
+    #[test]
+    fn fallback_admissions_reported_again_are_debited_once() {
+        let host = crate::authority::embedded::Host::new(SCRIPT);
+        let ask = |seq, applied, held, used| Ask {
+            holder: 7,
+            seq,
+            applied,
+            held,
+            fallback_used: used,
+            commit_ms: 7_000,
+            ..Ask::default()
+        };
+        // call 1 reports 20 admitted on fallback and takes 10: 70 left;
+        // its reply is lost, so the holder still counts the 20
+        assert_eq!(lease(&host, 1_000, ask(1, 0, 0, 20), 10), (10, 70));
+        // call 2 reports the same 20: call 1's chunk comes back and the 20
+        // are not taken again (50 left if they were)
+        assert_eq!(lease(&host, 1_000, ask(2, 0, 0, 20), 10), (10, 70));
+        // call 2 applied (the holder's count drops by its 20), 5 more
+        // admitted on fallback, 10 held
+        assert_eq!(lease(&host, 1_000, ask(3, 2, 10, 5), 10), (10, 55));
+        // call 3's reply lost; 3 more: its chunk comes back, and of the 8
+        // reported only the 3 it did not take are taken
+        assert_eq!(lease(&host, 1_000, ask(4, 2, 10, 8), 10), (10, 52));
     }
 
     #[test]

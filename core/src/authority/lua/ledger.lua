@@ -447,19 +447,27 @@ local function queue(served)
 end
 
 local renew_only = false
+-- fallback admissions debited for the `used` this holder reports (in 1/w
+-- token): what an unseen last call took of them (`g<id>`'s last field,
+-- `unseen_debit`), and what this call has taken of them in all (`taken`)
+local prior_taken, taken = 0, 0
 local function grant(me, old_L, renewing)
   local h = min(held, old_L)
   if used > 0 then
+    -- (`used` counts again what an unseen call took: only the rest is due)
+    local debit = max(used * window - prior_taken, 0)
     -- what the clamp cut after this holder's last answer (its fallback
     -- share's expiry less `fallback_ms`) went unused: it pays first
-    local debit = used * window
     local f_at = redis.call('ZSCORE', Z, 'f' .. holder)
     if f_at and s.o > 0 and tonumber(f_at) - fallback_ms <= s.q then
       local paid = min(s.o, debit)
       s.o = s.o - paid
+      taken = taken + paid
       debit = debit - paid
     end
+    local before = s.c
     s.c = max(s.c - debit, -cap)
+    taken = taken + (before - s.c)
   end
   -- (permits: free are those nobody holds, this holder's `h` included)
   if conc then s.c = cap - (s.L + h) * window end
@@ -534,10 +542,10 @@ end
 local function last_grant()
   local raw = redis.call('HGET', K, 'g' .. holder)
   if not raw then return nil end
-  local a, b, c, d, e, f = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local a, b, c, d, e, f, u = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) ?(%d*)$')
   if not a then return nil end
   return { seq = tonumber(a), chunk = tonumber(b), rate = tonumber(c), from = tonumber(d), to = tonumber(e),
-    w = tonumber(f) }
+    w = tonumber(f), debited = tonumber(u) or 0 }
 end
 local function unseen(me, g)
   if g == nil or g.seq <= applied or not me.live or s.z > now then return 0 end
@@ -545,6 +553,18 @@ local function unseen(me, g)
   local to = min(now, g.to)
   if to > g.from then units = units + conv(g.rate, g.w) * (to - g.from) end
   return min(units, (me.L - min(held, me.L)) * window)
+end
+-- unseen_debit: the holder reports in `used` every fallback admission of
+-- its since its last applied answer (it lowers the count only by what an
+-- answer it applied says was debited). So what the unseen call took for
+-- them is taken again now: only the rest is debited (`grant`), and each
+-- admission is debited once. (Before: each call whose reply was lost
+-- debited them again; six holders muted for 2.7 s then paid a debt of
+-- about a second of the key's rate at half its rate:
+-- `lost_replies_cost_no_debt_after_the_outage`.)
+local function unseen_debit(g)
+  if g == nil or g.seq <= applied or g.w ~= window then return 0 end
+  return g.debited
 end
 
 -- the call: reap, refill, then give back, debit or decide
@@ -569,6 +589,7 @@ if g and seq <= g.seq then
   return reply(0, min_period, 0, 0)
 end
 local back = unseen(me, g)
+prior_taken = unseen_debit(g)
 local old_L, renewing = join(me)
 if back > 0 then
   s.c = max(s.c, min(s.c + back, cap - (s.L + min(held, old_L)) * window))
@@ -597,8 +618,8 @@ fallback(me)
 if seq > 0 then
   local to = now
   if rate > 0 then to = now + period end
-  redis.call('HSET', K, 'g' .. holder, string.format('%.0f %.0f %.0f %.0f %.0f %.0f', seq,
-    max(granted - min(spent, granted), 0), rate, now, to, window))
+  redis.call('HSET', K, 'g' .. holder, string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f', seq,
+    max(granted - min(spent, granted), 0), rate, now, to, window, prior_taken + taken))
 end
 
 local c_until = NEVER
