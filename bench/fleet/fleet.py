@@ -511,9 +511,18 @@ def main() -> None:
     ap.add_argument("--secs", type=int, default=20)
     ap.add_argument("--only", choices=["a", "b", "c"])
     ap.add_argument("--hog", action="store_true", help="also run adaptive leasing with a busy process per core")
+    ap.add_argument("--hog-only", action="store_true", help="run only the rows with the hog (implies --hog)")
     ap.add_argument("--command", default="", help="the command line to record")
     ap.add_argument("--write-docs", type=Path)
     args = ap.parse_args()
+    if args.hog_only and args.write_docs:
+        ap.error("--hog-only writes no docs: its report lacks the rows without the hog")
+    args.hog = args.hog or args.hog_only
+
+    def plain(rows: list) -> list:
+        """The rows without the hog, unless --hog-only."""
+        return [] if args.hog_only else rows
+
     began = time.monotonic()
     url = f"redis://127.0.0.1:{args.redis_port}"
     redis = Redis(args.redis_port)
@@ -531,7 +540,7 @@ def main() -> None:
               f"offered 2x ({', '.join(f'{lang} {r}/s' for lang, r in A_RATES)}), {args.secs} s each, "
               f"O = {budget(A_LIMIT)}"])  # fmt: skip
         rows, detail = [], []
-        for lease, hog in [(20, False), (None, False)] + [(None, True)] * args.hog:
+        for lease, hog in plain([(20, False), (None, False)]) + [(None, True)] * args.hog:
             row, lines = case_a(url, redis, args.secs, lease, f"{tag}-{lease or 'adaptive'}-{hog}", hog)
             rows.append(row)
             detail += lines
@@ -544,7 +553,7 @@ def main() -> None:
               f"offered {B_OFFERED}x over {3 * B_CONNS} keep-alive connections, {args.secs} s each, "
               f"O = {budget(B_LIMIT)}"])  # fmt: skip
         rows, detail = [], []
-        for lease, hog in [(budget(B_LIMIT), False), (None, False)] + [(None, True)] * args.hog:
+        for lease, hog in plain([(budget(B_LIMIT), False), (None, False)]) + [(None, True)] * args.hog:
             row, lines = case_b(url, redis, args.secs, lease, f"{tag}-{lease or 'adaptive'}-{hog}", hog)
             rows.append(row)
             detail += lines
@@ -555,7 +564,7 @@ def main() -> None:
         emit(["", f"## (c) equal demand: 3 Python + 3 Node processes at {C_RATES[0][1]:.2f}/s each (2x), one key, "
               f"limit {C_LIMIT} per {C_WINDOW} ms drained first, {args.secs} s each"])  # fmt: skip
         rows, detail = [], []
-        for hog in [False] + [True] * args.hog:
+        for hog in plain([False]) + [True] * args.hog:
             row, lines = case_c(url, redis, args.secs, f"{tag}-{hog}", hog)
             rows.append(row)
             detail += lines
