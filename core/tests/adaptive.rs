@@ -810,17 +810,7 @@ fn a_carry_kept_through_a_lull_is_one_carry() {
 fn lost_replies_cost_no_debt_after_the_outage() {
     let name = "adaptive-lost-replies";
     let offered = [100.0, 300.0, 600.0, 150.0, 350.0, 500.0]; // per second: 2x
-    let f: Vec<Limiter> = (0..6)
-        .map(|_| {
-            Limiter::builder()
-                .url(format!("memory://{name}"))
-                .limit(LIMIT)
-                .window_ms(WINDOW)
-                .clock(ClockKind::Manual { start_ms: 1_000_000 })
-                .build()
-                .unwrap()
-        })
-        .collect();
+    let f = fleet(name, 6);
     let mut rng = Rng(7);
     let (mute_from, mute_to, end) = (6_500u64, 9_200u64, 20_000u64);
     let mut admitted = 0u64;
