@@ -8,8 +8,8 @@
 //!   refilled-at ms, window w, epoch, version), written by the scripts'
 //!   core/src/authority/lua/prelude.lua and read by [`Bucket::parse`];
 //! - an adaptive key: the ledger's HASH (core/src/authority/lua/ledger.lua):
-//!   `l w c t L R F D n e v u z` and one `h<holder id>` = `"L r d f w v k"`
-//!   per holder, read by [`Stored::from_hash`]. Its expiries are the sorted
+//!   `l w c t L R F D n e v u z y j O P b` and one `h<holder id>` =
+//!   `"L r d f w v k O P b"` per holder, read by [`Stored::from_hash`]. Its expiries are the sorted
 //!   set `{prefix}:{<key>}:x` (`c<id>` commitments, `r<id>` rates, `e<id>`
 //!   renewal graces, `f<id>` fallback shares, scored by expiry ms).
 
@@ -74,11 +74,15 @@ pub struct Ledger {
     /// `y`: Redis ms a saturated call last found the bucket unable to serve
     /// it (saturated holders then move onto rates; docs/design.md).
     pub dry_at: u64,
-    /// `o`: refill the capacity clamp cut (credit units, at most two
-    /// capacities): it pays fallback admissions made after `q`.
+    /// `O`: refill the capacity clamp cut since the epoch `b` (credit
+    /// units): what was cut after a holder's last lease call pays its
+    /// fallback admissions.
     pub overflow: u64,
-    /// `q`: Redis ms the overflow `o` covers from.
-    pub overflow_since: u64,
+    /// `P`: what of the overflow has paid fallback admissions since `b`.
+    pub overflow_paid: u64,
+    /// `b`: the epoch of `O` and `P` (holders' snapshots of another epoch
+    /// pay nothing).
+    pub overflow_epoch: u64,
     /// `j`: Redis ms a holder last joined (a first rate soon after is the
     /// shortest).
     pub joined_at: u64,
@@ -91,7 +95,8 @@ impl Ledger {
     }
 }
 
-/// One holder record `"L r d f w v k"`.
+/// One holder record `"L r d f w v k O P b"` (the last three, the
+/// overflow's sums at its last lease call, absent from older records).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Record {
     /// Tokens committed to it.
@@ -111,10 +116,12 @@ pub struct Record {
 }
 
 impl Record {
-    /// Parse `"L r d f w v k"`; None when it does not.
+    /// Parse `"L r d f w v k"` and what follows; None when it does not.
     pub fn parse(value: &str) -> Option<Record> {
         let f: Vec<u64> = value.split(' ').map(|x| x.parse().ok()).collect::<Option<_>>()?;
-        let [commitment, rate, demand, fallback, window_ms, version, k] = f[..] else {
+        let ([commitment, rate, demand, fallback, window_ms, version, k]
+        | [commitment, rate, demand, fallback, window_ms, version, k, _, _, _]) = f[..]
+        else {
             return None;
         };
         Some(Record {
@@ -216,8 +223,9 @@ impl Stored {
                 "u" => l.alive_until = u(),
                 "z" => l.learning_until = u(),
                 "y" => l.dry_at = u(),
-                "o" => l.overflow = u(),
-                "q" => l.overflow_since = u(),
+                "O" => l.overflow = u(),
+                "P" => l.overflow_paid = u(),
+                "b" => l.overflow_epoch = u(),
                 "j" => l.joined_at = u(),
                 _ => {}
             }
@@ -284,11 +292,12 @@ mod tests {
             ("u", "900"),
             ("z", "0"),
             ("y", "60"),
-            ("o", "2000"),
-            ("q", "50"),
+            ("O", "2000"),
+            ("P", "500"),
+            ("b", "3"),
             ("j", "40"),
             ("h7", "3 6 30000 7 1000 9 1"),
-            ("h8", "1 0 10000 3 1000 8 0"),
+            ("h8", "1 0 10000 3 1000 8 0 2000 500 3"),
             ("h9", "garbage"),
         ]))
         .unwrap();
@@ -301,8 +310,8 @@ mod tests {
         );
         assert!(!l.learning(1) && Ledger { learning_until: 5, ..l }.learning(1));
         assert_eq!(
-            (l.dry_at, l.overflow, l.overflow_since, l.joined_at),
-            (60, 2000, 50, 40)
+            (l.dry_at, l.overflow, l.overflow_paid, l.overflow_epoch, l.joined_at),
+            (60, 2000, 500, 3, 40)
         );
         assert_eq!(s.holders.len(), 3);
         assert_eq!(s.holders[2].record, None);

@@ -840,3 +840,52 @@ fn lost_replies_cost_no_debt_after_the_outage() {
     assert!(admitted <= allowance, "the bound");
     assert!(share >= 0.98, "{share:.3} of the allowance");
 }
+
+/// I4's overflow (refill the capacity clamp cut) pays fallback admissions
+/// only when it was cut after the holder's last lease call. It was kept as
+/// one amount `o` with the earliest instant `q` it covered, so overflow cut
+/// while the key was idle stayed unpaid through the saturation after it and
+/// held `q` at the idle spell: no holder's last call came before it, and
+/// the refill cut during a later outage never paid for that outage. Six
+/// uneven holders at 0.15x of a 1000/s key for 2 s, at 2x from then on, an
+/// outage from 6.5 to 9.2 s: the outage's fallback admissions were paid
+/// again from the refill after it. The ledger now sums the overflow (`O`)
+/// and what it paid (`P`), and each holder keeps both at its last lease
+/// call: what was cut since, less what paid since, pays.
+#[test]
+fn an_outage_is_paid_by_the_overflow_it_left() {
+    let offered = [100.0, 300.0, 600.0, 150.0, 350.0, 500.0]; // per second: 2x
+    let (busy_from, down_from, down_to, end) = (2_000u64, 6_500u64, 9_200u64, 20_000u64);
+    let from = 5_000u64;
+    for seed in 1..4u64 {
+        let name = format!("adaptive-outage-overflow-{seed}");
+        let f = fleet(&name, 6);
+        let mut rng = Rng(seed);
+        let mut admitted = 0u64;
+        for t in 0..end {
+            if t == down_from || t == down_to {
+                assert!(quotalease::testing::memory_outage(&name, t == down_from));
+            }
+            let load = if t < busy_from { 0.15 } else { 1.0 };
+            for (l, rate) in f.iter().zip(offered) {
+                for _ in 0..rng.poisson(load * rate / 1000.0) {
+                    let allowed = l.acquire("k", 1).unwrap().allowed;
+                    admitted += u64::from(allowed && t >= from);
+                }
+            }
+            for l in &f {
+                l.advance_clock(1).unwrap();
+            }
+        }
+        // from 5 s on: the key's rate, and at most the capacity on top
+        let allowance = LIMIT * (end - from) / WINDOW;
+        let share = admitted as f64 / allowance as f64;
+        eprintln!("seed {seed}: admitted {admitted} from 5 s on, {share:.3} of the rate");
+        assert!(
+            f.iter().all(|l| l.metrics().fallback_transitions >= 1),
+            "the fleet degraded"
+        );
+        assert!(admitted <= allowance + LIMIT, "the bound");
+        assert!(share >= 0.98, "seed {seed}: {share:.3} of the key's rate");
+    }
+}

@@ -77,7 +77,7 @@ if ARGV[31] == 'c' then
 end
 
 -- load: the key's state, created empty of commitments with a full bucket
-local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'o', 'q', 'j' }
+local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b', 'o' }
 local s = {}
 local fresh = false
 local ty = redis.call('TYPE', K)
@@ -100,17 +100,26 @@ if s.c == nil or s.t == nil or s.w == nil or s.w <= 0 or s.l == nil then
   s = { l = limit, w = window, c = limit * window, t = now, L = 0, R = 0, F = 0, D = 0, n = 0,
     e = now + 2, v = 0, u = 0, z = 0 }
 end
--- `y` (when a saturated call last found the bucket dry), the overflow `o`
--- since `q` and `j` (when a holder last joined) came after the other
--- fields: a state stored before them reads as never and none
-s.y, s.o, s.q, s.j = s.y or 0, s.o or 0, s.q or 0, s.j or 0
+-- `y` (when a saturated call last found the bucket dry), `j` (when a
+-- holder last joined) and the overflow's sums `O`, `P` and their epoch `b`
+-- came after the other fields: a state stored before them reads as never
+-- and none. (An older overflow `o` since `q` is dropped: no holder record
+-- holds a snapshot of the new sums, so none pays from them yet.)
+if s.o ~= nil then redis.call('HDEL', K, 'o', 'q') end
+s.y, s.j, s.O, s.P, s.b = s.y or 0, s.j or 0, s.O or 0, s.P or 0, s.b or 1
+-- the overflow's sums start again (their epoch `b` moves on): every
+-- holder's snapshot of them is void, so no holder pays from them until its
+-- next lease call
+local function overflow_restart()
+  s.O, s.P, s.b = 0, 0, s.b + 1
+end
 
 -- policy: a call under another limit or window converts the state exactly
 -- enough never to mix units (rounding only ever lowers what can be granted)
 if s.w ~= window or s.l ~= limit then
   local r = window / s.w
   s.c = floor(s.c * r)
-  s.o = floor(s.o * r)
+  overflow_restart()
   s.R = ceil(s.R * r)
   s.F = ceil(s.F * r)
   s.l, s.w = limit, window
@@ -119,9 +128,9 @@ local cap = limit * window
 
 -- refill to `to`: the key's rate less what active rates take, clamped at
 -- capacity less what is committed (I2); none while learning after a loss.
--- What the clamp cuts is refill nobody took through the ledger: it is kept
--- as overflow `o` (at most two capacities), with `q` the earliest instant
--- it covers, to pay fallback admissions made after it (see `grant`)
+-- What the clamp cuts is refill nobody took through the ledger: it is
+-- summed in `O` (the overflow since the epoch `b`), to pay fallback
+-- admissions made after it (`P` sums what paid; see `grant`)
 local function refill(to)
   if to <= s.t then return end
   local from = max(s.t, s.z)
@@ -144,9 +153,9 @@ local function refill(to)
     local rate = max(limit - s.R, 0)
     local full = s.c + rate * min(to - from, 3 * window)
     if full > room and rate > 0 then
-      local start = from + max(room - s.c, 0) / rate
-      if s.o <= 0 or start < s.q then s.q = floor(start) end
-      s.o = min(s.o + full - max(room, s.c), 2 * cap)
+      s.O = s.O + full - max(room, s.c)
+      -- (sums stay exact integers in a double)
+      if s.O > 2 ^ 50 then overflow_restart() end
     end
     -- (a debt, c < 0, is paid first: the refill runs that much longer)
     local debt_ms = 0
@@ -157,19 +166,22 @@ local function refill(to)
   s.t = to
 end
 
--- records: "L r d f w v k" (commitment tokens, rate and fallback share in
--- units of 1/w token per ms, demand, the window w of those units, version,
--- and 1 while its commitment is live and counted in `n`)
+-- records: "L r d f w v k O P b" (commitment tokens, rate and fallback
+-- share in units of 1/w token per ms, demand, the window w of those units,
+-- version, 1 while its commitment is live and counted in `n`, and the
+-- overflow's sums `O`, `P` with their epoch `b` at its last lease call:
+-- `so`, `sp`, `sb`; -1, none, in a record stored before them)
 local recs = {}
 local function record(id)
   if recs[id] == nil then
     local raw = redis.call('HGET', K, 'h' .. id)
-    local r = { L = 0, r = 0, d = 0, f = 0, w = window, v = 0, live = false }
+    local r = { L = 0, r = 0, d = 0, f = 0, w = window, v = 0, live = false, so = 0, sp = 0, sb = -1 }
     if raw then
-      local a, b, c, d, e, f, k = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d)$')
+      local a, b, c, d, e, f, k, o, p, q =
+        string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d) ?(%d*) ?(%d*) ?(%d*)$')
       if a then
         r = { L = tonumber(a), r = tonumber(b), d = tonumber(c), f = tonumber(d), w = tonumber(e), v = tonumber(f),
-          live = k == '1', known = true }
+          live = k == '1', known = true, so = tonumber(o) or 0, sp = tonumber(p) or 0, sb = tonumber(q) or -1 }
       end
     end
     recs[id] = r
@@ -185,8 +197,8 @@ local function save(id, r)
   else
     local k = 0
     if r.live then k = 1 end
-    redis.call('HSET', K, 'h' .. id,
-      string.format('%.0f %.0f %.0f %.0f %.0f %.0f %d', r.L, r.r, r.d, r.f, r.w, r.v, k))
+    redis.call('HSET', K, 'h' .. id, string.format('%.0f %.0f %.0f %.0f %.0f %.0f %d %.0f %.0f %.0f',
+      r.L, r.r, r.d, r.f, r.w, r.v, k, r.so, r.sp, max(r.sb, 0)))
   end
 end
 
@@ -260,7 +272,7 @@ local function store(me, c_until, f_until, r_until)
   s.u = now + alive
   redis.call('HSET', K, 'l', S(s.l), 'w', S(s.w), 'c', S(s.c), 't', S(s.t), 'L', S(s.L), 'R', S(s.R),
     'F', S(s.F), 'D', S(s.D), 'n', S(s.n), 'e', S(s.e), 'v', S(s.v), 'u', S(s.u), 'z', S(s.z), 'y', S(s.y),
-    'o', S(s.o), 'q', S(s.q), 'j', S(s.j))
+    'j', S(s.j), 'O', S(s.O), 'P', S(s.P), 'b', S(s.b))
   local px = S(alive + 1000 + pad)
   redis.call('PEXPIRE', K, px)
   redis.call('PEXPIRE', Z, px)
@@ -342,7 +354,8 @@ local function guard(me)
     end
   end
   if lost == 1 then
-    s.c, s.o = 0, 0
+    s.c = 0
+    overflow_restart()
     s.t = now
     s.z = max(s.z, now + learn_ms)
   end
@@ -456,12 +469,12 @@ local function grant(me, old_L, renewing)
   if used > 0 then
     -- (`used` counts again what an unseen call took: only the rest is due)
     local debit = max(used * window - prior_taken, 0)
-    -- what the clamp cut after this holder's last answer (its fallback
-    -- share's expiry less `fallback_ms`) went unused: it pays first
-    local f_at = redis.call('ZSCORE', Z, 'f' .. holder)
-    if f_at and s.o > 0 and tonumber(f_at) - fallback_ms <= s.q then
-      local paid = min(s.o, debit)
-      s.o = s.o - paid
+    -- what the clamp cut since this holder's last lease call (`O` less
+    -- its snapshot) went unused, less what paid since (`P` less its
+    -- snapshot, whoever it paid for): it pays next, at most two capacities
+    if me.sb == s.b then
+      local paid = min(max(min(s.O - me.so, 2 * cap) - (s.P - me.sp), 0), debit)
+      s.P = s.P + paid
       taken = taken + paid
       debit = debit - paid
     end
@@ -614,6 +627,8 @@ me.r = rate
 s.L = s.L + me.L
 s.R = s.R + rate
 fallback(me)
+-- (the overflow pays this holder's fallback admissions from here on)
+me.so, me.sp, me.sb = s.O, s.P, s.b
 
 if seq > 0 then
   local to = now
