@@ -798,6 +798,30 @@ fn a_carry_kept_through_a_lull_is_one_carry() {
     }
 }
 
+/// Six uneven holders offered 2x a 1000/s key (Poisson, seeded), one ms at a
+/// time for `end` ms on manual clocks. `at(t)` runs at the start of each ms
+/// (to cut the authority off or mute it) and gives that ms's part of the
+/// load. Returns the fleet and what it admitted from `from` on.
+fn six_uneven_at_2x(name: &str, seed: u64, end: u64, from: u64, mut at: impl FnMut(u64) -> f64) -> (Vec<Limiter>, u64) {
+    let offered = [100.0, 300.0, 600.0, 150.0, 350.0, 500.0]; // per second: 2x
+    let f = fleet(name, 6);
+    let mut rng = Rng(seed);
+    let mut admitted = 0u64;
+    for t in 0..end {
+        let load = at(t);
+        for (l, rate) in f.iter().zip(offered) {
+            for _ in 0..rng.poisson(load * rate / 1000.0) {
+                let allowed = l.acquire("k", 1).unwrap().allowed;
+                admitted += u64::from(allowed && t >= from);
+            }
+        }
+        for l in &f {
+            l.advance_clock(1).unwrap();
+        }
+    }
+    (f, admitted)
+}
+
 /// A Redis starved of CPU answers late: calls run, their replies are lost to
 /// the timeout (`memory_lose_replies`). Six uneven holders at 2x a 1000/s
 /// key, muted for 2.7 s from 6.5 s: the fleet runs on its fallback shares,
@@ -809,27 +833,13 @@ fn a_carry_kept_through_a_lull_is_one_carry() {
 #[test]
 fn lost_replies_cost_no_debt_after_the_outage() {
     let name = "adaptive-lost-replies";
-    let offered = [100.0, 300.0, 600.0, 150.0, 350.0, 500.0]; // per second: 2x
-    let f = fleet(name, 6);
-    let mut rng = Rng(7);
     let (mute_from, mute_to, end) = (6_500u64, 9_200u64, 20_000u64);
-    let mut admitted = 0u64;
-    for t in 0..end {
-        if t == mute_from {
-            assert!(quotalease::testing::memory_lose_replies(name, true));
+    let (f, admitted) = six_uneven_at_2x(name, 7, end, 0, |t| {
+        if t == mute_from || t == mute_to {
+            assert!(quotalease::testing::memory_lose_replies(name, t == mute_from));
         }
-        if t == mute_to {
-            assert!(quotalease::testing::memory_lose_replies(name, false));
-        }
-        for (l, rate) in f.iter().zip(offered) {
-            for _ in 0..rng.poisson(rate / 1000.0) {
-                admitted += u64::from(l.acquire("k", 1).unwrap().allowed);
-            }
-        }
-        for l in &f {
-            l.advance_clock(1).unwrap();
-        }
-    }
+        1.0
+    });
     let allowance = LIMIT + LIMIT * end / WINDOW;
     let share = admitted as f64 / allowance as f64;
     eprintln!("lost replies for 2.7 s: admitted {admitted} of {allowance} ({share:.3})");
@@ -854,29 +864,20 @@ fn lost_replies_cost_no_debt_after_the_outage() {
 /// call: what was cut since, less what paid since, pays.
 #[test]
 fn an_outage_is_paid_by_the_overflow_it_left() {
-    let offered = [100.0, 300.0, 600.0, 150.0, 350.0, 500.0]; // per second: 2x
     let (busy_from, down_from, down_to, end) = (2_000u64, 6_500u64, 9_200u64, 20_000u64);
     let from = 5_000u64;
     for seed in 1..4u64 {
         let name = format!("adaptive-outage-overflow-{seed}");
-        let f = fleet(&name, 6);
-        let mut rng = Rng(seed);
-        let mut admitted = 0u64;
-        for t in 0..end {
+        let (f, admitted) = six_uneven_at_2x(&name, seed, end, from, |t| {
             if t == down_from || t == down_to {
                 assert!(quotalease::testing::memory_outage(&name, t == down_from));
             }
-            let load = if t < busy_from { 0.15 } else { 1.0 };
-            for (l, rate) in f.iter().zip(offered) {
-                for _ in 0..rng.poisson(load * rate / 1000.0) {
-                    let allowed = l.acquire("k", 1).unwrap().allowed;
-                    admitted += u64::from(allowed && t >= from);
-                }
+            if t < busy_from {
+                0.15
+            } else {
+                1.0
             }
-            for l in &f {
-                l.advance_clock(1).unwrap();
-            }
-        }
+        });
         // from 5 s on: the key's rate, and at most the capacity on top
         let allowance = LIMIT * (end - from) / WINDOW;
         let share = admitted as f64 / allowance as f64;
@@ -887,5 +888,31 @@ fn an_outage_is_paid_by_the_overflow_it_left() {
         );
         assert!(admitted <= allowance + LIMIT, "the bound");
         assert!(share >= 0.98, "seed {seed}: {share:.3} of the key's rate");
+    }
+}
+
+/// A silent outage cuts its whole refill: the overflow counted only three
+/// windows of a silent span (the refill's own cap) and paid at most two
+/// capacities, so a 10 s outage of six uneven holders at 2x left about a
+/// capacity of its fallback admissions as a debt, paid at `debt_pay_pct`
+/// after the heal: 0.946 of the allowance. Counted over the whole span and
+/// paid in full, 0.999; the overflow is still only what was cut after each
+/// holder's last call (`an_outage_is_paid_by_the_overflow_it_left`).
+#[test]
+fn a_long_outage_is_paid_by_its_whole_overflow() {
+    let (down_from, down_to, end) = (6_000u64, 16_000u64, 20_000u64);
+    for seed in 1..4u64 {
+        let name = format!("adaptive-long-outage-{seed}");
+        let (_, admitted) = six_uneven_at_2x(&name, seed, end, 0, |t| {
+            if t == down_from || t == down_to {
+                assert!(quotalease::testing::memory_outage(&name, t == down_from));
+            }
+            1.0
+        });
+        let allowance = LIMIT + LIMIT * end / WINDOW;
+        let share = admitted as f64 / allowance as f64;
+        eprintln!("seed {seed}: outage of 10 s, admitted {admitted} of {allowance} ({share:.3})");
+        assert!(admitted <= allowance, "the bound");
+        assert!(share >= 0.98, "seed {seed}: {share:.3} of the allowance");
     }
 }

@@ -151,7 +151,8 @@ local function refill(to)
   end
   if to > from then
     local rate = max(limit - s.R, 0)
-    local full = s.c + rate * min(to - from, 3 * window)
+    -- (the whole span: a silent outage of any length cuts its whole refill)
+    local full = s.c + rate * (to - from)
     if full > room and rate > 0 then
       s.O = s.O + full - max(room, s.c)
       -- (sums stay exact integers in a double)
@@ -471,9 +472,9 @@ local function grant(me, old_L, renewing)
     local debit = max(used * window - prior_taken, 0)
     -- what the clamp cut since this holder's last lease call (`O` less
     -- its snapshot) went unused, less what paid since (`P` less its
-    -- snapshot, whoever it paid for): it pays next, at most two capacities
+    -- snapshot, whoever it paid for): it pays next
     if me.sb == s.b then
-      local paid = min(max(min(s.O - me.so, 2 * cap) - (s.P - me.sp), 0), debit)
+      local paid = min(max((s.O - me.so) - (s.P - me.sp), 0), debit)
       s.P = s.P + paid
       taken = taken + paid
       debit = debit - paid
