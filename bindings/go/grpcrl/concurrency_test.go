@@ -423,7 +423,8 @@ func TestWithConcurrencyDeniedHandlerAndConfigErrors(t *testing.T) {
 		t.Fatalf("the trailer is set before the denied handler: %v", r.trailer)
 	}
 	mu.Lock()
-	if seen.Allowed || seen.Limit != 1 || seen.RetryAfterMs != 250 {
+	// (a permit denial stays local recheck_ms, 250, from when it was decided)
+	if seen.Allowed || seen.Limit != 1 || seen.RetryAfterMs < 1 || seen.RetryAfterMs > 250 {
 		t.Fatalf("the permit's decision: %+v", seen)
 	}
 	mu.Unlock()

@@ -51,7 +51,8 @@ function takeAll(l, key) {
       assert.equal(d.allowed, false)
       assert.equal(d.reason, 'exhausted')
       assert.equal(d.remaining, 0)
-      assert.equal(d.retryAfterMs, 250)
+      // a permit denial stays local recheck_ms (250) from when it was decided
+      assert.ok(d.retryAfterMs >= 1 && d.retryAfterMs <= 250, `${d.retryAfterMs}`)
       return out
     }
     out.push(p)
@@ -156,7 +157,8 @@ for (const [name, url] of Object.entries(AUTHORITIES)) {
     assert.equal(b.allowed, true)
     const c = await l.acquireConcurrent('k')
     assert.equal(c.allowed, false)
-    assert.equal(c.decision.retryAfterMs, 250)
+    const ms = c.decision.retryAfterMs
+    assert.ok(ms >= 1 && ms <= 250, `${ms}`)
     b.release()
     assert.equal((await l.acquireConcurrent('k')).allowed, true)
     await closeAll(l, other)

@@ -63,7 +63,8 @@ def take_all(lim: Limiter, key: str) -> list[Permit]:
         if not p.allowed:
             d = p.decision
             assert (d.allowed, d.reason, d.remaining) == (False, "exhausted", 0), d
-            assert d.retry_after_ms == 250, d
+            # a permit denial stays local recheck_ms (250) from when it was decided
+            assert 1 <= d.retry_after_ms <= 250, d
             return out
         out.append(p)
         assert len(out) <= 100, "never denied"
@@ -187,7 +188,7 @@ async def test_acquire_concurrent_async_and_async_with(url: str) -> None:
         b = await lim.acquire_concurrent_async("k")
         assert b.allowed
         c = await lim.acquire_concurrent_async("k")
-        assert not c.allowed and c.decision.retry_after_ms == 250
+        assert not c.allowed and 1 <= c.decision.retry_after_ms <= 250
         b.release()
     assert a.released and b.released
     with pytest.raises(RuntimeError, match="stream failed"):
