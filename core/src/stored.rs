@@ -9,9 +9,10 @@
 //!   core/src/authority/lua/prelude.lua and read by [`Bucket::parse`];
 //! - an adaptive key: the ledger's HASH (core/src/authority/lua/ledger.lua):
 //!   `l w c t L R F D n e v u z y j O P b` and one `h<holder id>` =
-//!   `"L r d f w v k O P b"` per holder, read by [`Stored::from_hash`]. Its expiries are the sorted
-//!   set `{prefix}:{<key>}:x` (`c<id>` commitments, `r<id>` rates, `e<id>`
-//!   renewal graces, `f<id>` fallback shares, scored by expiry ms).
+//!   `"L r d f w v k O P b"` per holder, read by [`Stored::from_hash`].
+//!   Its expiries are the sorted set `{prefix}:{<key>}:x` (`c<id>`
+//!   commitments, `r<id>` rates, `e<id>` renewal graces, `f<id>` fallback
+//!   shares, scored by expiry ms).
 
 /// The bucket both forms store (None for a field that does not parse).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

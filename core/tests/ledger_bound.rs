@@ -1995,8 +1995,9 @@ fn schedule_q_a_rate_leaves_the_sums_at_its_end() {
 
 /// I4's overflow pays a fallback debit only with refill the clamp cut after
 /// the holder's last lease call (`O` less the holder's snapshot of it):
-/// refill cut before that call was never the holder's to spend. Two instances idle a key at half
-/// its rate (the bucket stays full, the clamp cuts refill); then the
+/// refill cut before that call was never the holder's to spend. Two
+/// instances idle a key at half its rate (the bucket stays full, the clamp
+/// cuts refill); then the
 /// broker of one loses a healthy Redis alone for 500 ms and admits on its
 /// share while the other saturates the key; then both run at 2x for 8 s.
 /// From the outage on, the fleet admits at most one bucket's worth: the
