@@ -55,10 +55,20 @@ impl Limiter {
     pub fn acquire(&self, key: &str, cost: u64) -> Result<Decision> {
         // Not `acquire_with(.., None)`: this body is compiled with the tier
         // known to be none, which the admit path's tier check folds away.
-        if let Some(d) = self.engine.admit_local(key, cost, None)? {
-            return Ok(d);
-        }
-        self.engine.acquire_slow(key, cost, Waiting::Yes, None)
+        self.take(key, cost, None, Waiting::Yes)
+    }
+
+    /// The admit path, then the cold path when it cannot decide; the
+    /// decision is written once, into the result (`Engine::admit_or`).
+    #[inline(always)]
+    fn take(&self, key: &str, cost: u64, tier: Option<&str>, how: Waiting) -> Result<Decision> {
+        self.engine.admit_or(
+            key,
+            cost,
+            tier,
+            |d| d,
+            || self.engine.acquire_slow(key, cost, how, tier),
+        )
     }
 
     /// [`acquire`](Self::acquire) for a key in plan tier `tier` (`None`: the
@@ -68,29 +78,20 @@ impl Limiter {
     /// tokens the others took are given back when one denies.
     #[inline]
     pub fn acquire_with(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
-        if let Some(d) = self.engine.admit_local(key, cost, tier)? {
-            return Ok(d);
-        }
-        self.engine.acquire_slow(key, cost, Waiting::Yes, tier)
+        self.take(key, cost, tier, Waiting::Yes)
     }
 
     /// Like [`acquire`](Self::acquire) but never waits: with no local tokens
     /// and a lease request needed, it starts one and denies with reason `pending`.
     #[inline]
     pub fn try_acquire(&self, key: &str, cost: u64) -> Result<Decision> {
-        if let Some(d) = self.engine.admit_local(key, cost, None)? {
-            return Ok(d);
-        }
-        self.engine.acquire_slow(key, cost, Waiting::No, None)
+        self.take(key, cost, None, Waiting::No)
     }
 
     /// [`try_acquire`](Self::try_acquire) in plan tier `tier`.
     #[inline]
     pub fn try_acquire_with(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Decision> {
-        if let Some(d) = self.engine.admit_local(key, cost, tier)? {
-            return Ok(d);
-        }
-        self.engine.acquire_slow(key, cost, Waiting::No, tier)
+        self.take(key, cost, tier, Waiting::No)
     }
 
     /// For the bindings: decides as [`acquire_with`](Self::acquire_with)
