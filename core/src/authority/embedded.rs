@@ -666,6 +666,29 @@ mod tests {
         }
     }
 
+    /// Every command the ledger script calls is one this store answers: a
+    /// command it lacks fails every call of the memory authority, which
+    /// limiters then read as an outage (their failure policy decides).
+    #[test]
+    fn the_store_answers_every_command_the_ledger_calls() {
+        let script = crate::ledger::SCRIPT;
+        let names: std::collections::BTreeSet<&str> = script
+            .split("redis.call('")
+            .skip(1)
+            .filter_map(|rest| rest.split('\'').next())
+            // (TIME only when the caller sends no clock; this authority always does)
+            .filter(|name| *name != "TIME")
+            .collect();
+        assert!(names.len() >= 10, "commands found in ledger.lua: {names:?}");
+        for name in names {
+            let mut st = Store::default();
+            let args: Vec<String> = [name, "k", "1", "2", "3"].iter().map(|a| a.to_string()).collect();
+            if let Err(e) = st.command(&args) {
+                assert!(!e.contains("unknown command"), "ledger.lua calls {name}: {e}");
+            }
+        }
+    }
+
     /// Seeded pseudo-random numbers (xorshift): `next(n)` is below `n`.
     fn numbers(mut seed: u64) -> impl FnMut(u64) -> u64 {
         move |n| {
