@@ -94,8 +94,8 @@ impl Engine {
     /// the decision local tokens made, `miss` runs when the cold path is
     /// needed (after the table's guard is dropped). Each caller's result is
     /// then written once, where the caller wants it: `acquire` returns the
-    /// decision without moving it out of an `Option` first (11 instructions
-    /// of the warm admit, callgrind).
+    /// decision without moving it out of an `Option` first (26 of the warm
+    /// admit's 262 instructions, callgrind; docs/benchmarks.md).
     #[inline(always)]
     pub fn admit_or<R>(
         &self,
@@ -109,34 +109,31 @@ impl Engine {
             self.check_open()?;
         }
         validate_bucket_len(key)?;
-        'miss: {
+        // Every miss leaves this block (dropping the table's guard before
+        // the cold path runs), saying whether `tier` was checked on the way.
+        let tier_checked = 'miss: {
             if self.r.cfg.mode == Mode::Exact {
-                break 'miss;
+                break 'miss false;
             }
             let guard = self.table.map.pin();
             let Some(e) = guard.get(&super::table::Lookup(key)) else {
-                break 'miss;
+                break 'miss false;
             };
             if !self.rules_fit(e, tier)? {
-                drop(guard);
-                return miss();
+                break 'miss true;
             }
             if e.more.load(Acquire) != 0 {
-                return match self.admit_local_rules(e, cost)? {
-                    Some(d) => Ok(hit(d)),
-                    None => {
-                        drop(guard);
-                        miss()
-                    }
-                };
+                match self.admit_local_rules(e, cost)? {
+                    Some(d) => return Ok(hit(d)),
+                    None => break 'miss true,
+                }
             }
             let p = e.bucket_policy();
             if cost == 0 || cost > p.limit {
                 return Err(Error::InvalidCost { cost, limit: p.limit });
             }
             let Some(left) = e.try_take(cost) else {
-                drop(guard);
-                return miss();
+                break 'miss true;
             };
             e.touch(self.clock.coarse());
             self.count(e, &e.admitted);
@@ -147,9 +144,9 @@ impl Engine {
                 left = e.tokens.load(Relaxed);
             }
             return Ok(hit(self.decision(e, p, true, left, 0, self.admit_reason())));
-        }
+        };
         // (an unknown tier is refused here too, as the cold path would)
-        if let Some(t) = tier {
+        if let (false, Some(t)) = (tier_checked, tier) {
             self.tier_id(t)?;
         }
         miss()
