@@ -53,17 +53,17 @@ impl Shared {
     /// `[limit, remaining, retryAfterMs, resetAfterMs, windowMs, reason |
     /// allowed << 4, rule, rule count, then limit, windowMs and calendar
     /// code of each rule]` into the scratch array.
-    #[inline]
+    #[inline(always)]
     fn write(&self, d: &Decision) {
         if self.scratch_len >= SCRATCH_LEN {
             // SAFETY: in bounds (checked: at most MAX_RULES rules fit), JS
             // thread only, array kept alive by `_scratch_ref`.
             unsafe {
-                *self.scratch = d.limit as f64;
-                *self.scratch.add(1) = d.remaining as f64;
-                *self.scratch.add(2) = d.retry_after_ms as f64;
-                *self.scratch.add(3) = d.reset_after_ms as f64;
-                *self.scratch.add(4) = d.window_ms as f64;
+                *self.scratch = num(&d.limit);
+                *self.scratch.add(1) = num(&d.remaining);
+                *self.scratch.add(2) = num(&d.retry_after_ms);
+                *self.scratch.add(3) = num(&d.reset_after_ms);
+                *self.scratch.add(4) = num(&d.window_ms);
                 *self.scratch.add(5) = code_of_decision(d) as f64;
                 *self.scratch.add(6) = d.rule as f64;
                 if d.rule_set == RuleSet::default() {
@@ -86,6 +86,16 @@ impl Shared {
             }
         }
     }
+}
+
+/// Field `v` of a decision as a JS number, read on its own: converted two
+/// at a time (the vectorised `u64 -> f64`), two fields come in one 16-byte
+/// load over the two 8-byte stores the admit path just made, which cannot
+/// be forwarded: a stall of about 4 ns a call (perf on a warm `acquire`).
+#[inline(always)]
+fn num(v: &u64) -> f64 {
+    // SAFETY: a reference is valid for reads.
+    (unsafe { ptr::read_volatile(v) }) as f64
 }
 
 enum Thrown {
@@ -148,6 +158,30 @@ unsafe fn read_str<'b, const N: usize>(
 ) -> Option<std::result::Result<&'b str, std::str::Utf8Error>> {
     let mut len = 0usize;
     let p: *mut u8 = buf.as_mut_ptr().cast();
+    // Most keys are ASCII: read as UTF-16 (V8 copies its one-byte string
+    // out) and narrowed here. Read as UTF-8, V8 encodes it character by
+    // character: 35 ns against 25 ns for the call with its read alone.
+    let mut wide = std::mem::MaybeUninit::<[u16; N]>::uninit();
+    let w: *mut u16 = wide.as_mut_ptr().cast();
+    if unsafe { sys::napi_get_value_string_utf16(env, v, w, N, &mut len) } != sys::Status::napi_ok {
+        return None;
+    }
+    if len + 1 < N {
+        // SAFETY: N-API wrote `len` units; `buf` holds N bytes.
+        let units = unsafe { std::slice::from_raw_parts(w, len) };
+        let mut any = 0u16;
+        for (i, &u) in units.iter().enumerate() {
+            any |= u;
+            unsafe { *p.add(i) = u as u8 };
+        }
+        if any < 0x80 {
+            // SAFETY: `len` ASCII bytes written above; ASCII is UTF-8.
+            return Some(Ok(unsafe {
+                std::str::from_utf8_unchecked(std::slice::from_raw_parts(p, len))
+            }));
+        }
+    }
+    // Not ASCII (or longer than the buffer): as UTF-8, as V8 encodes it.
     if unsafe { sys::napi_get_value_string_utf8(env, v, p.cast(), N, &mut len) } != sys::Status::napi_ok {
         return None;
     }

@@ -35,6 +35,26 @@ test('the bucket lives in Redis under {prefix}:{key}', async () => {
   await l.close()
 })
 
+test('a key is its UTF-8 bytes, ASCII or not, from every call', async () => {
+  // The hot path reads an ASCII key as UTF-16 and narrows it; any other key
+  // goes through V8's UTF-8 writer (a lone surrogate becomes U+FFFD, as in
+  // Buffer.from). 'Łx' narrowed by byte truncation would read as 'Ax'.
+  const prefix = unique('u')
+  const l = new Limiter({ url: server.url, keyPrefix: prefix, limit: 10, windowMs: 3600000, leaseSize: 2 })
+  const keys = ['café', '用户:42', '🙂', 'Łx', 'Ax', 'k\ud800x', 'é'.repeat(200)]
+  for (const [i, k] of keys.entries()) {
+    const d = i % 2 === 0 ? l.acquireSync(k) : await l.acquire(k)
+    assert.equal(d.allowed, true, k)
+    const stored = Buffer.from(`${prefix}:{${k}}`, 'utf8').toString('utf8')
+    assert.equal(server.cli('EXISTS', stored), '1', `stored under its UTF-8 bytes: ${JSON.stringify(k)}`)
+    assert.equal(l.inspect(k).admitted, 1, JSON.stringify(k))
+  }
+  assert.equal(server.cli('EXISTS', `${prefix}:{k\ufffdx}`), '1', 'a lone surrogate is U+FFFD')
+  assert.equal(l.inspect('Ax').admitted, 1, "'Łx' did not count as 'Ax'")
+  assert.throws(() => l.acquireSync('é'.repeat(257)), { code: 'ERR_QUOTALEASE_INVALID_KEY' }, '514 bytes')
+  await l.close()
+})
+
 test('two limiters on one Redis share one bucket', async () => {
   const keyPrefix = unique('share')
   const opts = { url: server.url, keyPrefix, limit: 20, windowMs: 3600000, leaseSize: 3 }
