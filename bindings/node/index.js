@@ -26,6 +26,9 @@ const codes = Object.freeze(native.errorCodes())
 
 /** Indexed by the engine's reason code (`Reason as u8`). */
 const REASONS = Object.freeze(native.reasons())
+// The decisions' lookup table: a plain array (read by index on every call,
+// a frozen one took V8's generic keyed load), never handed out.
+const REASON_OF = [...REASONS]
 
 function fail(Ctor, code, message) {
   const err = new Ctor(message)
@@ -163,12 +166,15 @@ function sameRules(rules, a, at, n) {
  * calendar quota.
  */
 function readRules(a, at, n) {
-  const out = new Array(n)
+  // Built by push: a packed array, whose frozen form V8 still reads by index
+  // inline (`new Array(n)` is holey, and frozen it took the generic keyed
+  // load on every `sameRules`).
+  const out = []
   for (let i = 0; i < n; i++) {
     const limit = a[at + 3 * i]
     const windowMs = a[at + 3 * i + 1]
     const calendar = calendarOf(a[at + 3 * i + 2])
-    out[i] = Object.freeze(calendar === undefined ? { limit, windowMs } : { limit, windowMs, calendar })
+    out.push(Object.freeze(calendar === undefined ? { limit, windowMs } : { limit, windowMs, calendar }))
   }
   return Object.freeze(out)
 }
@@ -181,7 +187,7 @@ function completed(r) {
 
 function decisionFromArray(a) {
   const c = a[0]
-  return new Decision((c & 16) !== 0, a[1], a[2], a[3], a[4], a[5], REASONS[c & 15], a[6], readRules(a, 8, a[7]))
+  return new Decision((c & 16) !== 0, a[1], a[2], a[3], a[4], a[5], REASON_OF[c & 15], a[6], readRules(a, 8, a[7]))
 }
 
 /**
@@ -535,6 +541,11 @@ class Limiter extends EventEmitter {
   #reserveAsync
   #closing
   #rules
+  // The one rule of `#rules` as the scratch array codes it (limit, windowMs,
+  // calendar code); NaN when `#rules` has several (or none yet).
+  #limit0 = NaN
+  #window0 = NaN
+  #calendar0 = NaN
 
   constructor(options) {
     super()
@@ -566,9 +577,19 @@ class Limiter extends EventEmitter {
   #decision() {
     const s = this.#scratch
     const c = s[5]
-    // Decisions with the rules of the previous one share its (frozen) rules array.
-    if (!sameRules(this.#rules, s, 8, s[7])) this.#rules = readRules(s, 8, s[7])
-    return new Decision((c & 16) !== 0, s[0], s[1], s[2], s[3], s[4], REASONS[c & 15], s[6], this.#rules)
+    // Decisions with the rules of the previous one share its (frozen) rules
+    // array. One rule (most keys) is compared as three numbers: reading the
+    // frozen array itself took V8's generic keyed load, about 6 ns a call.
+    const n = s[7]
+    const same =
+      n === 1 ? s[8] === this.#limit0 && s[9] === this.#window0 && s[10] === this.#calendar0 : sameRules(this.#rules, s, 8, n)
+    if (!same) {
+      this.#rules = readRules(s, 8, n)
+      this.#limit0 = n === 1 ? s[8] : NaN
+      this.#window0 = n === 1 ? s[9] : NaN
+      this.#calendar0 = n === 1 ? s[10] : NaN
+    }
+    return new Decision((c & 16) !== 0, s[0], s[1], s[2], s[3], s[4], REASON_OF[c & 15], s[6], this.#rules)
   }
 
   /**

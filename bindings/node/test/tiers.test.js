@@ -139,6 +139,37 @@ test('two rules: the decision carries both and the binding one; headers list bot
   l.closeSync()
 })
 
+test("each decision carries its own key's rules, call after call (one rule, two, another one)", async () => {
+  // The wrapper reuses the previous decision's frozen rules when they are the
+  // same; going from two rules back to one must not reuse the two.
+  const l = manual()
+  l.setLimit('seven', 7, 1000)
+  const one = [{ limit: 100, windowMs: 1000 }]
+  const two = [
+    { limit: 2, windowMs: 1000 },
+    { limit: 3, windowMs: 10000 },
+  ]
+  const steps = [
+    ['k', undefined, one],
+    ['b', 'burst', two],
+    ['k', undefined, one],
+    ['seven', undefined, [{ limit: 7, windowMs: 1000 }]],
+    ['b', 'burst', two],
+    ['b', 'burst', two],
+    ['k', undefined, one],
+    ['p', 'pro', [{ limit: 5, windowMs: 1000 }]],
+  ]
+  for (const [i, [key, tier, rules]] of steps.entries()) {
+    const sync = tier === undefined ? l.acquireSync(key) : l.acquireSync(key, { tier })
+    assert.deepEqual(sync.rules, rules, `step ${i}: acquireSync(${key})`)
+    const tried = tier === undefined ? l.tryAcquire(key) : l.tryAcquire(key, { tier })
+    assert.deepEqual(tried.rules, rules, `step ${i}: tryAcquire(${key})`)
+    const awaited = tier === undefined ? await l.acquire(key) : await l.acquire(key, { tier })
+    assert.deepEqual(awaited.rules, rules, `step ${i}: acquire(${key})`)
+  }
+  l.closeSync()
+})
+
 test('headers(): a plain object without rules is one rule; bad rules are config errors', () => {
   const plain = { allowed: true, limit: 10, remaining: 9, retryAfterMs: 0, resetAfterMs: 100, windowMs: 1000 }
   assert.deepEqual(headers(plain), { 'RateLimit-Policy': '"default";q=10;w=1', RateLimit: '"default";r=9;t=1' })
