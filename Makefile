@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-node-baseline bench-python-baseline bench-peers soak flood loom dist test-dist check-compat bench-dist
+.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-node-baseline bench-ledger-cpu bench-python-baseline bench-peers soak flood loom dist test-dist check-compat bench-dist
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
@@ -162,6 +162,11 @@ bench-python-baseline:
 ## Node acquireSync now against the package at BASELINE=<rev>, side by side
 bench-node-baseline:
 	bash scripts/bench-node-baseline.sh $(BASELINE)
+
+## Instructions a real redis-server spends per ledger call (callgrind), ledger.lua at
+## BASELINE and in the working tree: make bench-ledger-cpu BASELINE=rev (needs valgrind).
+bench-ledger-cpu:
+	bash scripts/bench-ledger-cpu.sh $(BASELINE)
 
 ## Rust against per-request Redis limiting: lease vs exact vs a GCRA Lua script,
 ## hot key and Zipf keys, one redis-server; docs/benchmarks.md, docs/peers.svg/png.
