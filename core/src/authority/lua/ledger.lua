@@ -426,6 +426,10 @@ local function rate_grant(me, h, avail, part)
   -- (a token more: room for the fraction of a token the rate accrues
   -- beside whole ones, which the holder may keep only below its commitment)
   local carry = max(need, ceil(rate * carry_ms / window) + 1)
+  -- at most its demand's part of the capacity, so that every holder's carry
+  -- fits beside the others' (1000 holders of a 1000/s key, 2 tokens each,
+  -- left half of them without a rate and the refill cut: 0.46 of the allowance)
+  if demand > 0 then carry = max(need, min(carry, floor(limit * demand / max(s.D, demand)))) end
   local room = floor((cap - max(s.c - granted * window, 0)) / window) - s.L - h - granted
   carry = min(carry, room)
   if carry < need or rate <= 0 then
