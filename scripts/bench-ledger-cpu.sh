@@ -8,8 +8,9 @@
 # Each version runs in a redis-server of its own under callgrind: CALLS lease
 # calls from 10 holders of one key (1000/s each on a 1000/s key: rates,
 # chunks and reaping, the saturated mix), less the same server with the
-# script loaded and no call. Arguments are the ledger's with the current
-# tuning (core/src/ledger.rs TUNING). Needs valgrind, redis-server, redis-cli.
+# script loaded and no call. The tuning arguments are read from the one
+# tuning table (core/src/ledger.rs TUNING), in the order `ledger::args`
+# sends them. Needs valgrind, redis-server, redis-cli.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev=${1:?usage: scripts/bench-ledger-cpu.sh REV}
@@ -21,6 +22,19 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git show "$rev:core/src/authority/lua/ledger.lua" >"$work/base.lua"
 cp core/src/authority/lua/ledger.lua "$work/now.lua"
+
+# commit_ms .. saturation_pct, spent (0), debt_pay_pct, rate_start_pct
+tuning=$(python3 - <<'PY'
+import re
+src = open("core/src/ledger.rs").read()
+table = src[src.index("pub const TUNING: Tuning = Tuning {"):]
+table = table[: table.index("};")]
+v = {k: int(n.replace("_", "")) for k, n in re.findall(r"(\w+): ([\d_]+),", table)}
+names = ["commit_ms", "fallback_ms", "learn_ms", "min_period_ms", "max_period_ms",
+         "grant_tokens", "carry_ms", "rate_cap_pct", "saturation_pct"]
+print(" ".join([str(v[n]) for n in names] + ["0", str(v["debt_pay_pct"]), str(v["rate_start_pct"])]))
+PY
+)
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -43,8 +57,7 @@ run() {
       # carry_now used epoch version alive, then the tuning, spent,
       # debt_pay_pct, rate_start_pct, seq, applied, kind
       redis-cli -p "$port" -r "$per" evalsha "$sha" 2 'b:{k}' 'b:{k}:x' \
-        l 1000 1000 '' "$h" 1000000 0 40 1 0 0 0 0 0 0 0 \
-        7000 300000 7000 1000 5000 40 500 125 100 0 50 50 0 0 '' >/dev/null
+        l 1000 1000 '' "$h" 1000000 0 40 1 0 0 0 0 0 0 0 $tuning 0 0 '' >/dev/null
     done
   fi
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
