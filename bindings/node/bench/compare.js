@@ -24,12 +24,18 @@ if (dirs.length < 2 && !args.includes('--one')) {
 const KEY = 'user:42'
 const N = 2e6
 
+/** A limiter of the build in `dir`, its key `KEY` warm (a local lease). */
+function warmLimiter(dir) {
+  const { Limiter } = require(require('node:path').resolve(dir))
+  const l = new Limiter({ limit: 1e9, windowMs: 1000, leaseSize: 1e6 })
+  if (!l.acquireSync(KEY).allowed) throw new Error(`${dir}: the warm-up request was denied`)
+  return l
+}
+
 // One round of one build, in this process: `--one DIR` prints ns per call.
 const one = opt('--one', null)
 if (one !== null) {
-  const { Limiter } = require(require('node:path').resolve(one))
-  const l = new Limiter({ limit: 1e9, windowMs: 1000, leaseSize: 1e6 })
-  if (!l.acquireSync(KEY).allowed) throw new Error(`${one}: the warm-up request was denied`)
+  const l = warmLimiter(one)
   // A first pass lets the JIT compile the loop; the second is timed.
   let ns = 0
   for (let pass = 0; pass < 2; pass++) {
@@ -61,9 +67,7 @@ function report(contestants, how) {
 }
 
 const contestants = dirs.map((dir) => {
-  const { Limiter } = require(require('node:path').resolve(dir))
-  const l = new Limiter({ limit: 1e9, windowMs: 1000, leaseSize: 1e6 })
-  if (!l.acquireSync(KEY).allowed) throw new Error(`${dir}: the warm-up request was denied`)
+  const l = warmLimiter(dir)
   return { dir, call: () => l.acquireSync(KEY), ns: [] }
 })
 for (let r = 0; r < ROUNDS; r++) {
