@@ -55,9 +55,9 @@ run() {
     for h in $(seq 1 10); do
       # op limit window now holder demand held want need single rate_now
       # carry_now used epoch version alive, then the tuning, spent,
-      # debt_pay_pct, rate_start_pct, seq, applied, kind
+      # debt_pay_pct, rate_start_pct, seq, applied, low, low_seq, kind
       redis-cli -p "$port" -r "$per" evalsha "$sha" 2 'b:{k}' 'b:{k}:x' \
-        l 1000 1000 '' "$h" 1000000 0 40 1 0 0 0 0 0 0 0 $tuning 0 0 '' >/dev/null
+        l 1000 1000 '' "$h" 1000000 0 40 1 0 0 0 0 0 0 0 $tuning 0 0 0 0 '' >/dev/null
     done
   fi
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true

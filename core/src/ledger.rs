@@ -197,6 +197,13 @@ pub struct Ask {
     /// grant made by a later call never reached it (its reply was lost),
     /// and the ledger takes it back (`unseen` in ledger.lua).
     pub applied: u64,
+    /// The most tokens the holder held (local and reserved) since its lease
+    /// call `low_seq` left (0: no call before this one). When that call is
+    /// the last the ledger had from it, its commitment counted the rest as
+    /// outstanding all along, and the ledger gives back refill its clamp
+    /// cut for them (`spent_credit` in ledger.lua).
+    pub low: u64,
+    pub low_seq: u64,
     /// The holder's tuning (its limiter's: [`TUNING`] outside tests).
     pub tuning: Tuning,
 }
@@ -283,6 +290,8 @@ pub(crate) fn args(
             t.rate_start_pct,
             ask.seq,
             ask.applied,
+            ask.low,
+            ask.low_seq,
         ]
         .map(|n| n.to_string()),
     );
@@ -388,6 +397,48 @@ mod tests {
         // call 3's reply lost; 3 more: its chunk comes back, and of the 8
         // reported only the 3 it did not take are taken
         assert_eq!(lease(&host, 1_000, ask(4, 2, 10, 8), 10), (10, 52));
+    }
+
+    /// `spent_credit` in ledger.lua: refill the clamp cut while a holder's
+    /// commitment counted tokens it no longer held comes back, up to what
+    /// it was counted beyond the most it held, once, and only when the call
+    /// its report starts from is the last the ledger had from it.
+    #[test]
+    fn refill_cut_for_tokens_spent_comes_back_once() {
+        let ask = |holder, seq, applied, low, low_seq| Ask {
+            holder,
+            seq,
+            applied,
+            low,
+            low_seq,
+            commit_ms: 7_000,
+            ..Ask::default()
+        };
+        // holders 7 and 8 take 50 each of a full 100: the bucket is empty,
+        // and for the next 500 ms the clamp cuts its refill (50 tokens)
+        let start = || {
+            let host = crate::authority::embedded::Host::new(SCRIPT);
+            assert_eq!(lease(&host, 1_000, ask(7, 1, 0, 0, 0), 50), (50, 50));
+            assert_eq!(lease(&host, 1_000, ask(8, 2, 0, 0, 0), 50), (50, 0));
+            host
+        };
+        // 7 held at most 20 since call 1: 30 counted too many, 30 of the
+        // 50 cut come back, as much as it asks for (1: 1 comes back)
+        let host = start();
+        assert_eq!(lease(&host, 1_500, ask(7, 3, 1, 20, 1), 1), (1, 0));
+        let host = start();
+        assert_eq!(lease(&host, 1_500, ask(7, 3, 1, 20, 1), 100), (30, 0));
+        // then 8, which spent all of its 50: of the cut, only the 20 not
+        // given back yet (50 if the 30 given to 7 came back again)
+        assert_eq!(lease(&host, 1_500, ask(8, 4, 2, 0, 2), 100), (20, 0));
+        // a report that starts from another call than the ledger's last of
+        // that holder (one that never arrived, or none) gets nothing
+        let host = start();
+        assert_eq!(lease(&host, 1_500, ask(7, 3, 1, 0, 0), 1), (0, 0));
+        assert_eq!(lease(&host, 1_500, ask(8, 4, 2, 0, 3), 1), (0, 0));
+        // held all along: nothing was counted too many
+        let host = start();
+        assert_eq!(lease(&host, 1_500, ask(7, 3, 1, 50, 1), 1), (0, 0));
     }
 
     #[test]

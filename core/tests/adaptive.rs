@@ -542,8 +542,10 @@ fn a_cold_key_costs_one_call_per_request() {
 /// accrual dropped unspent (0.959 of the allowance; `commit_ms` 7000 with
 /// 5000 ms rates: 0.972 at 0.048). Since a rate's lazy accrual is bounded
 /// by the most tokens held since it was last taken (`Accrual::peak`, the
-/// bound's fix of `a_carry_kept_through_a_lull_is_one_carry`), 0.968: under
-/// issue 22's 0.97, asserted at what it is.
+/// bound's fix of `a_carry_kept_through_a_lull_is_one_carry`), 0.968-0.971.
+/// Refill the clamp cut while commitments counted tokens their holders had
+/// spent (a saturated holder's carry is mostly spent as it accrues) comes
+/// back at the holder's next call (`spent_credit`): 0.971 -> 0.978.
 #[test]
 fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
     let f = fleet("adaptive-uneven100", 100);
@@ -557,7 +559,7 @@ fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
         r.offered, r.allowance
     );
     assert!(total <= r.allowance + BUDGET, "{total} > {} + {BUDGET}", r.allowance);
-    assert!(used >= 0.965, "the allowance is used: {used:.3}");
+    assert!(used >= 0.975, "the allowance is used: {used:.3}");
     assert!(calls <= 0.05, "calls per admitted: {calls:.4}");
 }
 

@@ -189,6 +189,7 @@ impl Engine {
                 None => {
                     for t in entries[..i].iter().flatten() {
                         t.tokens.fetch_add(cost, AcqRel);
+                        t.note_held();
                     }
                     return Ok(None);
                 }

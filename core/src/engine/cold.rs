@@ -441,7 +441,7 @@ impl Engine {
         // At most every `recheck_ms`, so a key the authority still finds
         // saturated costs no call per denial.
         let remaining = e.auth_remaining.load(Relaxed);
-        let last_call = e.in_flight_since.load(Relaxed);
+        let last_call = e.sent_at.load(Relaxed);
         let due = now.saturating_sub(last_call) >= self.r.cfg.tuning.recheck_ms;
         let recheck_at = (p.limit as u128 * self.r.cfg.tuning.recheck_pct as u128 / 100) as u64;
         if remaining >= cost.max(recheck_at) && due && !self.circuit.is_open() {

@@ -29,13 +29,18 @@ pub(crate) const MORE_CALENDAR: u8 = 0x80;
 /// How far a rate has accrued: taken up to `at`, with `units` credit units
 /// short of a whole token carried; the most tokens held locally since `at`
 /// (`peak`); and while a renewal is in flight, the rate it replaces and
-/// that rate's end (`paused`).
+/// that rate's end (`paused`); and the most held since the last lease call
+/// left (`low`).
 #[derive(Debug, Default)]
 pub(crate) struct Accrual {
     pub at: u64,
     pub units: u64,
     pub peak: u64,
     pub paused: (u64, u64),
+    /// The most tokens held (local and reserved) since lease call
+    /// `low_seq` left (0: none yet), for [`Entry::low_window`].
+    pub low: u64,
+    pub low_seq: u64,
 }
 
 /// Per-key state. `repr(C)` keeps the declared order, so everything the
@@ -93,8 +98,6 @@ pub(crate) struct Entry {
     pub reserved: AtomicU32,
     /// Requests denied on this key.
     pub denied: AtomicU64,
-    /// Clock reading when the in-flight request started (stale-request guard).
-    pub in_flight_since: AtomicU64,
     /// Until this clock reading the authority said: empty (denials are local).
     pub exhausted_until: AtomicU64,
     /// ...for requests needing at least this many tokens from the authority.
@@ -112,13 +115,12 @@ pub(crate) struct Entry {
     pub rate_until: AtomicU64,
     /// The window of the rate's credit units (the policy may change meanwhile).
     pub rate_window: AtomicU64,
-    /// Clock reading when the last adaptive lease call was sent.
+    /// Clock reading when the last lease call was sent (the stale-request
+    /// guard, the round trip, the ledger's expiries).
     pub sent_at: AtomicU64,
     /// The number ([`crate::ledger::CALLS`]) of the last lease call whose
     /// answer this entry applied.
     pub applied: AtomicU64,
-    /// Accrued rate tokens that did not fit under the commitment (counted only).
-    pub rate_dropped: AtomicU64,
     /// The ledger's commitment (I3): local tokens are valid until
     /// `lease_until` (0: until given back), and a rate fills them up to `commit`.
     pub lease_until: AtomicU64,
@@ -175,7 +177,6 @@ impl Entry {
             access: AtomicU8::new(0),
             reserved: AtomicU32::new(0),
             denied: AtomicU64::new(0),
-            in_flight_since: AtomicU64::new(0),
             exhausted_until: AtomicU64::new(0),
             exhausted_need: AtomicU64::new(1),
             demand: AtomicU64::new(0),
@@ -187,7 +188,6 @@ impl Entry {
             rate_window: AtomicU64::new(policy.window_ms),
             sent_at: AtomicU64::new(0),
             applied: AtomicU64::new(crate::ledger::CALLS.load(SeqCst)),
-            rate_dropped: AtomicU64::new(0),
             lease_until: AtomicU64::new(0),
             commit: AtomicU64::new(0),
             fallback: AtomicU64::new(0),
@@ -257,7 +257,7 @@ impl Entry {
     }
 
     /// Add what a rate grant accrued up to `now` (at most `cap` tokens held
-    /// locally; whole tokens beyond it are counted in `rate_dropped`), for
+    /// locally; whole tokens beyond it are dropped), for
     /// a caller about to take `take` of them (0: none). Returns tokens added.
     pub fn accrue(&self, now: u64, cap: u64, take: u64) -> u64 {
         let w = self.rate_window.load(Acquire).max(1);
@@ -302,11 +302,10 @@ impl Entry {
             acc.units = 0;
         }
         acc.peak = stays;
+        // (held for the instant before the caller's take)
+        acc.low = acc.low.max(held + add);
         drop(acc);
         self.tokens.fetch_add(add, AcqRel);
-        if add < tokens {
-            self.rate_dropped.fetch_add(tokens - add, Relaxed);
-        }
         add
     }
 
@@ -346,13 +345,32 @@ impl Entry {
         self.rate.store(rate, Release);
     }
 
-    /// Tokens were added to those held (a grant, a refund): a rate's next
-    /// accrual fills only what the commitment leaves beside them.
+    /// Tokens were added to those held (a grant, a refund, a reservation's
+    /// count): a rate's next accrual fills only what the commitment leaves
+    /// beside them, and the most held since the last lease call left
+    /// ([`Self::low_window`]) counts them. Every such addition calls it
+    /// after the add, under the lock a lease call reads that under.
     pub fn note_held(&self) {
-        if self.rate.load(Acquire) > 0 {
-            let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
-            acc.peak = acc.peak.max(self.tokens.load(Acquire));
-        }
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        let held = self.held();
+        acc.peak = acc.peak.max(held);
+        acc.low = acc.low.max(held);
+    }
+
+    /// Tokens held: local ones and those out on reservations not settled.
+    fn held(&self) -> u64 {
+        self.tokens.load(Acquire) + u64::from(self.reserved.load(Acquire))
+    }
+
+    /// Lease call `seq` leaves: the most tokens held since the last one
+    /// left (what is held now included) and that one's number (0: none),
+    /// which the ledger's `spent_credit` reads; the window starts again.
+    pub fn low_window(&self, seq: u64) -> (u64, u64) {
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        let held = self.held();
+        let out = (acc.low.max(held), acc.low_seq);
+        (acc.low, acc.low_seq) = (held, seq);
+        out
     }
 
     /// Forget the fraction of a token a rate accrued, and the paused rate
@@ -429,6 +447,12 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_is_seven_cache_lines() {
+        // a field more is a cache line more for every key (issue 26)
+        assert_eq!(size_of::<Entry>(), 7 * 64);
+    }
+
+    #[test]
     fn the_shadow_and_access_flags_and_reserved_cost_no_byte() {
         // They sit in the padding between `sub` and the next 8-byte field.
         assert_eq!(offset_of!(Entry, shadow), offset_of!(Entry, sub) + 1);
@@ -457,13 +481,10 @@ mod tests {
         assert_eq!(e.accrue(334, 5, 0), 1, "1002 units");
         assert_eq!(e.accrue(1_000, 5, 0), 2, "3000 units in all, no fraction lost");
         // cap 1: the rest is counted
+        // cap 1: 1000..2000 at 3/ms, 3 tokens over the cap, are dropped
         assert_eq!(e.accrue(5_000, 1, 0), 0, "3 tokens held already");
-        assert_eq!(
-            e.rate_dropped.load(Relaxed),
-            3,
-            "1000..2000 at 3/ms: 3 tokens over the cap"
-        );
         assert_eq!(e.tokens.load(Relaxed), 3);
+        assert_eq!(e.accrue(6_000, 10, 0), 0, "the rate ended at 2000: nothing more");
     }
 
     #[test]

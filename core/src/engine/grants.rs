@@ -81,7 +81,7 @@ impl Engine {
             // Every request is bounded by the backend timeout; one in flight
             // for far longer was lost somewhere: do not let it block the key.
             let stale = self.r.cfg.backend_timeout_ms * 4 + 1_000;
-            if now.saturating_sub(e.in_flight_since.load(Relaxed)) < stale || self.clock.is_manual() {
+            if now.saturating_sub(e.sent_at.load(Relaxed)) < stale || self.clock.is_manual() {
                 return false;
             }
             tracing::warn!(key = %e.key, "quotalease: a lease request was lost; sending a new one");
@@ -90,7 +90,7 @@ impl Engine {
             // holder may yet spend (a grant lost for good is then lost).
             e.applied.fetch_max(crate::ledger::CALLS.load(SeqCst), AcqRel);
         }
-        e.in_flight_since.store(now, Relaxed);
+        e.sent_at.store(now, Relaxed);
         let Some(me) = self.me.upgrade() else {
             e.in_flight.store(false, Release);
             return true;
@@ -113,6 +113,7 @@ impl Engine {
             }
             // (with no rate: a paused one of an unanswered call is forgotten)
             e.pause_rate(now.ms);
+            let (low, low_seq) = e.low_window(seq);
             e.sent_at.store(now.ms, Relaxed);
             Ask {
                 holder: self.holder.load(Relaxed),
@@ -136,6 +137,8 @@ impl Engine {
                 commit_ms: self.commit_ms(),
                 seq,
                 applied: e.applied.load(Acquire),
+                low,
+                low_seq,
                 tuning: self.r.cfg.tuning,
             }
         });
@@ -202,8 +205,8 @@ impl Engine {
     fn lease_done(&self, e: &Entry, need: u64, used: u64, seq: u64, r: std::result::Result<Reply, String>) {
         let now = self.clock.precise();
         if !self.is_inline() {
-            // Round trip, from the coarse reading the request went out at.
-            let rtt = now.saturating_sub(e.in_flight_since.load(Relaxed));
+            // Round trip, from the reading the request went out at.
+            let rtt = now.saturating_sub(e.sent_at.load(Relaxed));
             let old = self.rtt_ms.load(Relaxed);
             self.rtt_ms
                 .store(if old == 0 { rtt } else { (old * 7 + rtt) / 8 }, Relaxed);

@@ -36,6 +36,9 @@ impl Engine {
         if let Some(n) = self.tracked(d, estimate) {
             for s in &entries {
                 s.reserved.fetch_add(n, AcqRel);
+                // (the request's tokens were taken before they are counted
+                // here: held rose again)
+                s.note_held();
             }
         }
         Ok(entries)

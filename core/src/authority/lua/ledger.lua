@@ -14,7 +14,9 @@
 -- tokens of a grant the request that asked spends as it lands; then
 -- debt_pay_pct, rate_start_pct; then the call's sequence number (per
 -- holder, rising; 0: none) and that of the last answer the holder applied
--- (see `unseen`); last the kind of bucket: none or '' a token bucket, 'c'
+-- (see `unseen`); then the most tokens the holder held since its call
+-- `low_seq` left and that number (0: none; see `spent_credit`); last the
+-- kind of bucket: none -- or '' a token bucket, 'c'
 -- a calendar quota followed by the start of the period that holds the
 -- caller's time of day, its end and the next end (on this script's
 -- clock), 'n' a concurrency limit (tokens are permits in flight).
@@ -42,6 +44,7 @@ local spent = tonumber(ARGV[26]) or 0
 local debt_pay_pct = tonumber(ARGV[27]) or 0
 local rate_start_pct = tonumber(ARGV[28]) or 0
 local seq, applied = tonumber(ARGV[29]) or 0, tonumber(ARGV[30]) or 0
+local low, low_seq = tonumber(ARGV[31]) or 0, tonumber(ARGV[32]) or 0
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 -- numbers go to Redis as integer text (Lua's own text is %.14g); a whole
@@ -71,9 +74,9 @@ local cal_start, cal_end = nil, nil
 -- (set at every refill, grant and store), so permits come back when given
 -- back, when a holder no longer reports them held and when a commitment
 -- expires (a holder that died); nothing else refills
-local conc = ARGV[31] == 'n'
-if ARGV[31] == 'c' then
-  local b0, b1, b2 = tonumber(ARGV[32]), tonumber(ARGV[33]), tonumber(ARGV[34])
+local conc = ARGV[33] == 'n'
+if ARGV[33] == 'c' then
+  local b0, b1, b2 = tonumber(ARGV[34]), tonumber(ARGV[35]), tonumber(ARGV[36])
   if now >= b1 then
     cal_start, cal_end = b1, b2
   elseif now >= b0 then
@@ -554,6 +557,33 @@ local function debit()
   return whole()
 end
 
+-- spent_credit: the holder reports that it held at most `low` tokens
+-- since its call `low_seq` left. When that call is the last this ledger
+-- had from it (`g<id>`), and it applied the answer, its commitment `L_h`
+-- was counted in `L` from then on, `L_h - low` tokens more than it held,
+-- and the clamp (I2) may have cut refill for them. That refill comes back
+-- to the bucket, up to `L_h - low`: the overflow cut since that call less
+-- what the overflow paid since (`P`: fallback debts and these credits, so
+-- each unit of cut refill comes back once). The bound's argument is in
+-- docs/design.md ("Refill cut for tokens spent"): over any interval from
+-- t, what comes back of refill cut before t is at most what the holders
+-- were counted in `L` at t beyond what they held.
+local function spent_credit(me, old_L, g, h)
+  if low_seq <= 0 or g == nil or g.seq ~= low_seq or g.seq > applied or me.sb ~= s.b then return end
+  if s.z > now or conc or cal_start or low >= old_L then return end
+  local x = min((old_L - low) * window, (s.O - me.so) - (s.P - me.sp))
+  -- only what this call asks for, which it takes at once: the rest stays
+  -- in the overflow for the next callers (credit left waiting in the
+  -- bucket took the room rate carries need: 1000 holders of a 1000/s key
+  -- lost their rates, 0.71 -> 0.48 of the allowance at 1.7 calls each)
+  x = min(x, max(want, need, 1) * window)
+  -- (within I2 beside the others' commitments and what this holder keeps)
+  x = min(x, cap - (s.L + h) * window - s.c)
+  if x <= 0 then return end
+  s.c = s.c + x
+  s.P = s.P + x
+end
+
 -- unseen: the answer to this holder's call that last wrote its grant
 -- (`g<id>` = "seq chunk rate from until window") never reached it (a reply
 -- lost to a timeout: the connection was dropped with it). That chunk (less
@@ -615,7 +645,9 @@ if g and seq <= g.seq then
 end
 local back = unseen(me, g)
 prior_taken = unseen_debit(g)
+local was_live = me.live
 local old_L, renewing = join(me)
+if was_live then spent_credit(me, old_L, g, min(held, old_L)) end
 if back > 0 then
   s.c = max(s.c, min(s.c + back, cap - (s.L + min(held, old_L)) * window))
 end
