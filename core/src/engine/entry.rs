@@ -358,7 +358,7 @@ impl Entry {
     }
 
     /// Tokens held: local ones and those out on reservations not settled.
-    fn held(&self) -> u64 {
+    pub fn held(&self) -> u64 {
         self.tokens.load(Acquire) + u64::from(self.reserved.load(Acquire))
     }
 
@@ -480,7 +480,6 @@ mod tests {
         assert_eq!(e.accrue(333, 5, 0), 0, "999 units: not a whole token yet");
         assert_eq!(e.accrue(334, 5, 0), 1, "1002 units");
         assert_eq!(e.accrue(1_000, 5, 0), 2, "3000 units in all, no fraction lost");
-        // cap 1: the rest is counted
         // cap 1: 1000..2000 at 3/ms, 3 tokens over the cap, are dropped
         assert_eq!(e.accrue(5_000, 1, 0), 0, "3 tokens held already");
         assert_eq!(e.tokens.load(Relaxed), 3);

@@ -90,12 +90,12 @@ impl Engine {
             // holder may yet spend (a grant lost for good is then lost).
             e.applied.fetch_max(crate::ledger::CALLS.load(SeqCst), AcqRel);
         }
-        e.sent_at.store(now, Relaxed);
         let Some(me) = self.me.upgrade() else {
             e.in_flight.store(false, Release);
             return true;
         };
         let now = self.now();
+        e.sent_at.store(now.ms, Relaxed);
         let policy = self.authority_policy(e.policy());
         let used = e.fallback_used.load(Acquire);
         // (every lease call is numbered: `applied` tells an inline call
@@ -114,12 +114,11 @@ impl Engine {
             // (with no rate: a paused one of an unanswered call is forgotten)
             e.pause_rate(now.ms);
             let (low, low_seq) = e.low_window(seq);
-            e.sent_at.store(now.ms, Relaxed);
             Ask {
                 holder: self.holder.load(Relaxed),
                 demand: e.demand.load(Relaxed),
                 // tokens out on reservations stay committed until settled
-                held: e.tokens.load(Relaxed) + u64::from(e.reserved.load(Relaxed)),
+                held: e.held(),
                 rate,
                 carry: e.commit.load(Relaxed),
                 fallback_used: used,

@@ -16,7 +16,7 @@
 -- holder, rising; 0: none) and that of the last answer the holder applied
 -- (see `unseen`); then the most tokens the holder held since its call
 -- `low_seq` left and that number (0: none; see `spent_credit`); last the
--- kind of bucket: none -- or '' a token bucket, 'c'
+-- kind of bucket: none or '' a token bucket, 'c'
 -- a calendar quota followed by the start of the period that holds the
 -- caller's time of day, its end and the next end (on this script's
 -- clock), 'n' a concurrency limit (tokens are permits in flight).
