@@ -36,6 +36,8 @@ print(" ".join([str(v[n]) for n in names] + ["0", str(v["debt_pay_pct"]), str(v[
 PY
 )
 
+chunk_ms=$(python3 -c 'import re; s = open("core/src/ledger.rs").read(); print(re.search(r"\n    chunk_ms: ([\d_]+),", s).group(1).replace("_", ""))')
+
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -55,9 +57,10 @@ run() {
     for h in $(seq 1 10); do
       # op limit window now holder demand held want need single rate_now
       # carry_now used epoch version alive, then the tuning, spent,
-      # debt_pay_pct, rate_start_pct, seq, applied, low, low_seq, kind
+      # debt_pay_pct, rate_start_pct, seq, applied, low, low_seq, chunk_ms,
+      # kind (an older ledger.lua reads chunk_ms as the kind: a token bucket)
       redis-cli -p "$port" -r "$per" evalsha "$sha" 2 'b:{k}' 'b:{k}:x' \
-        l 1000 1000 '' "$h" 1000000 0 40 1 0 0 0 0 0 0 0 $tuning 0 0 0 0 '' >/dev/null
+        l 1000 1000 '' "$h" 1000000 0 40 1 0 0 0 0 0 0 0 $tuning 0 0 0 0 "$chunk_ms" '' >/dev/null
     done
   fi
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true

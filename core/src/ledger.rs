@@ -49,6 +49,9 @@ pub struct Tuning {
     pub saturation_pct: u64,
     /// Chunks are sized for this many ms of demand (plus a round trip).
     pub target_ms: u64,
+    /// On a saturated key a chunk is at most the holder's share of the
+    /// key's rate over this many ms.
+    pub chunk_ms: u64,
     /// While a key is in debt (fallback admissions debited), rates leave
     /// this percentage of its rate to the refill, which pays the debt.
     pub debt_pay_pct: u64,
@@ -147,6 +150,7 @@ pub const TUNING: Tuning = Tuning {
     rate_cap_pct: 125,
     saturation_pct: 100,
     target_ms: 1_000,
+    chunk_ms: 750,
     debt_pay_pct: 50,
     rate_start_pct: 50,
     demand_first_ms: 100,
@@ -292,6 +296,7 @@ pub(crate) fn args(
             ask.applied,
             ask.low,
             ask.low_seq,
+            t.chunk_ms,
         ]
         .map(|n| n.to_string()),
     );

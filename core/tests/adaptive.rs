@@ -545,7 +545,10 @@ fn a_cold_key_costs_one_call_per_request() {
 /// bound's fix of `a_carry_kept_through_a_lull_is_one_carry`), 0.968-0.971.
 /// Refill the clamp cut while commitments counted tokens their holders had
 /// spent (a saturated holder's carry is mostly spent as it accrues) comes
-/// back at the holder's next call (`spent_credit`): 0.971 -> 0.978.
+/// back at the holder's next call (`spent_credit`): 0.971 -> 0.978. A
+/// saturated key's chunk of 750 ms of the holder's share (`chunk_ms`; the
+/// shortest period, 1000 ms, before) leaves less of the capacity counted for
+/// tokens already spent: 0.978 -> 0.981 at 0.0460 -> 0.0495 calls.
 #[test]
 fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
     let f = fleet("adaptive-uneven100", 100);
@@ -559,7 +562,7 @@ fn a_saturated_uneven_fleet_of_100_uses_its_allowance() {
         r.offered, r.allowance
     );
     assert!(total <= r.allowance + BUDGET, "{total} > {} + {BUDGET}", r.allowance);
-    assert!(used >= 0.975, "the allowance is used: {used:.3}");
+    assert!(used >= 0.98, "the allowance is used: {used:.3}");
     assert!(calls <= 0.05, "calls per admitted: {calls:.4}");
 }
 

@@ -268,12 +268,13 @@ fn knobs() -> impl Strategy<Value = Tuning> {
         prop_oneof![Just(1u64), 1u64..3_000],
         1u64..=100,
         0u64..=100,
+        prop_oneof![Just(0u64), 1u64..3_000],
     );
     let engine = (1u64..500, 1u64..30, 1u64..5_000, 0u64..300, 1u64..2_000, 0u64..=100);
     (periods, sizes, engine).prop_map(
         |(
             (expiry_margin_ms, min_period_ms, more_period, more_commit, more_learn, fallback_ms),
-            (grant_tokens, carry_ms, rate_cap_pct, saturation_pct, target_ms, debt_pay_pct, rate_start_pct),
+            (grant_tokens, carry_ms, rate_cap_pct, saturation_pct, target_ms, debt_pay_pct, rate_start_pct, chunk_ms),
             (demand_first_ms, demand_first_requests, demand_half_life_ms, renew_lead_ms, recheck_ms, recheck_pct),
         )| {
             let max_period_ms = min_period_ms + more_period;
@@ -290,6 +291,7 @@ fn knobs() -> impl Strategy<Value = Tuning> {
                 rate_cap_pct,
                 saturation_pct,
                 target_ms,
+                chunk_ms,
                 debt_pay_pct,
                 rate_start_pct,
                 demand_first_ms,

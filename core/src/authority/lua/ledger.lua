@@ -15,7 +15,8 @@
 -- debt_pay_pct, rate_start_pct; then the call's sequence number (per
 -- holder, rising; 0: none) and that of the last answer the holder applied
 -- (see `unseen`); then the most tokens the holder held since its call
--- `low_seq` left and that number (0: none; see `spent_credit`); last the
+-- `low_seq` left and that number (0: none; see `spent_credit`); then
+-- chunk_ms (a saturated key's chunk is at most a share over it); last the
 -- kind of bucket: none or '' a token bucket, 'c'
 -- a calendar quota followed by the start of the period that holds the
 -- caller's time of day, its end and the next end (on this script's
@@ -45,6 +46,7 @@ local debt_pay_pct = tonumber(ARGV[27]) or 0
 local rate_start_pct = tonumber(ARGV[28]) or 0
 local seq, applied = tonumber(ARGV[29]) or 0, tonumber(ARGV[30]) or 0
 local low, low_seq = tonumber(ARGV[31]) or 0, tonumber(ARGV[32]) or 0
+local chunk_ms = tonumber(ARGV[33]) or min_period
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 -- numbers go to Redis as integer text (Lua's own text is %.14g); a whole
@@ -74,9 +76,9 @@ local cal_start, cal_end = nil, nil
 -- (set at every refill, grant and store), so permits come back when given
 -- back, when a holder no longer reports them held and when a commitment
 -- expires (a holder that died); nothing else refills
-local conc = ARGV[33] == 'n'
-if ARGV[33] == 'c' then
-  local b0, b1, b2 = tonumber(ARGV[34]), tonumber(ARGV[35]), tonumber(ARGV[36])
+local conc = ARGV[34] == 'n'
+if ARGV[34] == 'c' then
+  local b0, b1, b2 = tonumber(ARGV[35]), tonumber(ARGV[36]), tonumber(ARGV[37])
   if now >= b1 then
     cal_start, cal_end = b1, b2
   elseif now >= b0 then
@@ -445,8 +447,10 @@ end
 
 -- grant: fallback admissions since the last answer are debited (I4); then
 -- a chunk of what the bucket holds, or on a saturated key a rate. On a
--- saturated key a chunk is at most a share of the refill over the shortest
--- period, and a holder renewing a rate gets a rate again. The `spent` part
+-- saturated key a chunk is at most a share of the refill over `chunk_ms`
+-- (counted whole in L until its holder's next call, though spent as it
+-- goes: a shorter chunk leaves less of the capacity counted for tokens
+-- already spent), and a holder renewing a rate gets a rate again. The `spent` part
 -- of a chunk is spent by the request that asked as it lands.
 -- the line (a concurrency limit): holders denied a permit wait in it by
 -- when they first asked, each keeping its place for a shortest period
@@ -504,7 +508,7 @@ local function grant(me, old_L, renewing)
   -- (a calendar quota or a concurrency limit grants no rates: neither has
   -- a refill to share)
   local saturated = not single and not cal_start and not conc and (s.D * window / 1000000) * 100 >= limit * saturation_pct
-  local part = min(max(want, need), need + floor(share() * min_period / window))
+  local part = min(max(want, need), need + floor(share() * chunk_ms / window))
   -- rates start where the bucket runs dry; once it has (`y`, within a
   -- longest period), every saturated holder moves on at its next call
   -- while the bucket stays below `rate_start_pct` of its capacity
