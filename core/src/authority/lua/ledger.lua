@@ -90,7 +90,13 @@ end
 
 -- load: the key's state, created empty of commitments with a full bucket
 local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b', 'o' }
+-- (the ones `store` writes: all but the older overflow `o`)
+local STORED = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b' }
 local s = {}
+-- the fields as read: `store` writes the ones that changed (each field an
+-- HSET writes costs the server a search of the hash's listpack, and each
+-- number formatted about 2800 instructions: docs/benchmarks.md)
+local was = {}
 local fresh = false
 local ty = redis.call('TYPE', K)
 if type(ty) == 'table' then ty = ty.ok end
@@ -105,10 +111,14 @@ if ty == 'string' then
   end
 elseif ty == 'hash' then
   local vals = redis.call('HMGET', K, unpack(FIELDS))
-  for i, f in ipairs(FIELDS) do s[f] = tonumber(vals[i]) end
+  for i, f in ipairs(FIELDS) do
+    s[f] = tonumber(vals[i])
+    was[f] = s[f]
+  end
 end
 if s.c == nil or s.t == nil or s.w == nil or s.w <= 0 or s.l == nil then
   fresh = true
+  was = {}
   s = { l = limit, w = window, c = limit * window, t = now, L = 0, R = 0, F = 0, D = 0, n = 0,
     e = now + 2, v = 0, u = 0, z = 0 }
 end
@@ -283,9 +293,17 @@ local function store(me, c_until, f_until, r_until)
     if last[2] then alive = max(alive, min(tonumber(last[2]), NEVER) - now) end
   end
   s.u = now + alive
-  redis.call('HSET', K, 'l', S(s.l), 'w', S(s.w), 'c', S(s.c), 't', S(s.t), 'L', S(s.L), 'R', S(s.R),
-    'F', S(s.F), 'D', S(s.D), 'n', S(s.n), 'e', S(s.e), 'v', S(s.v), 'u', S(s.u), 'z', S(s.z), 'y', S(s.y),
-    'j', S(s.j), 'O', S(s.O), 'P', S(s.P), 'b', S(s.b))
+  local set = {}
+  for _, f in ipairs(STORED) do
+    local x = s[f]
+    if x ~= was[f] then
+      set[#set + 1] = f
+      set[#set + 1] = S(x)
+      was[f] = x
+    end
+  end
+  -- (never empty: the version `v` moved)
+  redis.call('HSET', K, unpack(set))
   local px = S(alive + 1000 + pad)
   redis.call('PEXPIRE', K, px)
   redis.call('PEXPIRE', Z, px)
