@@ -139,8 +139,10 @@ pub fn kept(s: &Sample) -> Kept {
 }
 
 /// Tokens given out per second between two reads of a key, and whether its
-/// bucket reached its cap in between (the refill it could not hold hides
-/// takes). `limit`: the key's limit per window, `wall_ms`: between the reads.
+/// bucket had tokens to spare in between (it reached its cap, so the refill
+/// it could not hold hides takes; or it served chunks only and held a token
+/// at both reads). `limit`: the key's limit per window, `wall_ms`: between
+/// the reads.
 fn granted(limit: u64, policy_window: u64, before: &Kept, now: &Kept, wall_ms: f64) -> Option<(f64, bool)> {
     let Some((b2, l2)) = now else {
         // Gone: it expired full, nothing was taken (or it was never there).
@@ -176,7 +178,14 @@ fn granted(limit: u64, policy_window: u64, before: &Kept, now: &Kept, wall_ms: f
     let full = c1 as f64 + (limit - rates) as f64 * refill_span as f64;
     let room = cap - committed as f64 * w as f64;
     let taken = (full.min(room) - c2 as f64).max(0.0) + rates as f64 * span as f64;
-    Some((taken / w as f64 / (wall_ms.max(span as f64) / 1000.0), full > room))
+    // With no rates, tokens leave only as chunks, each a lease call's answer:
+    // a bucket that held a token at both writes served the calls between
+    // them, and what it gave out in that time is counted in chunks (a
+    // holder's demand of 20/s took two chunks of 8 in the second measured),
+    // not in what the holders were offered.
+    let no_rates = rates == 0 && l2.is_none_or(|l| l.rates == 0);
+    let spare = full > room || (no_rates && c1.min(c2) >= w as i64);
+    Some((taken / w as f64 / (wall_ms.max(span as f64) / 1000.0), spare))
 }
 
 /// Derive a key's row from its previous and current reads.
@@ -195,9 +204,11 @@ pub fn row(policy: Option<(u64, u64)>, prev: Option<(u64, &Kept)>, now_ms: u64, 
     };
     let shares = records.iter().map(|r| r.fallback_per_s());
     let fallback = shares.clone().reduce(f64::min).zip(shares.reduce(f64::max));
-    // A bucket that reached its cap between the reads had tokens to spare:
-    // nothing was denied for want of them, and the refill it could not hold
-    // hides what was taken, so the holders' demand is the better figure.
+    // A bucket with tokens to spare between the reads (at its cap, or
+    // serving chunks only with a token left at both reads) denied nothing
+    // for want of them, and what was taken is hidden by the refill it could
+    // not hold or counted in whole chunks: the holders' demand is the better
+    // figure.
     let (granted, denied) = match (granted, offered) {
         (Some((g, true)), Some(o)) => (Some(g.max(o)), Some(0.0)),
         (Some((g, false)), Some(o)) => (Some(g), Some((o - g).max(0.0))),
@@ -571,6 +582,25 @@ mod tests {
         let later = sample(ledger(7_500, 2_000, 0, 2, 40, &hs));
         let r2 = row(None, Some((1_000, &nearly)), 2_000, &later);
         assert_eq!((r2.granted_per_s, r2.denied_per_s), (Some(40.0), Some(0.0)));
+        // Chunks only (no rates) with a token left at both reads: every lease
+        // call was served, and the 1.5 tokens given out in chunks say less
+        // than the demand. With half a token left, 2 tokens went out and the
+        // rest of the demand counts as denied.
+        let chunks = kept_of(ledger(1_500, 1_000, 0, 5, 40, &hs));
+        let r4 = row(
+            None,
+            Some((1_000, &chunks)),
+            2_000,
+            &sample(ledger(1_000, 1_100, 0, 5, 40, &hs)),
+        );
+        assert_eq!((r4.granted_per_s, r4.denied_per_s), (Some(40.0), Some(0.0)));
+        let r5 = row(
+            None,
+            Some((1_000, &chunks)),
+            2_000,
+            &sample(ledger(500, 1_100, 0, 5, 40, &hs)),
+        );
+        assert_eq!((r5.granted_per_s, r5.denied_per_s), (Some(2.0), Some(38.0)));
         // Learning after a loss: no refill until z, and the guard says so.
         let mut lost = ledger(0, 2_000, 0, 0, 40, &hs);
         lost.as_mut().unwrap().ledger.as_mut().unwrap().learning_until = 5_000;
