@@ -47,16 +47,28 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# instructions of one redis-server run: SCRIPT $1, N=$2 calls
-run() {
-  local script=$1 n=$2 port out pid sha per h
+# a redis-server under callgrind with SCRIPT $1 loaded: sets port, pid, out, sha
+serve() {
   port=$(free_port)
   out="$work/cg.$port"
   valgrind --tool=callgrind --callgrind-out-file="$out" \
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 1 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
-  sha=$(redis-cli -p "$port" script load "$(cat "$script")")
+  sha=$(redis-cli -p "$port" script load "$(cat "$1")")
+}
+
+# stop the server `serve` started; print the instructions it ran
+total() {
+  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  wait "$pid" || true
+  callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",", "", $1); print $1}'
+}
+
+# instructions of one redis-server run: SCRIPT $1, N=$2 calls
+run() {
+  local script=$1 n=$2 port out pid sha per h
+  serve "$script"
   per=$((n / 10))
   if [ "$n" -gt 0 ]; then
     for h in $(seq 1 10); do
@@ -68,9 +80,7 @@ run() {
         l 1000 1000 '' "$h" 1000000 0 40 1 0 0 0 0 0 0 0 $tuning 0 0 0 0 "$chunk_ms" '' >/dev/null
     done
   fi
-  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
-  wait "$pid" || true
-  callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",", "", $1); print $1}'
+  total
 }
 
 echo "command: make bench-ledger-cpu BASELINE=$rev ($(date -u +%F), at $(git rev-parse --short HEAD); CALLS=$calls; $(redis-server --version | awk '{print $3}'))"
@@ -88,13 +98,7 @@ done
 # each calling once a second for R=$3 seconds of the script's clock
 run_holders() {
   local script=$1 n=$2 r=$3 port out pid sha
-  port=$(free_port)
-  out="$work/cg.$port"
-  valgrind --tool=callgrind --callgrind-out-file="$out" \
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >/dev/null 2>&1 &
-  pid=$!
-  for _ in $(seq 1 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
-  sha=$(redis-cli -p "$port" script load "$(cat "$script")")
+  serve "$script"
   # (the call of the first bench above, on an explicit clock: one command a line)
   SHA=$sha N=$n R=$r TUNING="$tuning" CHUNK_MS=$chunk_ms python3 - >"$work/calls.$port" <<'PY'
 import os
@@ -107,9 +111,7 @@ for s in range(r):
               f'{tuning} 0 0 0 0 {chunk_ms} ""')
 PY
   redis-cli -p "$port" <"$work/calls.$port" >/dev/null
-  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
-  wait "$pid" || true
-  callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",", "", $1); print $1}'
+  total
 }
 
 echo
