@@ -28,8 +28,9 @@ trap 'rm -rf "$work"' EXIT
 git show "$rev:core/src/authority/lua/ledger.lua" >"$work/base.lua"
 cp core/src/authority/lua/ledger.lua "$work/now.lua"
 
-# commit_ms .. saturation_pct, spent (0), debt_pay_pct, rate_start_pct
-tuning=$(python3 - <<'PY'
+# commit_ms .. saturation_pct, spent (0), debt_pay_pct, rate_start_pct; then
+# chunk_ms (sent after low_seq)
+{ read -r tuning; read -r chunk_ms; } < <(python3 - <<'PY'
 import re
 src = open("core/src/ledger.rs").read()
 table = src[src.index("pub const TUNING: Tuning = Tuning {"):]
@@ -38,10 +39,9 @@ v = {k: int(n.replace("_", "")) for k, n in re.findall(r"(\w+): ([\d_]+),", tabl
 names = ["commit_ms", "fallback_ms", "learn_ms", "min_period_ms", "max_period_ms",
          "grant_tokens", "carry_ms", "rate_cap_pct", "saturation_pct"]
 print(" ".join([str(v[n]) for n in names] + ["0", str(v["debt_pay_pct"]), str(v["rate_start_pct"])]))
+print(v["chunk_ms"])
 PY
 )
-
-chunk_ms=$(python3 -c 'import re; s = open("core/src/ledger.rs").read(); print(re.search(r"\n    chunk_ms: ([\d_]+),", s).group(1).replace("_", ""))')
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -587,19 +587,17 @@ mod tests {
         // than the demand. With half a token left, 2 tokens went out and the
         // rest of the demand counts as denied.
         let chunks = kept_of(ledger(1_500, 1_000, 0, 5, 40, &hs));
-        let r4 = row(
-            None,
-            Some((1_000, &chunks)),
-            2_000,
-            &sample(ledger(1_000, 1_100, 0, 5, 40, &hs)),
-        );
+        let after = |c| {
+            row(
+                None,
+                Some((1_000, &chunks)),
+                2_000,
+                &sample(ledger(c, 1_100, 0, 5, 40, &hs)),
+            )
+        };
+        let r4 = after(1_000);
         assert_eq!((r4.granted_per_s, r4.denied_per_s), (Some(40.0), Some(0.0)));
-        let r5 = row(
-            None,
-            Some((1_000, &chunks)),
-            2_000,
-            &sample(ledger(500, 1_100, 0, 5, 40, &hs)),
-        );
+        let r5 = after(500);
         assert_eq!((r5.granted_per_s, r5.denied_per_s), (Some(2.0), Some(38.0)));
         // Learning after a loss: no refill until z, and the guard says so.
         let mut lost = ledger(0, 2_000, 0, 0, 40, &hs);

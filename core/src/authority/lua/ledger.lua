@@ -90,8 +90,6 @@ end
 
 -- load: the key's state, created empty of commitments with a full bucket
 local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b', 'o' }
--- (the ones `store` writes: all but the older overflow `o`)
-local STORED = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b' }
 local s = {}
 -- the fields as read: `store` writes the ones that changed (each field an
 -- HSET writes costs the server a search of the hash's listpack, and each
@@ -294,9 +292,10 @@ local function store(me, c_until, f_until, r_until)
   end
   s.u = now + alive
   local set = {}
-  for _, f in ipairs(STORED) do
+  -- (all but the older overflow `o`, which `load` deleted)
+  for _, f in ipairs(FIELDS) do
     local x = s[f]
-    if x ~= was[f] then
+    if f ~= 'o' and x ~= was[f] then
       set[#set + 1] = f
       set[#set + 1] = S(x)
       was[f] = x
