@@ -89,9 +89,10 @@ type Config struct {
 	// LeaseSize pins fixed leases of this many tokens (0 or Auto: adaptive
 	// leasing, leases sized by demand under OvershootBudget). Rarely needed.
 	LeaseSize uint64
-	// OvershootBudget is adaptive leasing's per-key budget: tokens all
-	// instances together may hold unspent, as a count ("40") or a share of
-	// Limit ("0.5%"). Empty: the engine's default, "2%".
+	// OvershootBudget is adaptive leasing's per-key budget: the most tokens
+	// one instance leases ahead of its request, as a count ("40") or a share
+	// of Limit ("0.5%"); it trades calls against false denials, never the
+	// bound. Empty: the engine's default, "2%".
 	OvershootBudget string
 	// RefillThreshold: prefetch when local tokens drop below it (Auto:
 	// LeaseSize / 4, at least 1). 0 disables prefetch: in a Config literal,

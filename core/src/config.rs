@@ -91,8 +91,10 @@ str_enum!(FailurePolicy, "on_backend_failure",
     "allow" => FailurePolicy::Allow,
     "deny" => FailurePolicy::Deny);
 
-/// The per-key overshoot budget of adaptive leasing: how many tokens all
-/// instances together may hold unspent.
+/// `overshoot_budget` of adaptive leasing: the most tokens one instance
+/// leases ahead of its request on a key, and (under one token) which keys
+/// are decided one request at a time. It trades calls against false
+/// denials, never the bound (docs/limits.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Budget {
     /// A token count.
