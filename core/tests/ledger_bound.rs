@@ -1573,6 +1573,53 @@ fn a_restart_empty_under_load_is_back_to_the_rate_within_two_seconds() {
     }
 }
 
+/// A restart seen by one limiter whose key runs on a rate: Redis is
+/// killed, another key's call fails (the circuit opens), Redis starts
+/// again empty. The rate's renewal goes out as the circuit's probe, so the
+/// rate is still live when it is reported, and the learning authority
+/// grants it again: the key is back at its rate at once. Before, a rate
+/// never renewed while the circuit was open; with every key on a rate no
+/// other key probed, the rate ended, and the key admitted nothing for the
+/// whole learning (`learn_ms`, 7 s).
+#[test]
+fn a_rate_is_renewed_as_the_probe_after_a_restart() {
+    let server = common::redis_or_skip!(common::RedisServer::start());
+    let l = Limiter::builder()
+        .url(server.url())
+        .limit(100)
+        .window_ms(1_000)
+        .key_prefix(common::unique("probe-renewal"))
+        .on_backend_failure(FailurePolicy::Deny)
+        .clock(ClockKind::Manual { start_ms: 1_000_000 })
+        .build()
+        .unwrap();
+    // `k` offered 200/s for `ms`: admitted
+    let run = |ms: u64| {
+        let mut admitted = 0;
+        for _ in 0..ms / 5 {
+            admitted += l.acquire("k", 1).unwrap().allowed as u64;
+            l.advance_clock(5).unwrap();
+            l.settle().unwrap();
+        }
+        admitted
+    };
+    run(3_000);
+    assert!(l.inspect("k").unwrap().rate_per_window > 0, "k runs on a rate");
+    server.kill();
+    // another key's lease call is refused: the circuit opens
+    let d = l.acquire("j", 1).unwrap();
+    l.settle().unwrap();
+    assert_eq!(d.reason, Reason::Fallback, "{d:?}");
+    assert!(l.metrics().fallback_active > 0, "the circuit is open");
+    server.restart();
+    // past any rate's end (the longest period) and then 2 s more
+    let after = run(6_000);
+    let last = run(2_000);
+    eprintln!("after the restart: {after} admitted in 6 s, {last} in the 2 s after them");
+    assert!(last >= 180, "{last} admitted in 2 s at 100/s");
+    assert!(after + last <= 100 + 100 * 8, "{after} + {last} admitted in 8 s");
+}
+
 /// The ledger issue's target for a burst on a full bucket: 6 instances at
 /// 2.4x a 600/min key for 60 s, from a full bucket (the burst drains it in
 /// about 43 s, then the key is saturated). The fleet admits at least 0.95

@@ -419,9 +419,15 @@ impl Engine {
             return Step::Again;
         }
         // Renew from a little before the period's end (the grace after it
-        // keeps accruing meanwhile).
+        // keeps accruing meanwhile). While the circuit is open the renewal
+        // goes out as its probe when one is due: a rate that ended unrenewed
+        // is one its holder no longer reports, and an authority learning
+        // after a loss grants nothing to a holder without one for
+        // `learn_ms`. With every key on a rate, no other key probed: one
+        // failed call during a Redis restart ended every rate of the
+        // limiter unrenewed.
         let lead = (2 * self.rtt_ms.load(Relaxed)).max(self.r.cfg.tuning.renew_lead_ms);
-        if now + lead >= until && !self.circuit.is_open() {
+        if now + lead >= until && (!self.circuit.is_open() || self.circuit.take_probe(now)) {
             let local = e.tokens.load(Relaxed).min(cost - 1);
             self.start_lease(e, self.want(e, p, cost - local, local), cost - local, 0);
             if let Some(left) = e.try_take(cost) {
