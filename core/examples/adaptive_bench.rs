@@ -40,8 +40,9 @@
 //! `--hog` (or `BENCH_HOG=1`) runs every case with one busy-looping thread per
 //! core in this process; `--hog-compare` runs `holders`, `zipf`, `six`,
 //! `burst` and `restart` without and with it and prints both side by side.
-//! The limiters of `holders` and `zipf` follow no shared policy store (the default `policy_refresh_ms` 0), so that
-//! Redis counts the ledger's scripts alone; `--policy-poll` has each follow it
+//! The limiters of `holders` and `zipf` follow no shared policy store (the
+//! default `policy_refresh_ms` 0), so that Redis counts the ledger's scripts
+//! alone; `--policy-poll` has each follow it
 //! (`policy_refresh_ms` 1000: a script call per limiter every second).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -156,23 +157,22 @@ impl<'a> FleetSpec<'a> {
             budget: None,
         }
     }
+
+    /// `n` limiters on a 1000/s key offered `per_s` in all, unevenly: every
+    /// fourth instance gets 4x.
+    fn uneven(url: &'a str, prefix: &'a str, fixed: bool, n: usize, per_s: f64, secs: f64) -> Self {
+        FleetSpec {
+            fixed,
+            weights: (0..n).map(|i| if i % 4 == 0 { 4.0 } else { 1.0 }).collect(),
+            ..FleetSpec::equal(url, prefix, n, (1_000, 1_000), per_s, secs)
+        }
+    }
 }
 
 /// `n` limiters, one thread each, Poisson arrivals at `load` x the limit in
 /// total (uneven: every fourth instance gets 4x), for `secs`.
 fn fleet(url: &str, prefix: &str, fixed: bool, n: usize, load: f64, secs: f64) -> FleetRun {
-    const LIMIT: u64 = 1_000;
-    let spec = FleetSpec {
-        url,
-        prefix,
-        fixed,
-        limit: LIMIT,
-        window_ms: 1_000,
-        per_s: LIMIT as f64 * load,
-        weights: (0..n).map(|i| if i % 4 == 0 { 4.0 } else { 1.0 }).collect(),
-        secs,
-        budget: None,
-    };
+    let spec = FleetSpec::uneven(url, prefix, fixed, n, 1_000.0 * load, secs);
     run_fleet(&spec, |t0, ls| {
         if std::env::var("ADAPTIVE_TRACE").is_ok() {
             trace(t0, ls, secs);
@@ -316,6 +316,8 @@ fn trace(t0: Instant, ls: &[Arc<Limiter>], secs: f64) {
     }
 }
 
+/// One busy-looping thread per core, from `start` until dropped: a CPU hog in
+/// this process competing with the limiters, the broker and the redis-server.
 struct Hog {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -1001,15 +1003,8 @@ fn six_case(url: &str, run: u32, secs: f64, hogs: &[bool]) {
             let _hog = Hog::start(hog);
             let prefix = format!("six{run}h{hog}b{}", budget.trim_end_matches('%'));
             let spec = FleetSpec {
-                url,
-                prefix: &prefix,
-                fixed: false,
-                limit: 1_000,
-                window_ms: 1_000,
-                per_s: 800.0,
-                weights: (0..6).map(|i| if i % 4 == 0 { 4.0 } else { 1.0 }).collect(),
-                secs,
                 budget: Some(budget),
+                ..FleetSpec::uneven(url, &prefix, false, 6, 800.0, secs)
             };
             let r = run_fleet(&spec, |_, _| {});
             let (denied, calls) = (
