@@ -2492,3 +2492,29 @@ fn schedule_p_permits_held_through_an_idle_minute_stay_held() {
     };
     run_permits(&c, &format!("memory://{}", common::unique("permits")), "p").unwrap();
 }
+
+/// Found by `rates_held_through_lulls_on_the_memory_authority_keep_the_bound`
+/// once a few holders of a key leased ahead an equal part of half its
+/// capacity (`fleet_ahead_pct`): 115.2 admitted where one bucket allows 114
+/// and its refill, over the last load after a lull.
+#[test]
+fn schedule_v_a_carry_filled_through_a_lull_is_held() {
+    let c = Case {
+        tuning: TUNING,
+        n: 4,
+        replicas: 0,
+        limit: 114,
+        window_ms: 1704,
+        steps: vec![
+            burst(0, 2, 2, 0),
+            burst(1, 2, 2, 0),
+            Step::Load { per_s: 343, ms: 1181 },
+            Step::Quiet(82),
+            Step::Quiet(1703),
+            Step::Load { per_s: 263, ms: 2851 },
+            Step::Quiet(1328),
+            Step::Load { per_s: 1642, ms: 2181 },
+        ],
+    };
+    holds_on_both(&c, Some(LULL_TTL_MS));
+}

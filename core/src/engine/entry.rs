@@ -301,9 +301,16 @@ impl Entry {
             // (`ledger.lua` `rate_grant`), so a one-token share keeps it.
             acc.units = 0;
         }
+        // The most held since the last accrual, counted with what accrued
+        // meanwhile (`spent_credit` reads it as the most the holder had:
+        // what accrued while the tokens held stayed at `peak` could have
+        // been spent then). With only what is held now plus `add`, a
+        // holder that kept its tokens through a lull while its rate filled
+        // the carry, then spent both, was credited refill for the carry as
+        // if it had never held it: 115.2 admitted where one bucket allows
+        // 114 (`schedule_v_a_carry_filled_through_a_lull_is_held`).
+        acc.low = acc.low.max(held.max(acc.peak) + add);
         acc.peak = stays;
-        // (held for the instant before the caller's take)
-        acc.low = acc.low.max(held + add);
         drop(acc);
         self.tokens.fetch_add(add, AcqRel);
         add
