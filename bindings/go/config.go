@@ -91,8 +91,10 @@ type Config struct {
 	LeaseSize uint64
 	// OvershootBudget is adaptive leasing's per-key budget: the most tokens
 	// one instance leases ahead of its request, as a count ("40") or a share
-	// of Limit ("0.5%"); it trades calls against false denials, never the
-	// bound. Empty: the engine's default, "2%".
+	// of Limit ("0.5%"), a hard cap, or "auto" (2 % of Limit, or, when more,
+	// an equal part of half the capacity among the key's live holders); it
+	// trades calls against false denials, never the bound. Empty: the
+	// engine's default, "auto".
 	OvershootBudget string
 	// RefillThreshold: prefetch when local tokens drop below it (Auto:
 	// LeaseSize / 4, at least 1). 0 disables prefetch: in a Config literal,

@@ -415,6 +415,18 @@ func TestOvershootBudgetCapsWhatAnInstanceHolds(t *testing.T) {
 	if m := l.Metrics(); m.OvershootBound != 5 {
 		t.Fatalf("overshoot bound %d, want 5", m.OvershootBound)
 	}
+	// "auto", the default, named
+	auto, err := New(Config{Limit: 100, OvershootBudget: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := auto.Acquire("k"); err != nil || !d.Allowed {
+		t.Fatalf("auto: %v %v", d, err)
+	}
+	auto.Close()
+	if _, err := New(Config{Limit: 100, OvershootBudget: "automatic"}); err == nil || !strings.Contains(err.Error(), "overshoot_budget") {
+		t.Fatalf("want a config error naming overshoot_budget, got %v", err)
+	}
 	if _, err := New(Config{Limit: 100, OvershootBudget: "150%"}); err == nil || !strings.Contains(err.Error(), "overshoot_budget") {
 		t.Fatalf("want a config error naming overshoot_budget, got %v", err)
 	}

@@ -72,6 +72,10 @@ pub struct Tuning {
     pub recheck_ms: u64,
     /// See `recheck_ms`.
     pub recheck_pct: u64,
+    /// Under the default `overshoot_budget` ("auto"), the key's live holders
+    /// together lease ahead up to this percentage of its capacity, an equal
+    /// part each, when that is more than 2 % of it (engine side).
+    pub fleet_ahead_pct: u64,
 }
 
 impl Default for Tuning {
@@ -122,8 +126,8 @@ impl Tuning {
                 "debt_pay_pct must be 1..=100 (0 never pays a debt back)",
             ),
             (
-                self.rate_start_pct <= 100 && self.recheck_pct <= 100,
-                "rate_start_pct and recheck_pct are percentages (at most 100)",
+                self.rate_start_pct <= 100 && self.recheck_pct <= 100 && self.fleet_ahead_pct <= 100,
+                "rate_start_pct, recheck_pct and fleet_ahead_pct are percentages (at most 100)",
             ),
             (
                 self.grant_tokens >= 1 && self.rate_cap_pct >= 1 && self.demand_half_life_ms >= 1,
@@ -159,6 +163,7 @@ pub const TUNING: Tuning = Tuning {
     renew_lead_ms: 10,
     recheck_ms: 250,
     recheck_pct: 50,
+    fleet_ahead_pct: 50,
 };
 
 /// Lease calls this process has sent, numbered from 1 (an adaptive call

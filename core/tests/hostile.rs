@@ -513,7 +513,7 @@ fn plausible_pair() -> impl Strategy<Value = (String, Value)> {
         int(1, 10).prop_map(|v| ("max_keys".to_string(), v)),
         int(0, 1 << 40).prop_map(|v| ("clock_start_ms".to_string(), v)),
         s(vec!["10/s", "600/min", "1/day", "5/ms", "0/s", "4503599627370496/ms"]).prop_map(|v| ("rate".to_string(), v)),
-        s(vec!["1", "2%", "100%", "0.0001%", "101%", "0"]).prop_map(|v| ("overshoot_budget".to_string(), v)),
+        s(vec!["1", "2%", "auto", "100%", "0.0001%", "101%", "0"]).prop_map(|v| ("overshoot_budget".to_string(), v)),
         s(vec!["lease", "exact", "local", "LEASE"]).prop_map(|v| ("mode".to_string(), v)),
         s(vec!["static-share", "allow", "deny"]).prop_map(|v| ("on_backend_failure".to_string(), v)),
         s(vec!["manual", "manual", "system"]).prop_map(|v| ("clock".to_string(), v)),

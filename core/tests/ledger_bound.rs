@@ -270,12 +270,28 @@ fn knobs() -> impl Strategy<Value = Tuning> {
         0u64..=100,
         prop_oneof![Just(0u64), 1u64..3_000],
     );
-    let engine = (1u64..500, 1u64..30, 1u64..5_000, 0u64..300, 1u64..2_000, 0u64..=100);
+    let engine = (
+        1u64..500,
+        1u64..30,
+        1u64..5_000,
+        0u64..300,
+        1u64..2_000,
+        0u64..=100,
+        0u64..=100,
+    );
     (periods, sizes, engine).prop_map(
         |(
             (expiry_margin_ms, min_period_ms, more_period, more_commit, more_learn, fallback_ms),
             (grant_tokens, carry_ms, rate_cap_pct, saturation_pct, target_ms, debt_pay_pct, rate_start_pct, chunk_ms),
-            (demand_first_ms, demand_first_requests, demand_half_life_ms, renew_lead_ms, recheck_ms, recheck_pct),
+            (
+                demand_first_ms,
+                demand_first_requests,
+                demand_half_life_ms,
+                renew_lead_ms,
+                recheck_ms,
+                recheck_pct,
+                fleet_ahead_pct,
+            ),
         )| {
             let max_period_ms = min_period_ms + more_period;
             let commit_ms = max_period_ms + 2 * expiry_margin_ms + more_commit;
@@ -300,6 +316,7 @@ fn knobs() -> impl Strategy<Value = Tuning> {
                 renew_lead_ms,
                 recheck_ms,
                 recheck_pct,
+                fleet_ahead_pct,
             };
             assert_eq!(t.check(), Ok(()), "{t:?}");
             t

@@ -236,6 +236,11 @@ test('overshootBudget caps what an instance holds under adaptive leasing', async
   // measured, for more, and the budget (5 % of 100) caps it
   for (let i = 0; i < 4; i++) assert.equal((await l.acquire('k')).allowed, true)
   assert.equal(l.metrics().overshoot_bound, 5)
+  // 'auto', the default, named
+  const auto = new Limiter({ limit: 100, overshootBudget: 'auto' })
+  assert.equal(auto.acquireSync('k').allowed, true)
+  await auto.close()
+  assert.throws(() => new Limiter({ limit: 100, overshootBudget: 'automatic' }), { code: codes.CONFIG, message: /overshoot_budget/ })
   assert.throws(() => new Limiter({ limit: 100, overshootBudget: '150%' }), { code: codes.CONFIG, message: /overshoot_budget/ })
   assert.throws(() => new Limiter({ limit: 100, overshootBudget: 0 }), { code: codes.CONFIG, message: /overshoot_budget/ })
 })

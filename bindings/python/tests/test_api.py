@@ -244,6 +244,10 @@ def test_overshoot_budget_caps_what_an_instance_holds() -> None:
     for _ in range(4):
         assert lim.acquire("k").allowed
     assert lim.metrics()["overshoot_bound"] == 5
+    # "auto", the default, named
+    assert Limiter(limit=100, overshoot_budget="auto").acquire("k").allowed
+    with pytest.raises(ConfigError, match="overshoot_budget"):
+        Limiter(limit=100, overshoot_budget="automatic")
     with pytest.raises(ConfigError, match="overshoot_budget"):
         Limiter(limit=100, overshoot_budget="150%")
     with pytest.raises(ConfigError, match="overshoot_budget"):

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::entry::{Entry, MORE_CALENDAR};
 use super::Engine;
 use crate::bucket::Quota;
-use crate::config::Mode;
+use crate::config::{Budget, Mode};
 use crate::decision::{Decision, Reason};
 use crate::error::{Error, Result};
 use crate::fork;
@@ -31,7 +31,10 @@ impl Engine {
             // expects (a fraction of one would mostly go back unused, a
             // give-back call), at most the overshoot budget (what one
             // instance may hold unspent: it trades calls for false denials;
-            // the ledger's bound holds either way)
+            // the ledger's bound holds either way); under the default
+            // budget, or when more, an equal part of `fleet_ahead_pct` of
+            // the capacity among the holders the last answer counted (a few
+            // busy instances of a large key)
             // Before the first estimate (`demand_first_ms` or
             // `demand_first_requests`), as many as the key has seen here:
             // leases of 1, 2, 4, ... on a busy key instead of a call per
@@ -42,7 +45,15 @@ impl Engine {
             } else {
                 (d * span / 1_000_000) as u64
             };
-            need + ahead.min(self.r.cfg.overshoot_budget.tokens(p.limit))
+            let budget = self.r.cfg.overshoot_budget;
+            let part = match budget {
+                Budget::Auto => {
+                    let fleet = (p.limit as u128 * self.r.cfg.tuning.fleet_ahead_pct as u128 / 100) as u64;
+                    fleet.checked_div(e.holders.load(Relaxed)).unwrap_or(0)
+                }
+                _ => 0,
+            };
+            need + ahead.min(budget.tokens(p.limit).max(part))
         } else {
             let (lease, _) = self.lease_params(p);
             lease.saturating_sub(local).max(need)

@@ -23,9 +23,7 @@ impl Engine {
     /// key is leased exactly what each request needs, with no prefetch and
     /// no rate, so the fleet admits what one exact bucket would.
     pub(super) fn single(&self, p: Quota) -> bool {
-        self.r.adaptive
-            && matches!(self.r.cfg.overshoot_budget,
-                crate::config::Budget::PerMillion(ppm) if (p.limit as u128) * (ppm as u128) < 1_000_000)
+        self.r.adaptive && self.r.cfg.overshoot_budget.under_a_token(p.limit)
     }
 
     /// The time an authority call is made at.

@@ -95,7 +95,8 @@ class Limiter(_native.Limiter):
     back at the period's start. It needs adaptive leasing (no ``lease_size``,
     mode "lease"). Options left as None take the engine's
     defaults (adaptive leasing: leases sized by demand under
-    ``overshoot_budget``, a token count or "2%" of the limit; ``lease_size``
+    ``overshoot_budget``, "auto": 2 % of the limit, more for a few busy
+    instances of a large key; ``lease_size``
     pins fixed leases instead; lease_ttl_ms 2000;
     expected_replicas 1; backend_timeout_ms 250; max_keys 100000). The
     engine checks every option by name: a misspelt keyword raises
