@@ -50,14 +50,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use quotalease::{Limiter, Metrics, OptionValue};
+use quotalease::{Limiter, Metrics};
 
-fn limiter(url: &str, prefix: &str, limit: u64, window_ms: u64, fixed: bool) -> Limiter {
+/// A limiter of one key's policy: fixed leases of the default size, or
+/// adaptive under `budget` (`overshoot_budget`; None: the default).
+fn limiter(url: &str, prefix: &str, limit: u64, window_ms: u64, fixed: bool, budget: Option<&str>) -> Limiter {
     let b = Limiter::builder()
         .url(url)
         .key_prefix(prefix)
         .limit(limit)
         .window_ms(window_ms);
+    let b = match budget {
+        Some(v) => b.overshoot_budget(v.parse().expect("overshoot_budget")),
+        None => b,
+    };
     let b = if fixed {
         b.lease_size(quotalease::default_lease_size(limit))
     } else {
@@ -78,7 +84,7 @@ fn sum(ms: impl Iterator<Item = Metrics>) -> Metrics {
 
 /// One limiter, `threads` threads hammering one key for `secs`.
 fn hot(url: &str, prefix: &str, fixed: bool, threads: usize, secs: f64) -> (f64, f64) {
-    let l = Arc::new(limiter(url, prefix, 1 << 32, 1_000, fixed));
+    let l = Arc::new(limiter(url, prefix, 1 << 32, 1_000, fixed, None));
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(threads + 1));
     let hs: Vec<_> = (0..threads)
@@ -187,19 +193,15 @@ fn run_fleet(spec: &FleetSpec, during: impl FnOnce(Instant, &[Arc<Limiter>])) ->
     let n = spec.weights.len();
     let secs = spec.secs;
     let ls: Vec<Arc<Limiter>> = (0..n)
-        .map(|_| match spec.budget {
-            None => Arc::new(limiter(spec.url, spec.prefix, spec.limit, spec.window_ms, spec.fixed)),
-            Some(b) => {
-                let mut o = quotalease::Options::new();
-                o.set("url", OptionValue::Str(spec.url)).expect("url");
-                o.set("key_prefix", OptionValue::Str(spec.prefix)).expect("key_prefix");
-                o.set("limit", OptionValue::Int(spec.limit.into())).expect("limit");
-                o.set("window_ms", OptionValue::Int(spec.window_ms.into()))
-                    .expect("window_ms");
-                o.set("overshoot_budget", OptionValue::Str(b))
-                    .expect("overshoot_budget");
-                Arc::new(Limiter::from_options(o).expect("limiter"))
-            }
+        .map(|_| {
+            Arc::new(limiter(
+                spec.url,
+                spec.prefix,
+                spec.limit,
+                spec.window_ms,
+                spec.fixed,
+                spec.budget,
+            ))
         })
         .collect();
     let total_w: f64 = spec.weights.iter().sum();

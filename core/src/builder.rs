@@ -1,7 +1,7 @@
 //! [`Builder`]: a [`Config`] set up in code, with the same rules as options
 //! set by name (see [`crate::options`]).
 
-use crate::config::{ClockKind, FailurePolicy, Mode};
+use crate::config::{Budget, ClockKind, FailurePolicy, Mode};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::options::{OptionValue, Options};
@@ -48,8 +48,13 @@ impl Builder {
         /// Requests of one key in flight at once, fleet-wide, for
         /// [`Limiter::acquire_concurrent`](crate::Limiter::acquire_concurrent) (default 0: none).
         concurrency: u64 => |v| OptionValue::Int(v.into()),
-        /// Tokens per lease (default 2 % of limit, 1..=20).
+        /// Pins fixed leases of this many tokens (default unset: adaptive
+        /// leasing under [`overshoot_budget`](Self::overshoot_budget)).
         lease_size: u64 => |v| OptionValue::Int(v.into()),
+        /// The most tokens one instance leases ahead of its request under
+        /// adaptive leasing (default [`Budget::Auto`]; a count or a share of
+        /// the limit is a hard cap).
+        overshoot_budget: Budget => |v| OptionValue::Str(&v.to_string()),
         /// Prefetch below this many local tokens (default lease_size / 4, at least 1).
         refill_threshold: u64 => |v| OptionValue::Int(v.into()),
         /// Give back leased tokens unused this long (default 2 000 ms).

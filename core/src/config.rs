@@ -134,6 +134,25 @@ impl Budget {
     }
 }
 
+/// The option's text, which [`FromStr`] reads back as the same budget:
+/// `"auto"`, a token count (`"40"`) or a percentage (`"0.5%"`).
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Budget::Tokens(t) => write!(f, "{t}"),
+            // (an exact decimal: whole percent, then up to four places)
+            Budget::PerMillion(ppm) => {
+                let frac = format!("{:04}", ppm % 10_000);
+                match frac.trim_end_matches('0') {
+                    "" => write!(f, "{}%", ppm / 10_000),
+                    frac => write!(f, "{}.{frac}%", ppm / 10_000),
+                }
+            }
+            Budget::Auto => f.write_str("auto"),
+        }
+    }
+}
+
 impl FromStr for Budget {
     type Err = Error;
     /// `"auto"`, `"2%"`, `"0.5%"` or a token count such as `"40"`.
@@ -508,6 +527,23 @@ mod tests {
             Err(Error::Config { field, .. }) => field,
             other => panic!("expected a config error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_budget_reads_back_from_its_text() {
+        for b in [
+            Budget::Auto,
+            Budget::Tokens(40),
+            Budget::PerMillion(20_000),
+            Budget::PerMillion(5_000),
+            Budget::PerMillion(1),
+            Budget::PerMillion(1_000_000),
+            Budget::PerMillion(123_450),
+        ] {
+            assert_eq!(b.to_string().parse::<Budget>().unwrap(), b, "{b}");
+        }
+        assert_eq!(Budget::PerMillion(5_000).to_string(), "0.5%");
+        assert_eq!(Budget::PerMillion(20_000).to_string(), "2%");
     }
 
     #[test]

@@ -953,17 +953,16 @@ fn a_long_outage_is_paid_by_its_whole_overflow() {
 /// capacity (`fleet_ahead_pct`). A percentage set by the user is a hard cap.
 #[test]
 fn the_auto_budget_leases_further_ahead_for_few_holders() {
-    use quotalease::{Budget, OptionValue, Options};
+    use quotalease::Budget;
     let held = |budget: Option<&str>| {
-        let mut o = Options::new();
-        o.set("url", OptionValue::Str("memory://")).unwrap();
-        o.set("limit", OptionValue::Int(100)).unwrap();
-        o.set("window_ms", OptionValue::Int(1000)).unwrap();
-        o.set("clock", OptionValue::Str("manual")).unwrap();
-        if let Some(b) = budget {
-            o.set("overshoot_budget", OptionValue::Str(b)).unwrap();
+        let mut b = Limiter::builder()
+            .limit(100)
+            .window_ms(1000)
+            .clock(ClockKind::Manual { start_ms: 1_000_000 });
+        if let Some(v) = budget {
+            b = b.overshoot_budget(v.parse().unwrap());
         }
-        let l = Limiter::from_options(o).unwrap();
+        let l = b.build().unwrap();
         assert_eq!(
             l.config().overshoot_budget,
             budget.map_or(Budget::Auto, |b| b.parse().unwrap())
