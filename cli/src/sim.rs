@@ -408,9 +408,9 @@ impl Fleet {
         }
         self.result.bound = match self.strategy {
             Strategy::Leased => Some(max_running * lease_size),
-            // Chunks held ≤ the budget; each rate holder's carry ≤ its budget
-            // share, at least one token (see quotalease::ledger).
-            Strategy::Adaptive => Some(2 * self.base.overshoot_budget.tokens(self.base.limit) + max_running),
+            // The ledger's bound: one exact token bucket (docs/design.md,
+            // "The bound"), whatever the budget, the chunks or the rates.
+            Strategy::Adaptive => Some(0),
             Strategy::Exact => Some(0),
             _ => None,
         };

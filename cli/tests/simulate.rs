@@ -52,6 +52,16 @@ fn check_invariants(r: &Report, what: &str) {
             "{what}: every request decided"
         );
     }
+    // Adaptive leasing: the ledger's bound is one exact token bucket.
+    let adaptive = r.result(Strategy::Adaptive).unwrap();
+    assert_eq!(adaptive.bound, Some(0), "{what}");
+    for (k, stats) in adaptive.keys.iter().enumerate() {
+        assert_eq!(
+            stats.overshoot, 0,
+            "{what}: adaptive overshoot on key {}",
+            r.scenario.keys[k].name
+        );
+    }
     // Exact with no latency is the allowance's own bucket: identical decisions.
     let exact = r.result(Strategy::Exact).unwrap();
     for (k, stats) in exact.keys.iter().enumerate() {
