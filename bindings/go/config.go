@@ -92,7 +92,8 @@ type Config struct {
 	// OvershootBudget is adaptive leasing's per-key budget: the most tokens
 	// one instance leases ahead of its request, as a count ("40") or a share
 	// of Limit ("0.5%"), a hard cap, or "auto" (2 % of Limit, or, when more,
-	// an equal part of half the capacity among the key's live holders); it
+	// an equal part of half what the key refills in a second, at most its
+	// capacity, among its live holders); it
 	// trades calls against false denials, never the bound. Empty: the
 	// engine's default, "auto".
 	OvershootBudget string

@@ -52,7 +52,7 @@ export interface LimiterOptions {
   rate?: string
   /** Pins fixed leases of this many tokens (default unset: adaptive leasing under `overshootBudget`). Must be <= limit. */
   leaseSize?: number
-  /** Adaptive leasing's per-key budget: the most tokens one instance leases ahead of its request, a count or a percentage of the limit such as '0.5%' (a hard cap), or 'auto' (the default: 2 % of the limit, or, when more, an equal part of half the capacity among the key's live holders); it trades calls against false denials, never the bound. */
+  /** Adaptive leasing's per-key budget: the most tokens one instance leases ahead of its request, a count or a percentage of the limit such as '0.5%' (a hard cap), or 'auto' (the default: 2 % of the limit, or, when more, an equal part of half what the key refills in a second, at most its capacity, among its live holders); it trades calls against false denials, never the bound. */
   overshootBudget?: number | string
   /** Fixed leases only (`leaseSize` set): prefetch when local tokens drop below this (default leaseSize / 4, at least 1; 0 disables). Adaptive leasing prefetches from demand x round trip. */
   refillThreshold?: number

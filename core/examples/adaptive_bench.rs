@@ -997,7 +997,7 @@ fn hog_label(hog: bool) -> &'static str {
 /// Six uneven instances at 0.8x a 1000/s key (issue 22: at most 0.02 calls
 /// per admitted request; the key never binds, so every denial is false),
 /// under the default budget ("auto") and under 2 % alone (what "auto" was
-/// before it let a few holders lease an equal part of half the capacity).
+/// before it let a few holders lease an equal part of half a second's refill).
 /// The same fleet at 1.2x shows that part's price: chunks counted whole
 /// while spent at the onset of saturation (docs/design.md, `fleet_ahead_pct`).
 fn six_case(url: &str, run: u32, secs: f64, hogs: &[bool]) {

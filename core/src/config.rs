@@ -103,9 +103,11 @@ pub enum Budget {
     /// Parts per million of the key's limit (`"2%"` is 20 000), at least one token.
     PerMillion(u64),
     /// The default (`"auto"`): 2 % of the limit, or, when more, an equal
-    /// part of `fleet_ahead_pct` (half) of the capacity among the key's
-    /// live holders at the instance's last answer: six busy instances of a
-    /// 1000/s key lease up to 83 tokens ahead each, not 20.
+    /// part of `fleet_ahead_pct` (half) of what the key refills in
+    /// `target_ms` (a second; at most its capacity) among the key's live
+    /// holders at the instance's last answer: six busy instances of a
+    /// 1000/s key lease up to 83 tokens ahead each, not 20; a 120/hour key's
+    /// holders no more than 2 %.
     Auto,
 }
 

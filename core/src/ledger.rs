@@ -73,8 +73,9 @@ pub struct Tuning {
     /// See `recheck_ms`.
     pub recheck_pct: u64,
     /// Under the default `overshoot_budget` ("auto"), the key's live holders
-    /// together lease ahead up to this percentage of its capacity, an equal
-    /// part each, when that is more than 2 % of it (engine side).
+    /// together lease ahead up to this percentage of what the key refills
+    /// in `target_ms` (at most its capacity), an equal part each, when that
+    /// is more than 2 % of its limit (engine side).
     pub fleet_ahead_pct: u64,
 }
 

@@ -980,6 +980,9 @@ fn the_auto_budget_leases_further_ahead_for_few_holders() {
     assert_eq!(held(Some("2%")), 2, "a set budget caps");
     assert_eq!(held(Some("5%")), 5, "a set budget caps");
     let auto = held(None);
-    assert!(auto > 5 && auto <= 50, "auto: {auto} held, up to half the capacity");
+    assert!(
+        auto > 5 && auto <= 50,
+        "auto: {auto} held, up to half a second's refill"
+    );
     assert_eq!(held(Some("auto")), auto);
 }

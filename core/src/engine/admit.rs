@@ -33,8 +33,11 @@ impl Engine {
             // instance may hold unspent: it trades calls for false denials;
             // the ledger's bound holds either way); under the default
             // budget, or when more, an equal part of `fleet_ahead_pct` of
-            // the capacity among the holders the last answer counted (a few
-            // busy instances of a large key)
+            // what the key refills over the same span (at most its
+            // capacity) among the holders the last answer counted: a few
+            // busy instances of a large key (a long window's capacity is
+            // many spans of its refill: leased ahead, a burst's estimate
+            // would hold a part of the hour's tokens at one instance)
             // Before the first estimate (`demand_first_ms` or
             // `demand_first_requests`), as many as the key has seen here:
             // leases of 1, 2, 4, ... on a busy key instead of a call per
@@ -48,7 +51,10 @@ impl Engine {
             let budget = self.r.cfg.overshoot_budget;
             let part = match budget {
                 Budget::Auto => {
-                    let fleet = (p.limit as u128 * self.r.cfg.tuning.fleet_ahead_pct as u128 / 100) as u64;
+                    let t = &self.r.cfg.tuning;
+                    let refill =
+                        (p.limit as u128 * t.target_ms as u128 / p.window_ms.max(1) as u128).min(p.limit as u128);
+                    let fleet = (refill * t.fleet_ahead_pct as u128 / 100) as u64;
                     fleet.checked_div(e.holders.load(Relaxed)).unwrap_or(0)
                 }
                 _ => 0,
