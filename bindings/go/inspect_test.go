@@ -58,7 +58,11 @@ func TestInspectAKeyNeverSeen(t *testing.T) {
 // within the budget, then, once the bucket is dry, exactly its refill. Every
 // figure is exact.
 func TestInspectAdaptiveFiguresOnMemory(t *testing.T) {
-	l := mustNew(t, manual(100, 1000)) // LeaseSize Auto: adaptive leasing
+	// LeaseSize Auto: adaptive leasing; the figures are those of a 2 %
+	// budget ("auto", the default, lets a lone holder lease further ahead)
+	c := manual(100, 1000)
+	c.OvershootBudget = "2%"
+	l := mustNew(t, c)
 	// Five requests at t0: demand is not measured yet (the first estimate
 	// waits for 100 ms of traffic), so each lease is the request plus as
 	// many as the key has seen here: 1, 2, then 3 tokens; one is held.
