@@ -77,6 +77,10 @@ pub struct Tuning {
     /// in `target_ms` (at most its capacity), an equal part each, when that
     /// is more than 2 % of its limit (engine side).
     pub fleet_ahead_pct: u64,
+    /// A rate granted within `min_period_ms` of a holder's first demand
+    /// estimate that brought this percentage of the key's sum of demand or
+    /// more is the shortest, a renewal too.
+    pub join_pct: u64,
 }
 
 impl Default for Tuning {
@@ -127,8 +131,11 @@ impl Tuning {
                 "debt_pay_pct must be 1..=100 (0 never pays a debt back)",
             ),
             (
-                self.rate_start_pct <= 100 && self.recheck_pct <= 100 && self.fleet_ahead_pct <= 100,
-                "rate_start_pct, recheck_pct and fleet_ahead_pct are percentages (at most 100)",
+                self.rate_start_pct <= 100
+                    && self.recheck_pct <= 100
+                    && self.fleet_ahead_pct <= 100
+                    && self.join_pct <= 100,
+                "rate_start_pct, recheck_pct, fleet_ahead_pct and join_pct are percentages (at most 100)",
             ),
             (
                 self.grant_tokens >= 1 && self.rate_cap_pct >= 1 && self.demand_half_life_ms >= 1,
@@ -165,6 +172,7 @@ pub const TUNING: Tuning = Tuning {
     recheck_ms: 250,
     recheck_pct: 50,
     fleet_ahead_pct: 50,
+    join_pct: 10,
 };
 
 /// Lease calls this process has sent, numbered from 1 (an adaptive call
@@ -303,6 +311,7 @@ pub(crate) fn args(
             ask.low,
             ask.low_seq,
             t.chunk_ms,
+            t.join_pct,
         ]
         .map(|n| n.to_string()),
     );
@@ -480,6 +489,7 @@ mod tests {
                 rate_start_pct: 101,
                 ..t
             },
+            Tuning { join_pct: 101, ..t },
             Tuning { grant_tokens: 0, ..t },
         ] {
             assert!(bad.check().is_err(), "{bad:?}");

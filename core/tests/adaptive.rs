@@ -599,7 +599,12 @@ fn a_thousand_holders_of_a_token_a_second_each_get_rates() {
 /// 3 %). A holder's first rate, while holders are still joining, is the
 /// shortest: split by a sum of demand that lacks the holders joining next,
 /// 5 s first rates left a late joiner with nothing until they ended (34 %
-/// from an equal share on seed 7, 6.6-34 % over seeds 1-8).
+/// from an equal share on seed 7, 6.6-34 % over seeds 1-8). So is any
+/// rate, a renewal too, within a shortest period of a holder's first
+/// demand estimate that brought `join_pct` (a tenth) of the sum of demand:
+/// a renewal at 5 s on the sum of the first few holders' demand kept their
+/// larger shares while a later one waited (14.1 % on seed 7, 8.0 % on
+/// average; 11.2 % at most and 7.1 % on average with it).
 /// Six holders of a 600/min key `k` that another limiter drained first.
 fn six_holders_of_a_drained_minute_key(name: &str) -> Vec<Limiter> {
     let d = fleet_with(name, 1, 600, 60_000).pop().unwrap();
@@ -644,7 +649,7 @@ fn six_equal_holders_of_a_drained_minute_key_share_it() {
             "equal 6, seed {seed}: {admitted:?}, {:.1} % from the mean, {used:.3} of the allowance",
             worst * 100.0
         );
-        assert!(worst <= 0.15, "seed {seed}: {admitted:?}");
+        assert!(worst <= 0.12, "seed {seed}: {admitted:?}");
         // (a one-token carry's fraction dropped as each token was spent:
         // 0.851 on Redis with six real processes; with a carry a token
         // over the share, room for the fraction, 0.976-0.986 here)
@@ -652,7 +657,7 @@ fn six_equal_holders_of_a_drained_minute_key_share_it() {
         worst_sum += worst;
     }
     assert!(
-        worst_sum / 8.0 <= 0.10,
+        worst_sum / 8.0 <= 0.075,
         "{:.3} from an equal share on average",
         worst_sum / 8.0
     );
@@ -702,8 +707,8 @@ fn six_equal_poisson_holders_keep_the_bound_and_print_their_spread() {
         "equal 6, Poisson: {:.1} % from an equal share on average, {used:.3} of the allowance",
         worst * 100.0
     );
-    assert!(worst <= 0.5, "{:.1} % from an equal share on average", worst * 100.0);
-    assert!(used >= 0.88, "{used:.3} of the allowance");
+    assert!(worst <= 0.41, "{:.1} % from an equal share on average", worst * 100.0);
+    assert!(used >= 0.90, "{used:.3} of the allowance");
 }
 
 /// Fleet shapes beside the targets' own, on the memory authority (manual

@@ -269,6 +269,7 @@ fn knobs() -> impl Strategy<Value = Tuning> {
         1u64..=100,
         0u64..=100,
         prop_oneof![Just(0u64), 1u64..3_000],
+        0u64..=100,
     );
     let engine = (
         1u64..500,
@@ -282,7 +283,17 @@ fn knobs() -> impl Strategy<Value = Tuning> {
     (periods, sizes, engine).prop_map(
         |(
             (expiry_margin_ms, min_period_ms, more_period, more_commit, more_learn, fallback_ms),
-            (grant_tokens, carry_ms, rate_cap_pct, saturation_pct, target_ms, debt_pay_pct, rate_start_pct, chunk_ms),
+            (
+                grant_tokens,
+                carry_ms,
+                rate_cap_pct,
+                saturation_pct,
+                target_ms,
+                debt_pay_pct,
+                rate_start_pct,
+                chunk_ms,
+                join_pct,
+            ),
             (
                 demand_first_ms,
                 demand_first_requests,
@@ -317,6 +328,7 @@ fn knobs() -> impl Strategy<Value = Tuning> {
                 recheck_ms,
                 recheck_pct,
                 fleet_ahead_pct,
+                join_pct,
             };
             assert_eq!(t.check(), Ok(()), "{t:?}");
             t

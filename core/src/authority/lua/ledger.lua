@@ -16,8 +16,8 @@
 -- holder, rising; 0: none) and that of the last answer the holder applied
 -- (see `unseen`); then the most tokens the holder held since its call
 -- `low_seq` left and that number (0: none; see `spent_credit`); then
--- chunk_ms (a saturated key's chunk is at most a share over it); last the
--- kind of bucket: none or '' a token bucket, 'c'
+-- chunk_ms (a saturated key's chunk is at most a share over it); then
+-- join_pct (see `join`); last the kind of bucket: none or '' a token bucket, 'c'
 -- a calendar quota followed by the start of the period that holds the
 -- caller's time of day, its end and the next end (on this script's
 -- clock), 'n' a concurrency limit (tokens are permits in flight).
@@ -47,6 +47,7 @@ local rate_start_pct = tonumber(ARGV[28]) or 0
 local seq, applied = tonumber(ARGV[29]) or 0, tonumber(ARGV[30]) or 0
 local low, low_seq = tonumber(ARGV[31]) or 0, tonumber(ARGV[32]) or 0
 local chunk_ms = tonumber(ARGV[33]) or min_period
+local join_pct = tonumber(ARGV[34]) or 100
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 -- numbers go to Redis as integer text (Lua's own text is %.14g); a whole
@@ -76,9 +77,9 @@ local cal_start, cal_end = nil, nil
 -- (set at every refill, grant and store), so permits come back when given
 -- back, when a holder no longer reports them held and when a commitment
 -- expires (a holder that died); nothing else refills
-local conc = ARGV[34] == 'n'
-if ARGV[34] == 'c' then
-  local b0, b1, b2 = tonumber(ARGV[35]), tonumber(ARGV[36]), tonumber(ARGV[37])
+local conc = ARGV[35] == 'n'
+if ARGV[35] == 'c' then
+  local b0, b1, b2 = tonumber(ARGV[36]), tonumber(ARGV[37]), tonumber(ARGV[38])
   if now >= b1 then
     cal_start, cal_end = b1, b2
   elseif now >= b0 then
@@ -89,7 +90,7 @@ if ARGV[34] == 'c' then
 end
 
 -- load: the key's state, created empty of commitments with a full bucket
-local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b', 'o' }
+local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b', 'o', 'k' }
 local s = {}
 -- the fields as read: `store` writes the ones that changed (each field an
 -- HSET writes costs the server a search of the hash's listpack, and each
@@ -121,12 +122,13 @@ if s.c == nil or s.t == nil or s.w == nil or s.w <= 0 or s.l == nil then
     e = now + 2, v = 0, u = 0, z = 0 }
 end
 -- `y` (when a saturated call last found the bucket dry), `j` (when a
--- holder last joined) and the overflow's sums `O`, `P` and their epoch `b`
--- came after the other fields: a state stored before them reads as never
--- and none. (An older overflow `o` since `q` is dropped: no holder record
+-- holder last joined), `k` (when one call last grew the demand's sum by
+-- `join_pct`) and the overflow's sums `O`, `P` and their epoch `b` came
+-- after the other fields: a state stored before them reads as never and
+-- none. (An older overflow `o` since `q` is dropped: no holder record
 -- holds a snapshot of the new sums, so none pays from them yet.)
 if s.o ~= nil then redis.call('HDEL', K, 'o', 'q') end
-s.y, s.j, s.O, s.P, s.b = s.y or 0, s.j or 0, s.O or 0, s.P or 0, s.b or 1
+s.y, s.j, s.k, s.O, s.P, s.b = s.y or 0, s.j or 0, s.k or 0, s.O or 0, s.P or 0, s.b or 1
 -- the overflow's sums start again (their epoch `b` moves on): every
 -- holder's snapshot of them is void, so no holder pays from them until its
 -- next lease call
@@ -398,7 +400,16 @@ local function join(me)
   local old_L, old_r, old_f = me.L, conv(me.r, me.w), conv(me.f, me.w)
   local renewing = old_r > 0 or redis.call('ZSCORE', Z, 'e' .. holder) ~= false
   if not me.live then s.n, s.j = s.n + 1, now end
+  -- `k`: when a holder last brought `join_pct` % of the sum D or more
+  -- with its first demand estimate (as it joins, or at a later call: it
+  -- adds nothing before): the rates split before are that far off. (Not
+  -- every join: a large fleet's churn adds a little at a time, and 50
+  -- holders, one replaced every second, made 60 % more calls when every
+  -- join counted; not every rise of an estimate: a few requests a second
+  -- leave it noisy.)
+  local first = me.d <= 0 and demand > 0
   s.D = s.D - me.d + demand
+  if first and demand * 100 >= join_pct * s.D then s.k = now end
   me.d = demand
   s.L = s.L - old_L
   s.R = s.R - old_r
@@ -540,9 +551,13 @@ local function grant(me, old_L, renewing)
     granted = min(max(ask, need), avail)
   elseif saturated then
     granted, rate, period, wait = rate_grant(me, h, avail, part)
-    -- a first rate while holders are joining is the shortest: it was split
-    -- by a sum of demand that may not hold the next ones yet
-    if rate > 0 and not renewing and now - s.j < min_period then period = min_period end
+    -- a first rate while holders are joining is the shortest, and so is
+    -- any rate within a shortest period of `k`: it was split by a sum of
+    -- demand that may not hold the next ones yet (a renewal on the first
+    -- few holders' sum kept their larger shares for a longest period while
+    -- a later one waited)
+    local moving = (not renewing and now - s.j < min_period) or now - s.k < min_period
+    if rate > 0 and moving then period = min_period end
   end
   if granted > 0 then
     s.c = s.c - granted * window
