@@ -212,11 +212,18 @@ def case_a(url: str, redis: Redis, secs: int, lease: int | None, tag: str, hog: 
         r["series"] = [[b - a for a, b in itertools.pairwise([0, *(c[k] for c in cum)])] for k in (0, 1)]
     lines += seconds(results, lease is None)
     lines.append(denials_line(results))
-    for r in results:
-        for ev in r.get("events", []):
-            lines.append(f"  event {r['lang']} {r['rate']}/s at {ev[0]} ms: {ev[1]} {ev[2]}")
+    lines += event_lines(results)
     lines.append(redis_line(row, sum(r["metrics_closed"]["backend_calls"] for r in results)))
     return row, lines
+
+
+def event_lines(results: list[dict]) -> list[str]:
+    """The outages each worker process saw (its `on_event` callbacks), one line each."""
+    return [
+        f"  event {r['lang']} {r['rate']:g}/s at {ev[0]} ms: {ev[1]} {ev[2]}"
+        for r in results
+        for ev in r.get("events", [])
+    ]
 
 
 def denials_line(results: list[dict]) -> str:
@@ -278,6 +285,8 @@ def case_c(url: str, redis: Redis, secs: int, tag: str, hog: bool) -> tuple[dict
     lines = [f"per process, {name}:", process_header()]
     for r in results:
         lines.append(process_line(f"{r['lang']} {r['rate']:.2f}/s", r["offered"], r["metrics"]))
+    lines.append(denials_line(results))
+    lines += event_lines(results)
     return row, lines
 
 
