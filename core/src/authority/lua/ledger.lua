@@ -122,8 +122,8 @@ if s.c == nil or s.t == nil or s.w == nil or s.w <= 0 or s.l == nil then
     e = now + 2, v = 0, u = 0, z = 0 }
 end
 -- `y` (when a saturated call last found the bucket dry), `j` (when a
--- holder last joined), `k` (when one call last grew the demand's sum by
--- `join_pct`) and the overflow's sums `O`, `P` and their epoch `b` came
+-- holder last joined), `k` (when a holder's first demand estimate last
+-- brought `join_pct` of D) and the overflow's sums `O`, `P` and their epoch `b` came
 -- after the other fields: a state stored before them reads as never and
 -- none. (An older overflow `o` since `q` is dropped: no holder record
 -- holds a snapshot of the new sums, so none pays from them yet.)
