@@ -31,6 +31,10 @@ fn main() {
         .limit(100)
         .window_ms(60_000)
         .max_keys((n + n / 8 + 16) as usize) // room: a full table evicts a sixteenth
+        // none idle long enough to leave the table while the run inserts the
+        // rest (an entry without tokens leaves after 30 lease TTLs, at least
+        // a minute; a million keys take longer than that)
+        .lease_ttl_ms(3_600_000)
         .build()
         .unwrap();
     // The first key starts the table, the authority and their allocations.
