@@ -308,17 +308,40 @@ impl ZSet {
     }
 }
 
-/// One stored value.
-#[derive(Clone, Debug)]
+/// One stored value (`None`: the key holds none).
+#[derive(Clone, Debug, Default)]
 enum Val {
+    #[default]
+    None,
     Hash(Fields),
     ZSet(ZSet),
 }
 
+/// The suffixes of a key's companions (`ledger::keys`: the state hash `K`,
+/// its sorted set of expiries `K:x`, its line `K:w`). A key and its
+/// companions share one slot of the store's map, so a tracked key costs one
+/// slot and one copy of its name where it cost one per value
+/// (docs/benchmarks.md, "Memory per tracked key"). Any other key has a slot
+/// of its own; `a:x` is part 1 of `a` whether or not `a` holds a value.
+const PARTS: [&str; 3] = ["", ":x", ":w"];
+
+/// A key's slot (its name without the suffix) and part (index in [`PARTS`]).
+fn split(key: &str) -> (&str, usize) {
+    PARTS
+        .iter()
+        .enumerate()
+        .skip(1)
+        .find_map(|(i, s)| key.strip_suffix(s).map(|base| (base, i)))
+        .unwrap_or((key, 0))
+}
+
+/// A slot's values with their expiries, up to the last part that holds one.
+type Parts = Box<[(Val, u64)]>;
+
 /// What the embedded scripts see as Redis: values with their expiry.
 #[derive(Clone, Debug, Default)]
 pub struct Store {
-    map: HashMap<Box<str>, (Val, u64)>,
+    map: HashMap<Box<str>, Parts>,
     /// The clock reading of the running call (expiries count from it).
     now: u64,
 }
@@ -328,17 +351,69 @@ const NO_EXPIRY: u64 = u64::MAX;
 impl Store {
     fn live(&mut self, key: &str) -> Option<&mut Val> {
         let now = self.now;
-        if self.map.get(key).is_some_and(|(_, until)| *until <= now) {
-            self.map.remove(key);
+        let (base, i) = split(key);
+        let (v, until) = self.map.get_mut(base)?.get_mut(i)?;
+        if *until <= now {
+            *v = Val::None;
         }
-        self.map.get_mut(key).map(|(v, _)| v)
+        match v {
+            Val::None => None,
+            v => Some(v),
+        }
+    }
+
+    /// `key`'s expiry, if it holds a value.
+    fn until_mut(&mut self, key: &str) -> Option<&mut u64> {
+        let (base, i) = split(key);
+        match self.map.get_mut(base)?.get_mut(i)? {
+            (Val::None, _) => None,
+            (_, until) => Some(until),
+        }
+    }
+
+    /// Store `val` at `key`, with no expiry.
+    fn put(&mut self, key: &str, val: Val) {
+        let (base, i) = split(key);
+        if !self.map.contains_key(base) {
+            self.map.insert(base.into(), Parts::default());
+        }
+        let parts = self.map.get_mut(base).expect("inserted above");
+        if parts.len() <= i {
+            let mut grown = std::mem::take(parts).into_vec();
+            grown.resize_with(i + 1, || (Val::None, NO_EXPIRY));
+            *parts = grown.into_boxed_slice();
+        }
+        parts[i] = (val, NO_EXPIRY);
+    }
+
+    /// Drop `key`'s value; true when it held one (expired or not).
+    fn remove(&mut self, key: &str) -> bool {
+        let (base, i) = split(key);
+        let Some(parts) = self.map.get_mut(base) else {
+            return false;
+        };
+        let had = parts
+            .get_mut(i)
+            .is_some_and(|(v, _)| !matches!(std::mem::take(v), Val::None));
+        if parts.iter().all(|(v, _)| matches!(v, Val::None)) {
+            self.map.remove(base);
+        }
+        had
     }
 
     /// Drop every expired value (now and then, as Redis' active expiry does).
     pub fn sweep(&mut self, now: u64) {
-        self.map.retain(|_, (_, until)| *until > now);
+        self.map.retain(|_, parts| {
+            for (v, until) in parts.iter_mut() {
+                if *until <= now {
+                    *v = Val::None;
+                }
+            }
+            parts.iter().any(|(v, _)| !matches!(v, Val::None))
+        });
     }
 
+    /// Slots in use: keys with their companions counted once.
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -367,6 +442,7 @@ impl Store {
                     None => "none",
                     Some(Val::Hash(_)) => "hash",
                     Some(Val::ZSet(_)) => "zset",
+                    Some(Val::None) => "none", // live() returns none of these
                 }
                 .into(),
             )),
@@ -374,12 +450,17 @@ impl Store {
                 None => Ok(Reply::Nil),
                 Some(_) => Err(wrong_type()),
             },
-            "DEL" => Ok(Reply::Int(self.map.remove(key.as_str()).is_some() as i64)),
+            "DEL" => {
+                let held = self.live(&key).is_some();
+                self.remove(&key);
+                Ok(Reply::Int(held as i64))
+            }
             "PEXPIRE" => {
                 let ms: u64 = arg(2)?.parse().map_err(|_| "PEXPIRE: not an integer".to_string())?;
                 let until = self.now.saturating_add(ms);
-                Ok(Reply::Int(match self.map.get_mut(key.as_str()) {
-                    Some((_, u)) => {
+                self.live(&key);
+                Ok(Reply::Int(match self.until_mut(&key) {
+                    Some(u) => {
                         *u = until;
                         1
                     }
@@ -421,7 +502,7 @@ impl Store {
                     Some(_) => return Err(wrong_type()),
                 };
                 if matches!(self.live(&key), Some(Val::Hash(h)) if h.is_empty()) {
-                    self.map.remove(key.as_str());
+                    self.remove(&key);
                 }
                 Ok(Reply::Int(n as i64))
             }
@@ -437,7 +518,7 @@ impl Store {
                         n += z.remove(m) as i64;
                     }
                     if z.is_empty() {
-                        self.map.remove(key.as_str());
+                        self.remove(&key);
                     }
                 } else if self.live(&key).is_some() {
                     return Err(wrong_type());
@@ -481,7 +562,7 @@ impl Store {
                             z.remove(m);
                         }
                         if z.is_empty() {
-                            self.map.remove(key.as_str());
+                            self.remove(&key);
                         }
                     }
                     return Ok(Reply::Int(picked.len() as i64));
@@ -501,7 +582,7 @@ impl Store {
 
     fn hash_mut(&mut self, key: &str) -> Result<&mut Fields, String> {
         if self.live(key).is_none() {
-            self.map.insert(key.into(), (Val::Hash(Fields::default()), NO_EXPIRY));
+            self.put(key, Val::Hash(Fields::default()));
         }
         match self.live(key) {
             Some(Val::Hash(h)) => Ok(h),
@@ -511,7 +592,7 @@ impl Store {
 
     fn zset_mut(&mut self, key: &str) -> Result<&mut ZSet, String> {
         if self.live(key).is_none() {
-            self.map.insert(key.into(), (Val::ZSet(ZSet::default()), NO_EXPIRY));
+            self.put(key, Val::ZSet(ZSet::default()));
         }
         match self.live(key) {
             Some(Val::ZSet(z)) => Ok(z),
@@ -689,6 +770,37 @@ mod tests {
         }
     }
 
+    /// A key and its companions (`K:x`, `K:w`) take one slot of the map
+    /// and one copy of the name, yet stay values of their own: their own
+    /// type, expiry and deletion (the differential test below compares them
+    /// with redis-server too).
+    #[test]
+    fn a_key_and_its_companions_share_one_slot() {
+        let mut st = Store::default();
+        run(&mut st, &["HSET", "user:1", "t", "5"]);
+        run(&mut st, &["ZADD", "user:1:x", "9", "c1"]);
+        assert_eq!(st.len(), 1, "K and K:x in one slot");
+        run(&mut st, &["ZADD", "user:1:w", "3", "w1"]);
+        run(&mut st, &["HSET", "user:2", "t", "5"]);
+        assert_eq!(st.len(), 2);
+        // K:x expires on its own; K lives on
+        assert!(matches!(run(&mut st, &["PEXPIRE", "user:1:x", "10"]), Reply::Int(1)));
+        st.now = 10;
+        assert!(matches!(run(&mut st, &["TYPE", "user:1:x"]), Reply::Status(t) if t == "none"));
+        assert!(matches!(run(&mut st, &["TYPE", "user:1"]), Reply::Status(t) if t == "hash"));
+        assert!(matches!(run(&mut st, &["PEXPIRE", "user:1:x", "10"]), Reply::Int(0)));
+        // deleting K leaves K:w; deleting that too frees the slot
+        assert!(matches!(run(&mut st, &["DEL", "user:1"]), Reply::Int(1)));
+        assert!(matches!(run(&mut st, &["TYPE", "user:1:w"]), Reply::Status(t) if t == "zset"));
+        assert_eq!(st.len(), 2);
+        assert!(matches!(run(&mut st, &["ZREM", "user:1:w", "w1"]), Reply::Int(1)));
+        assert_eq!(st.len(), 1, "an emptied slot leaves the map");
+        // the sweep drops what expired and the slots left empty
+        run(&mut st, &["PEXPIRE", "user:2", "5"]);
+        st.sweep(20);
+        assert_eq!(st.len(), 0);
+    }
+
     /// Seeded pseudo-random numbers (xorshift): `next(n)` is below `n`.
     fn numbers(mut seed: u64) -> impl FnMut(u64) -> u64 {
         move |n| {
@@ -833,7 +945,8 @@ mod tests {
         }
 
         /// The store answers every command the scripts use as a real
-        /// redis-server does: random sequences on a few keys, through both
+        /// redis-server does: random sequences on a few keys and their
+        /// companions (`:x`, `:w`: one slot of the store), through both
         /// encodings and the conversion (more than `Pack::MAX` entries, parts
         /// over 255 bytes), keys emptied and deleted, commands on a key of the
         /// other type; every reply compared.
@@ -845,7 +958,8 @@ mod tests {
             let mut st = Store::default();
             let mut next = numbers(0x9e37_79b9_7f4a_7c15);
             for step in 0..6000 {
-                let key = ["h", "z", "k"][next(3) as usize].to_string();
+                // a key and its companions share a slot: each on its own too
+                let key = ["h", "z", "k", "h:x", "z:x", "h:w", "k:x:x"][next(7) as usize].to_string();
                 let spread = if next(2) == 0 { 20 } else { 90 };
                 let field = format!("f{}", next(spread));
                 let value = match next(40) {
