@@ -322,8 +322,8 @@ impl Engine {
     pub(super) fn accrue(&self, e: &Entry, now: u64, cap: u64, take: u64) {
         let got = e.accrue(now, cap, take);
         if got > 0 {
+            // (a rate is the ledger's: its guard reads no recent grants)
             Counters::add(&self.counters.tokens_leased, got);
-            e.granted(got, now);
         }
     }
 
@@ -359,7 +359,9 @@ impl Engine {
             e.exhausted_until.store(now + wait.max(1) + settle, Relaxed);
         } else {
             e.exhausted_until.store(0, Relaxed);
-            e.granted(g.granted, now);
+            if !self.r.adaptive {
+                e.granted(g.granted, now);
+            }
             // Fresh tokens start their lease TTL now.
             e.touch(now);
             e.tokens.fetch_add(g.granted, AcqRel);

@@ -20,7 +20,8 @@ const IDLE_TTLS: u64 = 30;
 /// over the inserts it makes room for is constant.
 const EVICT_FRACTION: usize = 16;
 
-type Map = papaya::HashMap<Box<str>, Arc<Entry>, foldhash::fast::RandomState>;
+/// Keyed by the entry's own name (one allocation of the key for both).
+type Map = papaya::HashMap<Arc<str>, Arc<Entry>, foldhash::fast::RandomState>;
 
 /// A key as the table looks it up: hashed as the `str` it is, compared
 /// inline. `str`'s own equality calls libc's `memcmp`, which cost 26 of the
@@ -36,9 +37,9 @@ impl std::hash::Hash for Lookup<'_> {
     }
 }
 
-impl papaya::Equivalent<Box<str>> for Lookup<'_> {
+impl papaya::Equivalent<Arc<str>> for Lookup<'_> {
     #[inline(always)]
-    fn equivalent(&self, key: &Box<str>) -> bool {
+    fn equivalent(&self, key: &Arc<str>) -> bool {
         same_bytes(self.0.as_bytes(), key.as_bytes())
     }
 }
@@ -94,9 +95,9 @@ impl Table {
     /// `max_keys / 16` (at least one), keys with a request in flight last
     /// (a lease call, or tokens out on reservations and permits: an entry
     /// that leaves the table no longer reports them held).
-    fn eviction_victims(&self) -> Vec<Box<str>> {
+    fn eviction_victims(&self) -> Vec<Arc<str>> {
         let guard = self.map.pin();
-        let mut all: Vec<(bool, u64, &Box<str>)> = guard
+        let mut all: Vec<(bool, u64, &Arc<str>)> = guard
             .iter()
             .map(|(k, e)| {
                 let busy = e.in_flight.load(Relaxed) || e.reserved.load(Relaxed) > 0;
@@ -168,10 +169,11 @@ impl Engine {
         } else {
             threshold
         };
+        let key: Arc<str> = key.into();
         self.table
             .map
             .pin()
-            .get_or_insert_with(key.into(), || Arc::new(Entry::with(key, policy, threshold, now, sub)))
+            .get_or_insert_with(key.clone(), || Arc::new(Entry::with(key, policy, threshold, now, sub)))
             .clone()
     }
 
