@@ -115,24 +115,29 @@ impl Budget {
     /// [`Budget::Auto`]'s part of the limit, in parts per million.
     pub const AUTO_PER_MILLION: u64 = 20_000;
 
+    /// The budget as a share of the limit, in millionths (None: a count).
+    fn per_million(&self) -> Option<u64> {
+        match *self {
+            Budget::Tokens(_) => None,
+            Budget::PerMillion(ppm) => Some(ppm),
+            Budget::Auto => Some(Self::AUTO_PER_MILLION),
+        }
+    }
+
     /// The budget in tokens for a key's limit ([`Budget::Auto`]: its 2 %).
     pub fn tokens(&self, limit: u64) -> u64 {
-        match *self {
-            Budget::Tokens(t) => t.max(1),
-            Budget::PerMillion(ppm) => ((limit as u128 * ppm as u128).div_ceil(1_000_000) as u64).max(1),
-            Budget::Auto => Budget::PerMillion(Self::AUTO_PER_MILLION).tokens(limit),
-        }
+        let t = match (*self, self.per_million()) {
+            (Budget::Tokens(t), _) => t,
+            (_, ppm) => (limit as u128 * ppm.unwrap_or_default() as u128).div_ceil(1_000_000) as u64,
+        };
+        t.max(1)
     }
 
     /// Whether the budget is a share of the limit under one whole token for
     /// a key of `limit` (such a key is decided one request at a time).
     pub fn under_a_token(&self, limit: u64) -> bool {
-        let ppm = match *self {
-            Budget::Tokens(_) => return false,
-            Budget::PerMillion(ppm) => ppm,
-            Budget::Auto => Self::AUTO_PER_MILLION,
-        };
-        (limit as u128) * (ppm as u128) < 1_000_000
+        self.per_million()
+            .is_some_and(|ppm| (limit as u128) * (ppm as u128) < 1_000_000)
     }
 }
 

@@ -8,7 +8,7 @@
 //!   refilled-at ms, window w, epoch, version), written by the scripts'
 //!   core/src/authority/lua/prelude.lua and read by [`Bucket::parse`];
 //! - an adaptive key: the ledger's HASH (core/src/authority/lua/ledger.lua):
-//!   `l w c t L R F D n e v u z y j O P b` and one `h<holder id>` =
+//!   `l w c t L R F D n e v u z y j O P b k` and one `h<holder id>` =
 //!   `"L r d f w v k O P b"` per holder, read by [`Stored::from_hash`].
 //!   Its expiries are the sorted set `{prefix}:{<key>}:x` (`c<id>`
 //!   commitments, `r<id>` rates, `e<id>` renewal graces, `f<id>` fallback
@@ -87,6 +87,9 @@ pub struct Ledger {
     /// `j`: Redis ms a holder last joined (a first rate soon after is the
     /// shortest).
     pub joined_at: u64,
+    /// `k`: Redis ms a holder's first demand estimate last brought
+    /// `join_pct` of `D` or more (any rate soon after is the shortest).
+    pub grown_at: u64,
 }
 
 impl Ledger {
@@ -228,6 +231,7 @@ impl Stored {
                 "P" => l.overflow_paid = u(),
                 "b" => l.overflow_epoch = u(),
                 "j" => l.joined_at = u(),
+                "k" => l.grown_at = u(),
                 _ => {}
             }
         }
@@ -297,6 +301,7 @@ mod tests {
             ("P", "500"),
             ("b", "3"),
             ("j", "40"),
+            ("k", "45"),
             ("h7", "3 6 30000 7 1000 9 1"),
             ("h8", "1 0 10000 3 1000 8 0 2000 500 3"),
             ("h9", "garbage"),
@@ -311,8 +316,15 @@ mod tests {
         );
         assert!(!l.learning(1) && Ledger { learning_until: 5, ..l }.learning(1));
         assert_eq!(
-            (l.dry_at, l.overflow, l.overflow_paid, l.overflow_epoch, l.joined_at),
-            (60, 2000, 500, 3, 40)
+            (
+                l.dry_at,
+                l.overflow,
+                l.overflow_paid,
+                l.overflow_epoch,
+                l.joined_at,
+                l.grown_at
+            ),
+            (60, 2000, 500, 3, 40, 45)
         );
         assert_eq!(s.holders.len(), 3);
         assert_eq!(s.holders[2].record, None);
