@@ -78,8 +78,10 @@ impl Engine {
         if e.in_flight.swap(true, AcqRel) {
             // Every request is bounded by the backend timeout; one in flight
             // for far longer was lost somewhere: do not let it block the key.
+            // (0: a fresh entry's first call, claimed a moment ago.)
             let stale = self.r.cfg.backend_timeout_ms * 4 + 1_000;
-            if now.saturating_sub(e.sent_at.load(Relaxed)) < stale || self.clock.is_manual() {
+            let sent = e.sent_at.load(Acquire);
+            if sent == 0 || now.saturating_sub(sent) < stale || self.clock.is_manual() {
                 return false;
             }
             tracing::warn!(key = %e.key, "quotalease: a lease request was lost; sending a new one");
@@ -87,6 +89,14 @@ impl Engine {
             // it as applied, so the ledger never gives back a grant this
             // holder may yet spend (a grant lost for good is then lost).
             e.applied.fetch_max(crate::ledger::CALLS.load(SeqCst), AcqRel);
+        } else {
+            // The claim's time at once, so that a thread finding this call in
+            // flight judges it by its own time, not by the last call's (an
+            // idle key's burst of requests took a call claimed a moment ago
+            // for a lost one: `adaptive_bench hot`, 4 threads on a fresh
+            // key). The coarse reading is at most the precise one stored
+            // below, before the call leaves.
+            e.sent_at.store(now, Release);
         }
         let Some(me) = self.me.upgrade() else {
             e.in_flight.store(false, Release);

@@ -564,6 +564,41 @@ mod tests {
         assert!(acquire(&e, "k").allowed);
     }
 
+    /// A thread that finds a lease call in flight judges it by that call's
+    /// own time: a fresh entry's first call, claimed a moment ago (its time
+    /// not stored yet, `sent_at` 0), is not a lost one, however long the
+    /// process has run (the clock counts from the process' first reading).
+    #[test]
+    fn a_call_claimed_a_moment_ago_is_not_taken_for_a_lost_one() {
+        let e = Engine::new(Config {
+            limit: 10,
+            window_ms: 1_000,
+            lease_size: Some(5),
+            backend_timeout_ms: 1,
+            ..Config::defaults()
+        })
+        .unwrap();
+        // a call in flight this long would be lost
+        let stale = 4 + 1_000;
+        while e.clock.precise() <= stale {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let entry = e.entry_with("k", crate::bucket::Quota::new(10, 1_000), false);
+        entry.in_flight.store(true, Release);
+        assert!(
+            !e.start_lease(&entry, 1, 1, 0),
+            "another call sent beside the one claimed"
+        );
+        assert_eq!(e.metrics().backend_calls, 0);
+        // once that call's time is stored, it is judged by it: lost when old
+        entry.sent_at.store(1, Release);
+        assert!(
+            e.start_lease(&entry, 1, 1, 0),
+            "a call in flight since the clock's first ms is lost"
+        );
+        assert_eq!(e.metrics().backend_calls, 1);
+    }
+
     #[test]
     fn the_cold_path_on_memory_never_leaves_a_request_pending() {
         let e = engine(3, 3, 100);
