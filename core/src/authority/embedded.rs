@@ -352,13 +352,14 @@ impl Store {
     fn live(&mut self, key: &str) -> Option<&mut Val> {
         let now = self.now;
         let (base, i) = split(key);
-        let (v, until) = self.map.get_mut(base)?.get_mut(i)?;
-        if *until <= now {
-            *v = Val::None;
+        if self.map.get(base)?.get(i).is_some_and(|(_, until)| *until <= now) {
+            // (and the slot with it when no other part holds a value)
+            self.remove(key);
+            return None;
         }
-        match v {
-            Val::None => None,
-            v => Some(v),
+        match self.map.get_mut(base)?.get_mut(i)? {
+            (Val::None, _) => None,
+            (v, _) => Some(v),
         }
     }
 
@@ -789,6 +790,13 @@ mod tests {
         assert!(matches!(run(&mut st, &["TYPE", "user:1:x"]), Reply::Status(t) if t == "none"));
         assert!(matches!(run(&mut st, &["TYPE", "user:1"]), Reply::Status(t) if t == "hash"));
         assert!(matches!(run(&mut st, &["PEXPIRE", "user:1:x", "10"]), Reply::Int(0)));
+        // a slot whose every part expired leaves the map when read
+        run(&mut st, &["HSET", "user:3", "t", "5"]);
+        run(&mut st, &["PEXPIRE", "user:3", "1"]);
+        assert_eq!(st.len(), 3);
+        st.now = 12;
+        assert!(matches!(run(&mut st, &["HGET", "user:3", "t"]), Reply::Nil));
+        assert_eq!(st.len(), 2);
         // deleting K leaves K:w; deleting that too frees the slot
         assert!(matches!(run(&mut st, &["DEL", "user:1"]), Reply::Int(1)));
         assert!(matches!(run(&mut st, &["TYPE", "user:1:w"]), Reply::Status(t) if t == "zset"));

@@ -46,10 +46,10 @@ pub(crate) struct Accrual {
 /// Per-key state. `repr(C)` keeps the declared order, so everything the
 /// admit path reads or writes (the first eight fields, 57 bytes) sits in the
 /// entry's first 64 bytes (a unit test checks it). Not aligned to a cache
-/// line: behind the `Arc`'s counts that took 512 bytes and an aligned
-/// allocation per key, where the entry needs 464; the first 64 bytes then
-/// straddle two lines, and a lookup in a large table still measured faster
-/// (docs/benchmarks.md, "Memory per tracked key").
+/// line: behind the `Arc`'s counts that took an aligned allocation of 64
+/// bytes more than needed; the first 64 bytes may then straddle two lines,
+/// and a lookup in a large table still measured faster (docs/benchmarks.md,
+/// "Memory per tracked key").
 #[repr(C)]
 pub(crate) struct Entry {
     /// Leased tokens held locally, spent by compare-and-swap.
