@@ -126,9 +126,11 @@ impl Budget {
 
     /// The budget in tokens for a key's limit ([`Budget::Auto`]: its 2 %).
     pub fn tokens(&self, limit: u64) -> u64 {
-        let t = match (*self, self.per_million()) {
-            (Budget::Tokens(t), _) => t,
-            (_, ppm) => (limit as u128 * ppm.unwrap_or_default() as u128).div_ceil(1_000_000) as u64,
+        let share = |ppm: u64| (limit as u128 * ppm as u128).div_ceil(1_000_000) as u64;
+        let t = match *self {
+            Budget::Tokens(t) => t,
+            Budget::PerMillion(ppm) => share(ppm),
+            Budget::Auto => share(Self::AUTO_PER_MILLION),
         };
         t.max(1)
     }
