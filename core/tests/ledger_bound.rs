@@ -2547,3 +2547,29 @@ fn schedule_v_a_carry_filled_through_a_lull_is_held() {
     };
     holds_on_both(&c, Some(LULL_TTL_MS));
 }
+
+/// Found by `rates_held_through_lulls_on_the_memory_authority_keep_the_bound`
+/// (`LEDGER_SEED=8`): after a lull, three holders each reported the most
+/// tokens they held in whole tokens while a fraction of one sat beside
+/// them, and the refill credited back for the room their commitments left
+/// came up to a token each over it: 83.1 admitted where one bucket allows
+/// 82 and its refill, on memory. A fraction counts as a token in `low` now.
+#[test]
+fn schedule_w_a_fraction_held_is_counted_in_low() {
+    let c = Case {
+        tuning: TUNING,
+        n: 4,
+        replicas: 0,
+        limit: 82,
+        window_ms: 1000,
+        steps: vec![
+            Step::Load { per_s: 1500, ms: 611 },
+            Step::Quiet(1435),
+            Step::Load { per_s: 375, ms: 2781 },
+            Step::Load { per_s: 1573, ms: 1341 },
+            Step::Quiet(1244),
+            Step::Load { per_s: 1050, ms: 500 },
+        ],
+    };
+    holds_on_both(&c, Some(LULL_TTL_MS));
+}

@@ -43,6 +43,14 @@ pub(crate) struct Accrual {
     pub low_seq: u64,
 }
 
+impl Accrual {
+    /// 1 while a fraction of a token is kept (`units`): what a holder holds
+    /// with it, counted in whole tokens for `low`.
+    fn fraction(&self) -> u64 {
+        u64::from(self.units > 0)
+    }
+}
+
 /// Per-key state. `repr(C)` keeps the declared order, so everything the
 /// admit path reads or writes (the first eight fields, 57 bytes) sits in the
 /// entry's first 64 bytes (a unit test checks it). Not aligned to a cache
@@ -316,7 +324,12 @@ impl Entry {
         // the carry, then spent both, was credited refill for the carry as
         // if it had never held it: 115.2 admitted where one bucket allows
         // 114 (`schedule_v_a_carry_filled_through_a_lull_is_held`).
-        acc.low = acc.low.max(held.max(acc.peak) + add);
+        // A fraction of a token kept beside them is held too, as a whole
+        // one: counted as none, each holder's credit could come up to a
+        // token over the room its commitment left, and three at once went
+        // over one bucket (83.1 admitted where it allows 82 and its refill,
+        // `schedule_w_a_fraction_held_is_counted_in_low`).
+        acc.low = acc.low.max(held.max(acc.peak) + add + acc.fraction());
         acc.peak = stays;
         drop(acc);
         self.tokens.fetch_add(add, AcqRel);
@@ -368,7 +381,7 @@ impl Entry {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
         let held = self.held();
         acc.peak = acc.peak.max(held);
-        acc.low = acc.low.max(held);
+        acc.low = acc.low.max(held + acc.fraction());
     }
 
     /// Tokens held: local ones and those out on reservations not settled.
@@ -381,7 +394,7 @@ impl Entry {
     /// which the ledger's `spent_credit` reads; the window starts again.
     pub fn low_window(&self, seq: u64) -> (u64, u64) {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
-        let held = self.held();
+        let held = self.held() + acc.fraction();
         let out = (acc.low.max(held), acc.low_seq);
         (acc.low, acc.low_seq) = (held, seq);
         out
