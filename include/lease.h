@@ -974,8 +974,8 @@ enum lease_status lease_waiters(const struct lease_limiter *limiter,
 
 /**
  * Override the policy of one key: `limit` tokens per `window_ms`. Takes
- * effect at the key's next lease; the authority clamps stored tokens to a
- * lowered limit.
+ * effect at once: under a lower limit the key's local tokens go back and
+ * the authority clamps its stored tokens to the new capacity.
  *
  * Errors: `LEASE_ERR_NULL`, `LEASE_ERR_INVALID_KEY`, `LEASE_ERR_UTF8`,
  * `LEASE_ERR_CONFIG` (limit or window 0, or their product above 2^52),

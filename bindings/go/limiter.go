@@ -168,7 +168,8 @@ func (l *Limiter) Waiters(key string) int {
 }
 
 // SetLimit overrides the policy of one key: limit tokens per windowMs.
-// Takes effect at the key's next lease; lowering it clamps stored tokens.
+// Takes effect at once: lowering it gives the key's local tokens back and
+// clamps its stored tokens to the new capacity.
 func (l *Limiter) SetLimit(key string, limit, windowMs uint64) error {
 	if l == nil {
 		return errNil

@@ -494,8 +494,9 @@ impl Limiter {
         self.engine.refresh_now()
     }
 
-    /// Override the policy of one key. Takes effect at the next lease; the
-    /// authority clamps stored tokens to a lowered limit.
+    /// Override the policy of one key. Takes effect at once: under a lower
+    /// limit the key's local tokens go back and the authority clamps its
+    /// stored tokens to the new capacity.
     pub fn set_limit(&self, key: &str, limit: u64, window_ms: u64) -> Result<()> {
         self.engine.check_open()?;
         validate_key(key)?;

@@ -1,6 +1,7 @@
 //! The ledger's bound, over random schedules and the ledger issue's
 //! deterministic ones, on both authorities: whatever holders, costs, pauses,
-//! flushes, closes, deaths, outages, restarts empty and rollbacks, the fleet
+//! flushes, closes, deaths, outages, restarts empty, rollbacks and policy
+//! changes, the fleet
 //! admits over every interval at most what one exact token bucket admits:
 //! `limit + limit x interval / window`, plus the exceptions docs/design.md
 //! names (each counted here, not hidden):
@@ -133,6 +134,8 @@ fn step(n: usize) -> impl Strategy<Value = Step> {
         1 => Just(Step::Snapshot),
         1 => Just(Step::Rollback),
         1 => Just(Step::Join),
+        1 => (1u64..60, prop_oneof![Just(100u64), Just(1_000), Just(10_000), 100u64..20_000])
+            .prop_map(|(limit, window_ms)| Step::SetLimit { limit, window_ms }),
     ]
 }
 
@@ -894,7 +897,14 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                     let now = f.now;
                     f.books.last_mut().unwrap().except(now);
                 }
-                f.limiters.push(Some(make(f.now)?));
+                let l = make(f.now)?;
+                // a joiner after a policy change has it too (as from the
+                // policy store; limits that disagree are schedule I's)
+                if f.books.len() > 1 {
+                    let b = f.books.last().unwrap();
+                    l.set_limit("k", b.limit, b.window_ms).map_err(|e| e.to_string())?;
+                }
+                f.limiters.push(Some(l));
                 f.answered.push(false);
                 f.admitted_at.push(0);
                 if f.down_since.is_some() {

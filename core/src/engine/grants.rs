@@ -159,7 +159,8 @@ impl Engine {
             guard: e.guard(now.ms, self.r.cfg.overshoot_budget.tokens(policy.limit)),
         };
         let entry = e.clone();
-        let done: Done = Box::new(move |r| me.lease_done(&entry, need, used, seq, r));
+        let sent_under = e.policy();
+        let done: Done = Box::new(move |r| me.lease_done(&entry, sent_under, need, used, seq, r));
         if self.submit(call, done).is_err() {
             e.in_flight.store(false, Release);
         }
@@ -209,7 +210,15 @@ impl Engine {
         }
     }
 
-    fn lease_done(&self, e: &Entry, need: u64, used: u64, seq: u64, r: std::result::Result<Reply, String>) {
+    fn lease_done(
+        &self,
+        e: &Entry,
+        sent_under: Quota,
+        need: u64,
+        used: u64,
+        seq: u64,
+        r: std::result::Result<Reply, String>,
+    ) {
         let now = self.clock.precise();
         if !self.is_inline() {
             // Round trip, from the reading the request went out at.
@@ -242,6 +251,11 @@ impl Engine {
                 }
                 if g.granted > 0 || answer.is_none_or(|a| a.rate == 0) {
                     self.apply_grant(e, g, need, now);
+                }
+                // Granted under a policy the key has left meanwhile: held
+                // as what the change found (`leave_policy`).
+                if e.policy() != sent_under {
+                    self.leave_policy(e, sent_under);
                 }
                 // An answer that lands after its commitment's expiry (a
                 // pause, a clock that jumped while it was out) grants

@@ -229,10 +229,12 @@ impl Engine {
         }
     }
 
-    /// Hold one bucket's entry to `p` (a no-op when it already is): stored
-    /// tokens above a lowered limit go back; the authority clamps its own.
+    /// Hold one bucket's entry to `p` (a no-op when it already is): under a
+    /// lowered limit its tokens go back (`leave_policy`); the authority
+    /// clamps its own.
     pub(crate) fn set_entry_policy(&self, e: &Entry, p: crate::bucket::Quota) {
-        if e.policy() == p {
+        let old = e.policy();
+        if old == p {
             return;
         }
         e.limit.store(p.limit, Relaxed);
@@ -241,21 +243,45 @@ impl Engine {
         e.period_end.store(0, Relaxed);
         // The authority's last "empty" was under the old policy.
         e.exhausted_until.store(0, Relaxed);
-        // So was its rate, which would run on at the old limit for up to a
-        // longest period (5 s at 60/s after a tier raised the key to 240/s:
-        // 0.894 of the new allowance in the 9 s after): end it here, and
-        // the next request renews it under the new policy. Ending a rate
-        // early only accrues less than the authority counted.
-        if e.rate.load(Acquire) > 0 {
-            e.rate_until.fetch_min(self.clock.precise(), AcqRel);
-        }
         if !self.r.adaptive {
             e.threshold.store(self.lease_params(p).1, Relaxed);
         }
-        // Local tokens above the new limit go back.
-        if e.tokens.load(Relaxed) > p.limit {
-            let extra = e.tokens.swap(p.limit, AcqRel).saturating_sub(p.limit);
-            self.give_back(e, p, extra);
+        self.leave_policy(e, old);
+    }
+
+    /// What `e` holds under the policy `old` it has left (`set_entry_policy`,
+    /// or an answer to a call sent under it that lands after the change).
+    /// Its rate, which would run on at the old limit for up to a longest
+    /// period (5 s at 60/s after a tier raised the key to 240/s: 0.894 of
+    /// the new allowance in the 9 s after), ends: the next request renews
+    /// it under the new policy (ending a rate early only accrues less than
+    /// the authority counted). Under a lower limit every local token goes
+    /// back too, and the rate ends at the authority as well: holders each
+    /// keeping up to the new limit spent several times the new capacity at
+    /// once (`ledger_bound`'s random `set_limit`: 5 holders, 41 per 100 ms
+    /// lowered to 1), and the authority, which converts what it is given
+    /// back, holds its credit to the new capacity less what is out.
+    ///
+    /// The fallback share is in the old policy's units (1/window token per
+    /// ms, `fallback_share`): read under a new window as it was, a share of
+    /// a 170 per 10 s key became ten times as fast at 37 per 1 s
+    /// (`ledger_bound`'s outages with a random `set_limit`). It is held to
+    /// the same part of the new rate, and to no more tokens per ms than the
+    /// authority counts for it (the ledger converts units only), so the
+    /// valid shares still sum to at most the key's rate (I4).
+    pub(super) fn leave_policy(&self, e: &Entry, old: crate::bucket::Quota) {
+        let p = e.policy();
+        let share = e.fallback.load(Acquire) as u128;
+        if share > 0 {
+            let by_units = share * p.window_ms as u128 / old.window_ms.max(1) as u128;
+            let by_rate = share * p.limit as u128 / old.limit.max(1) as u128;
+            e.fallback.store(by_units.min(by_rate) as u64, Release);
+        }
+        if p.limit < old.limit {
+            let back = e.tokens.swap(0, AcqRel);
+            self.give_back(e, p, back);
+        } else if e.rate.load(Acquire) > 0 {
+            e.rate_until.fetch_min(self.clock.precise(), AcqRel);
         }
     }
 

@@ -137,16 +137,20 @@ local function overflow_restart()
 end
 
 -- policy: a call under another limit or window converts the state exactly
--- enough never to mix units (rounding only ever lowers what can be granted)
+-- enough never to mix units (rounding only ever lowers what can be granted),
+-- and the credit is held to the new capacity less what is committed (I2) at
+-- once: a refill clamps it too, but none runs in the millisecond of the
+-- last write (a limit lowered from 57 to 1 per 100 ms granted 10 of the old
+-- credit in that millisecond)
+local cap = limit * window
 if s.w ~= window or s.l ~= limit then
   local r = window / s.w
-  s.c = floor(s.c * r)
+  s.c = min(floor(s.c * r), cap - s.L * window)
   overflow_restart()
   s.R = ceil(s.R * r)
   s.F = ceil(s.F * r)
   s.l, s.w = limit, window
 end
-local cap = limit * window
 
 -- refill to `to`: the key's rate less what active rates take, clamped at
 -- capacity less what is committed (I2); none while learning after a loss.
