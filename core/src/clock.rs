@@ -18,6 +18,10 @@ pub(crate) struct Clock {
     now: AtomicU64,
     manual: bool,
     epoch: Instant,
+    /// How far the authority's clock is from this one (tests only: a jump
+    /// of the authority's clock, `testing::jump_authority_clock`).
+    #[cfg(feature = "test-util")]
+    shift: std::sync::atomic::AtomicI64,
 }
 
 impl Clock {
@@ -27,11 +31,15 @@ impl Clock {
                 now: AtomicU64::new(1),
                 manual: false,
                 epoch: epoch(),
+                #[cfg(feature = "test-util")]
+                shift: Default::default(),
             },
             ClockKind::Manual { start_ms } => Clock {
                 now: AtomicU64::new(start_ms),
                 manual: true,
                 epoch: epoch(),
+                #[cfg(feature = "test-util")]
+                shift: Default::default(),
             },
         }
     }
@@ -65,6 +73,32 @@ impl Clock {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64)
+    }
+
+    /// The authority's reading at this clock's reading `ms`: the same but in
+    /// tests that jumped the authority's clock.
+    #[inline]
+    pub fn authority(&self, ms: u64) -> u64 {
+        #[cfg(feature = "test-util")]
+        {
+            ms.saturating_add_signed(self.shift.load(Relaxed))
+        }
+        #[cfg(not(feature = "test-util"))]
+        {
+            ms
+        }
+    }
+
+    /// Jump the authority's clock by `ms` (a manual clock only; false
+    /// otherwise): every later call tells the authority its time that far
+    /// from this clock's.
+    #[cfg(feature = "test-util")]
+    pub fn jump_authority(&self, ms: i64) -> bool {
+        if !self.manual {
+            return false;
+        }
+        self.shift.fetch_add(ms, Relaxed);
+        true
     }
 
     /// Move a manual clock forward. Returns false for the system clock.

@@ -137,6 +137,22 @@ pub mod testing {
         crate::authority::MemoryAuthority::restore(name, snapshot)
     }
 
+    /// Jump the clock of `limiter`'s authority by `ms` (back when negative):
+    /// every later call tells the authority a time that far from the
+    /// limiter's own, as a Redis whose `TIME` stepped would (jump every
+    /// limiter of a fleet alike). The limiter's own clock does not move.
+    /// Needs a manual clock (with one, calls carry the caller's time).
+    pub fn jump_authority_clock(limiter: &crate::Limiter, ms: i64) -> crate::Result<()> {
+        if limiter.jump_authority_clock(ms) {
+            Ok(())
+        } else {
+            Err(crate::Error::config(
+                "clock",
+                "jump_authority_clock needs clock = manual",
+            ))
+        }
+    }
+
     pub use crate::authority::memory::Snapshot as MemorySnapshot;
 }
 

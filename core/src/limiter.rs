@@ -586,6 +586,12 @@ impl Limiter {
         }
     }
 
+    /// `testing::jump_authority_clock`: false without a manual clock.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn jump_authority_clock(&self, ms: i64) -> bool {
+        self.engine.clock.jump_authority(ms)
+    }
+
     /// For deterministic tests: run lease-TTL maintenance now, then wait until
     /// no lease or give-back request is in flight (at most 10 s).
     pub fn settle(&self) -> Result<()> {

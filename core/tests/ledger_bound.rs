@@ -1,7 +1,7 @@
 //! The ledger's bound, over random schedules and the ledger issue's
 //! deterministic ones, on both authorities: whatever holders, costs, pauses,
-//! flushes, closes, deaths, outages, restarts empty, rollbacks and policy
-//! changes, the fleet
+//! flushes, closes, deaths, outages, restarts empty, rollbacks, jumps of the
+//! authority's clock and policy changes, the fleet
 //! admits over every interval at most what one exact token bucket admits:
 //! `limit + limit x interval / window`, plus the exceptions docs/design.md
 //! names (each counted here, not hidden):
@@ -12,6 +12,9 @@
 //!   outage): at most one capacity and the key's rate over the longest rate
 //!   grant each, in intervals that meet the commitments' life after it
 //!   (`Books::except`);
+//! - the authority's clock stepping forward (exception (e)): the step's
+//!   refill, at most one capacity, and what (a) allows for the commitments
+//!   that expire early at the authority (`Books::jumped`);
 //! - a policy change: each policy's intervals are checked on their own.
 //!
 //! The failure policy is `deny` unless a schedule says otherwise, so an
@@ -87,6 +90,10 @@ enum Step {
     RestartEmpty,
     Snapshot,
     Rollback,
+    /// The authority's clock jumps by this many ms (back when negative), as
+    /// a Redis whose `TIME` stepped: every instance's calls carry it, their
+    /// own clocks do not move.
+    JumpAuthority(i64),
     /// `set_limit` on every live instance (a policy change).
     SetLimit {
         limit: u64,
@@ -134,6 +141,7 @@ fn step(n: usize) -> impl Strategy<Value = Step> {
         1 => Just(Step::Snapshot),
         1 => Just(Step::Rollback),
         1 => Just(Step::Join),
+        1 => prop_oneof![-5_000i64..0, 1i64..3_000, 3_000i64..60_000].prop_map(Step::JumpAuthority),
         1 => (1u64..60, prop_oneof![Just(100u64), Just(1_000), Just(10_000), 100u64..20_000])
             .prop_map(|(limit, window_ms)| Step::SetLimit { limit, window_ms }),
     ]
@@ -415,6 +423,16 @@ impl Books {
         self.exceptions.push((now, self.limit + rates));
     }
 
+    /// A jump of the authority's clock `ms` forward at `now`: the refill
+    /// of the jump, at most a capacity, comes early, and the commitments
+    /// out then expire early at the authority while their holders still
+    /// spend them (exception (e)): as exception (a), with the jump's refill.
+    fn jumped(&mut self, now: u64, ms: u64) {
+        let early = (self.limit * ms).div_ceil(self.window_ms).min(self.limit);
+        self.except(now);
+        self.exceptions.push((now, early));
+    }
+
     /// Every interval [t_i, t_j]: admitted <= cap + rate x (t_j - t_i) + the
     /// exceptions whose span `[from, from + exception_ms()]` meets it. One
     /// pass: with S(t) the admissions up to t, E(t) the exceptions begun by
@@ -502,6 +520,8 @@ struct Fleet {
     unread_loss: bool,
     /// The limiters' tuning.
     tuning: Tuning,
+    /// How far the authority's clock jumped in all (`Step::JumpAuthority`).
+    shift: i64,
     /// When the limiters' maintenance last ran, and its longest period.
     swept: u64,
     sweep_gap_ms: u64,
@@ -778,6 +798,7 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
         lost: false,
         unread_loss: false,
         tuning: c.tuning,
+        shift: 0,
         swept: 0,
         sweep_gap_ms,
     };
@@ -790,6 +811,7 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                 | Step::LoseReplies(_)
                 | Step::Die(_)
                 | Step::Close(_)
+                | Step::JumpAuthority(_)
         )
     });
     f.books[0].losses = losses;
@@ -898,6 +920,7 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                     f.books.last_mut().unwrap().except(now);
                 }
                 let l = make(f.now)?;
+                quotalease::testing::jump_authority_clock(&l, f.shift).map_err(|e| e.to_string())?;
                 // a joiner after a policy change has it too (as from the
                 // policy store; limits that disagree are schedule I's)
                 if f.books.len() > 1 {
@@ -945,6 +968,16 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                     quotalease::testing::memory_restore(name, s);
                     let now = f.now;
                     f.books.last_mut().unwrap().except(now);
+                }
+            }
+            Step::JumpAuthority(ms) => {
+                for l in f.limiters.iter().flatten() {
+                    quotalease::testing::jump_authority_clock(l, *ms).map_err(|e| e.to_string())?;
+                }
+                f.shift += ms;
+                if *ms > 0 {
+                    let now = f.now;
+                    f.books.last_mut().unwrap().jumped(now, *ms as u64);
                 }
             }
             Step::SetLimit { limit, window_ms } => {

@@ -28,8 +28,13 @@ impl Engine {
 
     /// The time an authority call is made at.
     pub(super) fn now(&self) -> Now {
+        self.now_at(self.clock.precise())
+    }
+
+    /// The time an authority call is made at, at this clock's reading `ms`.
+    fn now_at(&self, ms: u64) -> Now {
         Now {
-            ms: self.clock.precise(),
+            ms: self.clock.authority(ms),
             explicit: self.clock.is_manual(),
             wall_ms: self.clock.wall(),
         }
@@ -102,8 +107,9 @@ impl Engine {
             e.in_flight.store(false, Release);
             return true;
         };
-        let now = self.now();
-        e.sent_at.store(now.ms, Relaxed);
+        let local = self.clock.precise();
+        let now = self.now_at(local);
+        e.sent_at.store(local, Relaxed);
         let policy = self.authority_policy(e.policy());
         let used = e.fallback_used.load(Acquire);
         // (every lease call is numbered: `applied` tells an inline call
@@ -117,10 +123,10 @@ impl Engine {
             // flight accrues the smaller of the two then (`start_rate`).
             let rate = e.rate.load(Acquire);
             if rate > 0 {
-                self.accrue(e, now.ms, e.commit.load(Relaxed), 0);
+                self.accrue(e, local, e.commit.load(Relaxed), 0);
             }
             // (with no rate: a paused one of an unanswered call is forgotten)
-            e.pause_rate(now.ms);
+            e.pause_rate(local);
             let (low, low_seq) = e.low_window(seq);
             Ask {
                 holder: self.holder.load(Relaxed),
@@ -156,7 +162,7 @@ impl Engine {
             need,
             now,
             adaptive,
-            guard: e.guard(now.ms, self.r.cfg.overshoot_budget.tokens(policy.limit)),
+            guard: e.guard(local, self.r.cfg.overshoot_budget.tokens(policy.limit)),
         };
         let entry = e.clone();
         let sent_under = e.policy();
