@@ -43,6 +43,23 @@ pub(crate) struct Accrual {
     pub low_seq: u64,
 }
 
+/// A fallback share granted under the policy `old` (1/window token per ms
+/// of that window) under the policy `p`. Read under a new window as it was,
+/// a share of a 170 per 10 s key became ten times as fast at 37 per 1 s
+/// (`ledger_bound`'s outages with a random `set_limit`). It keeps the same
+/// part of the new rate, and no more tokens per ms than the authority counts
+/// for it (the ledger converts units only), so the valid shares still sum
+/// to at most the key's rate (I4).
+fn share_in(share: u64, old: Quota, p: Quota) -> u64 {
+    if share == 0 || old == p {
+        return share;
+    }
+    let share = share as u128;
+    let by_units = share * p.window_ms as u128 / old.window_ms.max(1) as u128;
+    let by_rate = share * p.limit as u128 / old.limit.max(1) as u128;
+    by_units.min(by_rate) as u64
+}
+
 impl Accrual {
     /// 1 while a fraction of a token is kept (`units`): what a holder holds
     /// with it, counted in whole tokens for `low`.
@@ -226,6 +243,28 @@ impl Entry {
             window_ms: self.window_ms.load(Relaxed),
             calendar: Calendar(self.calendar.load(Relaxed)),
         }
+    }
+
+    /// Move the entry to the policy `p`; returns the one it left. Its
+    /// fallback share is converted with it (`share_in`), under the lock a
+    /// share's store takes too ([`Self::set_share`]): a share and the policy
+    /// it is read under always agree, whichever comes first.
+    pub fn repolicy(&self, p: Quota) -> Quota {
+        let _units = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.policy();
+        self.limit.store(p.limit, Relaxed);
+        self.window_ms.store(p.window_ms, Relaxed);
+        self.calendar.store(p.calendar.0, Relaxed);
+        self.fallback
+            .store(share_in(self.fallback.load(Relaxed), old, p), Relaxed);
+        old
+    }
+
+    /// Store a fallback share an answer granted under the policy `under`,
+    /// converted to the entry's policy now when it has changed since.
+    pub fn set_share(&self, share: u64, under: Quota) {
+        let _units = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        self.fallback.store(share_in(share, under, self.policy()), Relaxed);
     }
 
     /// How many further rules the key has (its `more` less the flag).
@@ -476,6 +515,33 @@ mod tests {
         ] {
             assert!(off + 8 <= 64, "offset {off}");
         }
+    }
+
+    #[test]
+    fn a_fallback_share_keeps_its_part_of_the_rate_under_a_new_policy() {
+        let old = Quota::new(170, 10_000);
+        let new = Quota::new(37, 1_000);
+        // 17 tokens per 10 s window (1.7 a second, a tenth of the key's
+        // rate): read under 1 s windows as it was, 17 a second, ten times
+        // as fast; the rate rose to 37 a second, and the share keeps its
+        // 1.7 a second (no more than the ledger counts), 1 per 1 s window
+        assert_eq!(share_in(17, old, new), 1);
+        assert_eq!(share_in(17, old, old), 17);
+        // a raised rate: no more tokens per ms than the ledger counts
+        assert_eq!(share_in(10, Quota::new(100, 1_000), Quota::new(1_000, 1_000)), 10);
+        // a lowered rate: the same part of it (a tenth of 500 a second)
+        assert_eq!(share_in(100, Quota::new(1_000, 1_000), Quota::new(500, 1_000)), 50);
+        // a longer window at the same limit: the same part of the slower rate
+        assert_eq!(share_in(10, Quota::new(100, 1_000), Quota::new(100, 10_000)), 10);
+        // a share and a policy change in either order agree
+        let e = Entry::new("k", old, 0, 1);
+        e.set_share(17, old);
+        assert_eq!(e.repolicy(new), old);
+        let first_share = e.fallback.load(Relaxed);
+        let e = Entry::new("k", old, 0, 1);
+        e.repolicy(new);
+        e.set_share(17, old);
+        assert_eq!((first_share, e.fallback.load(Relaxed)), (1, 1));
     }
 
     #[test]

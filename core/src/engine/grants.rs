@@ -253,13 +253,14 @@ impl Engine {
                 };
                 self.seen(e, seen, from);
                 if let Some(a) = answer {
-                    self.apply_answer(e, a, now);
+                    self.apply_answer(e, a, sent_under, now);
                 }
                 if g.granted > 0 || answer.is_none_or(|a| a.rate == 0) {
                     self.apply_grant(e, g, need, now);
                 }
                 // Granted under a policy the key has left meanwhile: held
-                // as what the change found (`leave_policy`).
+                // as what the change found (`leave_policy`; its fallback
+                // share is converted as it is stored, `Entry::set_share`).
                 if e.policy() != sent_under {
                     self.leave_policy(e, sent_under);
                 }
@@ -299,7 +300,7 @@ impl Engine {
     /// threshold for the demand. Durations count from when the call was
     /// sent (`sent_at`, on this clock): the authority's count starts later,
     /// so this holder's expiries come first (I3).
-    fn apply_answer(&self, e: &Entry, a: Answer, now: u64) {
+    fn apply_answer(&self, e: &Entry, a: Answer, under: Quota, now: u64) {
         let p = e.policy();
         let sent = e.sent_at.load(Relaxed).min(now);
         // the commitment the last answer made was still live at the
@@ -317,7 +318,7 @@ impl Engine {
                 .max(1)
         };
         e.lease_until.store(until, Release);
-        e.fallback.store(a.fallback, Relaxed);
+        e.set_share(a.fallback, under);
         e.fallback_until.store(sent + a.fallback_ms, Relaxed);
         e.holders.store(a.holders, Relaxed);
         if a.rate > 0 {

@@ -233,13 +233,10 @@ impl Engine {
     /// lowered limit its tokens go back (`leave_policy`); the authority
     /// clamps its own.
     pub(crate) fn set_entry_policy(&self, e: &Entry, p: crate::bucket::Quota) {
-        let old = e.policy();
-        if old == p {
+        if e.policy() == p {
             return;
         }
-        e.limit.store(p.limit, Relaxed);
-        e.window_ms.store(p.window_ms, Relaxed);
-        e.calendar.store(p.calendar.0, Relaxed);
+        let old = e.repolicy(p);
         e.period_end.store(0, Relaxed);
         // The authority's last "empty" was under the old policy.
         e.exhausted_until.store(0, Relaxed);
@@ -261,22 +258,8 @@ impl Engine {
     /// once (`ledger_bound`'s random `set_limit`: 5 holders, 41 per 100 ms
     /// lowered to 1), and the authority, which converts what it is given
     /// back, holds its credit to the new capacity less what is out.
-    ///
-    /// The fallback share is in the old policy's units (1/window token per
-    /// ms, `fallback_share`): read under a new window as it was, a share of
-    /// a 170 per 10 s key became ten times as fast at 37 per 1 s
-    /// (`ledger_bound`'s outages with a random `set_limit`). It is held to
-    /// the same part of the new rate, and to no more tokens per ms than the
-    /// authority counts for it (the ledger converts units only), so the
-    /// valid shares still sum to at most the key's rate (I4).
     pub(super) fn leave_policy(&self, e: &Entry, old: crate::bucket::Quota) {
         let p = e.policy();
-        let share = e.fallback.load(Acquire) as u128;
-        if share > 0 {
-            let by_units = share * p.window_ms as u128 / old.window_ms.max(1) as u128;
-            let by_rate = share * p.limit as u128 / old.limit.max(1) as u128;
-            e.fallback.store(by_units.min(by_rate) as u64, Release);
-        }
         if p.limit < old.limit {
             let back = e.tokens.swap(0, AcqRel);
             self.give_back(e, p, back);
