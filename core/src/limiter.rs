@@ -586,10 +586,14 @@ impl Limiter {
         }
     }
 
-    /// `testing::jump_authority_clock`: false without a manual clock.
+    /// `testing::jump_authority_clock`.
     #[cfg(feature = "test-util")]
-    pub(crate) fn jump_authority_clock(&self, ms: i64) -> bool {
-        self.engine.clock.jump_authority(ms)
+    pub(crate) fn jump_authority_clock(&self, ms: i64) -> Result<()> {
+        if self.engine.clock.jump_authority(ms) {
+            Ok(())
+        } else {
+            Err(Error::config("clock", "jump_authority_clock needs clock = manual"))
+        }
     }
 
     /// For deterministic tests: run lease-TTL maintenance now, then wait until
