@@ -143,9 +143,11 @@ end
 -- last write (a limit lowered from 57 to 1 per 100 ms granted 10 of the old
 -- credit in that millisecond)
 local cap = limit * window
+-- the most the credit may hold: the capacity less what is committed (I2)
+local function uncommitted() return cap - s.L * window end
 if s.w ~= window or s.l ~= limit then
   local r = window / s.w
-  s.c = min(floor(s.c * r), cap - s.L * window)
+  s.c = min(floor(s.c * r), uncommitted())
   overflow_restart()
   s.R = ceil(s.R * r)
   s.F = ceil(s.F * r)
@@ -160,9 +162,9 @@ end
 local function refill(to)
   if to <= s.t then return end
   local from = max(s.t, s.z)
-  local room = cap - s.L * window
+  local room = uncommitted()
   if conc then
-    s.c = cap - s.L * window
+    s.c = room
     s.t = to
     return
   end
@@ -285,7 +287,7 @@ local function store(me, c_until, f_until, r_until)
     if f_until then redis.call('ZADD', Z, S(f_until), 'f' .. holder) end
     if r_until then redis.call('ZADD', Z, S(r_until), 'r' .. holder) end
   end
-  if conc then s.c = cap - s.L * window end
+  if conc then s.c = uncommitted() end
   local full = ceil((cap - min(s.c, cap)) / limit) + max(s.z - now, 0)
   if cal_start and s.c < cap then
     -- kept until the period's start that fills it (a debt: later ones)
