@@ -109,6 +109,36 @@ fn set_limit_clamps_the_authority() {
 }
 
 #[test]
+fn an_answer_sent_under_a_higher_limit_is_held_to_the_lower() {
+    let server = common::redis_or_skip!(RedisServer::start());
+    for (name, lease) in [("fixed", Some(10)), ("adaptive", None)] {
+        let p = unique("o");
+        let mut b = limiter(&server, &p)
+            .limit(100)
+            .window_ms(3_600_000)
+            .backend_timeout_ms(60_000);
+        if let Some(n) = lease {
+            b = b.lease_size(n);
+        }
+        let l = b.build().unwrap();
+        // Every write waits at the server: the lease call that goes out under
+        // limit 100 is answered only after the limit is lowered to 5.
+        server.cli(&["CLIENT", "PAUSE", "60000", "WRITE"]);
+        let d = l.try_acquire("k", 1).unwrap();
+        assert_eq!((d.allowed, d.reason), (false, Reason::Pending), "{name}: {d:?}");
+        l.set_limit("k", 5, 3_600_000).unwrap();
+        server.cli(&["CLIENT", "UNPAUSE"]);
+        l.settle().unwrap();
+        // What the old limit granted (10 on fixed leases) landed after the
+        // change and went back whole: without that a fixed lease kept its 10
+        // and admitted 15 (checked). The ledger holds either way: it counts
+        // the chunk out and holds its credit to 5 less what is out (I2).
+        let admitted = (0..20).filter(|_| l.acquire("k", 1).unwrap().allowed).count();
+        assert_eq!(admitted, 5, "{name}: one bucket of the new limit holds 5");
+    }
+}
+
+#[test]
 fn redis_restarted_empty_recovers_by_itself() {
     let server = common::redis_or_skip!(RedisServer::start());
     let p = unique("r");
