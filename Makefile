@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PREFIX ?= /usr/local
 CARGO ?= cargo
 
-.PHONY: help demo test test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-node-baseline bench-ledger-cpu bench-python-baseline bench-peers soak flood loom dist test-dist check-compat bench-dist
+.PHONY: help demo test test-parts test-rust lint fmt bench bench-rust bench-baseline bench-adaptive bench-fleet redis install test-c test-go bench-c-go test-python bench-python test-node bench-node bench-node-baseline bench-ledger-cpu bench-python-baseline bench-peers soak flood loom dist test-dist check-compat bench-dist
 
 help:
 	@echo "make demo    - show the multi-instance problem and the leasing fix (no Redis needed)"
@@ -73,7 +73,12 @@ test-go: redis
 bench-c-go:
 	BASELINE=$(BASELINE) bash scripts/bench-c-go.sh
 
-test: test-rust test-c test-go test-python test-node check-compat test-system
+TEST_PARTS := test-rust test-c test-go test-python test-node check-compat test-system
+test: $(TEST_PARTS)
+
+## The parts of `make test`, one per line (.ci/run times each).
+test-parts:
+	@printf '%s\n' $(TEST_PARTS)
 
 ## Release (docs/release.md, RELEASING.md): every artifact into dist/, built
 ## once (zig-linked for glibc 2.17, stripped); then installed from dist/ with
