@@ -61,10 +61,10 @@ fn keys(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("user:{i}")).collect()
 }
 
-fn lease() -> Arc<dyn Admit> {
-    // A limit no benchmark exhausts, leases large enough that the cold path
-    // is rare: what is timed is the admit path.
-    let l = Limiter::builder()
+/// A limit no benchmark exhausts, leases large enough that the cold path
+/// is rare: what is timed is the admit path.
+fn limiter() -> Limiter {
+    Limiter::builder()
         .limit(1 << 40)
         .window_ms(1000)
         .lease_size(1 << 30)
@@ -72,14 +72,21 @@ fn lease() -> Arc<dyn Admit> {
         .max_keys(KEYS * 2)
         .clock(ClockKind::Manual { start_ms: 0 })
         .build()
-        .unwrap();
-    Arc::new(Lease(l))
+        .unwrap()
+}
+
+/// governor's keyed limiter at a rate no benchmark exhausts.
+fn keyed_governor() -> DefaultKeyedRateLimiter<String> {
+    RateLimiter::keyed(Quota::per_second(NonZeroU32::new(u32::MAX).unwrap()))
+}
+
+fn lease() -> Arc<dyn Admit> {
+    Arc::new(Lease(limiter()))
 }
 
 fn governor(ks: &[String]) -> Arc<dyn Admit> {
-    let q = Quota::per_second(NonZeroU32::new(u32::MAX).unwrap());
     Arc::new(Governor(
-        RateLimiter::keyed(q),
+        keyed_governor(),
         ks.iter().map(|k| (k.clone(), k.clone())).collect(),
     ))
 }
@@ -214,14 +221,7 @@ fn steady_state_calls() {
 fn warm_key_rounds() {
     const ROUNDS: usize = 15;
     const CALLS: u32 = 2_000_000;
-    let l = Limiter::builder()
-        .limit(1 << 40)
-        .window_ms(1000)
-        .lease_size(1 << 30)
-        .clock(ClockKind::Manual { start_ms: 0 })
-        .build()
-        .unwrap();
-    let g: DefaultKeyedRateLimiter<String> = RateLimiter::keyed(Quota::per_second(NonZeroU32::new(u32::MAX).unwrap()));
+    let (l, g) = (limiter(), keyed_governor());
     let k = "user:0".to_string();
     let ours = || l.acquire(black_box("user:0"), 1).map(|d| d.allowed).unwrap_or(false);
     let theirs = || g.check_key(black_box(&k)).is_ok();
