@@ -232,10 +232,11 @@ def main() -> int:
     lim_red = ns_of["limits FixedWindow, RedisStorage"]
     red_hot = ns_of["quotalease, Redis, lease_size=10000"]
     summary = [
-        f"quotalease `acquire` on a warm key: {base:.0f} ns (goal ≤ 150 ns: {'met' if base <= 150 else 'NOT met'}; "
+        f"quotalease `acquire` on a warm key: {base:.0f} ns (goal ≤ 150 ns, issue 26's ≤ 100 ns: "
+        f"{'met' if base <= 100 else 'NOT met'}; "
         f"a no-op Python call costs {ns_of['(a Python call of a no-op function)']:.0f} ns in the same loop).",
         f"vs limits' fastest in-memory limiter (FixedWindow, MemoryStorage): {lim_mem / base:.1f}× faster by wall "
-        f"clock (goal ≥ 10×: {'met' if lim_mem / base >= 10 else 'NOT met'})"
+        f"clock (goal ≥ 10×, issue 26's ≥ 30×: {'met' if lim_mem / base >= 30 else 'NOT met'})"
         + (
             f", {instr['limits FixedWindow, MemoryStorage'] / instr[head]:.1f}× fewer instructions."
             if head in instr and "limits FixedWindow, MemoryStorage" in instr

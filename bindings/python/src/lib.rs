@@ -6,7 +6,9 @@
 //! asyncio futures from the broker thread, and forwarding backend events to
 //! `logging` without ever touching the interpreter while it shuts down.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::cell::UnsafeCell;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -395,14 +397,38 @@ fn in_place(d: &ql::Decision) -> ql::Decision {
     }
 }
 
+// A free list: taking a new Decision from it instead of the allocator
+// saves a few of a warm `acquire`'s ns (docs/benchmarks.md). `eq` cannot
+// stand beside `freelist` in pyo3 0.30: `__richcmp__` below is what it
+// would generate. A limiter also keeps the last Decision it returned and
+// writes the next one into it when nothing else holds it any more
+// (`Limiter::decision`), as CPython's `enumerate` and `zip` reuse their
+// result tuple: a request handler drops its decision before the next
+// request, so a warm `acquire` allocates and frees no object
+// (docs/benchmarks.md, "Python: a Decision reused").
 /// The outcome of one acquire. Immutable; true when allowed.
-/// A free list: a warm `acquire` builds one per call, and taking it from
-/// the list instead of the allocator saves a few of its ~100 ns
-/// (docs/benchmarks.md). `eq` cannot stand beside `freelist` in pyo3 0.30:
-/// `__richcmp__` below is what it would generate.
 #[pyclass(frozen, freelist = 64, module = "quotalease._native", name = "Decision")]
 struct Decision {
-    d: ql::Decision,
+    cell: UnsafeCell<ql::Decision>,
+}
+
+// SAFETY: the cell is written only by `Limiter::decision`, while it holds
+// the object's one reference (taken from the limiter's slot, reference
+// count 1, the GIL held), so no other thread, and no other reference, can
+// read it meanwhile; every reader holds a reference of its own.
+unsafe impl Sync for Decision {}
+
+impl Decision {
+    fn new(d: ql::Decision) -> Self {
+        Decision {
+            cell: UnsafeCell::new(d),
+        }
+    }
+
+    fn d(&self) -> &ql::Decision {
+        // SAFETY: see `Sync` above: no write while a reference reads.
+        unsafe { &*self.cell.get() }
+    }
 }
 
 /// Every reason's name as an interned Python string, indexed by its code.
@@ -423,70 +449,70 @@ impl Decision {
     /// Whether the request is admitted.
     #[getter]
     fn allowed(&self) -> bool {
-        self.d.allowed
+        self.d().allowed
     }
     /// The key's limit (tokens per window).
     #[getter]
     fn limit(&self) -> u64 {
-        self.d.limit
+        self.d().limit
     }
     /// Best estimate of tokens left for this key across the fleet.
     #[getter]
     fn remaining(&self) -> u64 {
-        self.d.remaining
+        self.d().remaining
     }
     /// When denied: milliseconds until a retry can succeed (0 when allowed).
     #[getter]
     fn retry_after_ms(&self) -> u64 {
-        self.d.retry_after_ms
+        self.d().retry_after_ms
     }
     /// Milliseconds until the key's bucket would be full again.
     #[getter]
     fn reset_after_ms(&self) -> u64 {
-        self.d.reset_after_ms
+        self.d().reset_after_ms
     }
     /// The key's window in milliseconds.
     #[getter]
     fn window_ms(&self) -> u64 {
-        self.d.window_ms
+        self.d().window_ms
     }
     /// lease, exhausted, fallback, pending, exact or local.
     #[getter]
     fn reason<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
-        reason_str(py, self.d.reason)
+        reason_str(py, self.d().reason)
     }
     /// Every rule the key is held to, as `(limit, window_ms)` pairs (one
     /// unless its tier or policy has several). `limit`, `remaining`,
     /// `window_ms` and the times are those of `rules[rule]`.
     #[getter]
     fn rules<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        rules_tuple(py, &self.d.rules())
+        rules_tuple(py, &self.d().rules())
     }
     /// Index in `rules` of the binding rule: the one that denied or, when
     /// admitted, the one with the fewest tokens left.
     #[getter]
     fn rule(&self) -> u8 {
-        self.d.rule
+        self.d().rule
     }
 
     /// IETF RateLimit-Policy and RateLimit response headers, plus Retry-After
     /// (whole seconds) when denied.
     fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        for (k, v) in self.d.headers() {
+        for (k, v) in self.d().headers() {
             d.set_item(k, v)?;
         }
         Ok(d)
     }
 
     fn __bool__(&self) -> bool {
-        self.d.allowed
+        self.d().allowed
     }
 
     fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: pyo3::basic::CompareOp) -> Py<PyAny> {
         let py = other.py();
         let same = match other.cast::<Decision>() {
-            Ok(o) => self.d == o.get().d,
+            Ok(o) => self.d() == o.get().d(),
             Err(_) => return py.NotImplemented(),
         };
         match op {
@@ -497,7 +523,7 @@ impl Decision {
     }
 
     fn __repr__(&self) -> String {
-        let d = &self.d;
+        let d = self.d();
         let mut out = format!(
             "Decision(allowed={}, reason='{}', limit={}, remaining={}, retry_after_ms={}, reset_after_ms={}, window_ms={}",
             if d.allowed { "True" } else { "False" },
@@ -543,7 +569,7 @@ impl Reservation {
     /// The decision on the estimate, as `acquire` would have returned it.
     #[getter]
     fn decision(&self) -> Decision {
-        Decision { d: self.r.decision() }
+        Decision::new(self.r.decision())
     }
     /// The tokens reserved.
     #[getter]
@@ -637,7 +663,7 @@ impl Permit {
     /// left; a denial's `retry_after_ms` says when to ask again.
     #[getter]
     fn decision(&self) -> Decision {
-        Decision { d: self.p.decision() }
+        Decision::new(self.p.decision())
     }
     /// The key the permit is for.
     #[getter]
@@ -736,7 +762,7 @@ trait Answer: Send + 'static {
 
 impl Answer for ql::Decision {
     fn into_py_any(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(Py::new(py, Decision { d: self })?.into_any())
+        Ok(Py::new(py, Decision::new(self))?.into_any())
     }
 }
 
@@ -807,12 +833,71 @@ fn answer_or_future<'py, T: Answer>(py: Python<'py>, slot: &Mutex<Slot<T>>) -> P
 #[pyclass(subclass, frozen, module = "quotalease._native", name = "Limiter")]
 struct Limiter {
     inner: ql::Limiter,
+    /// The last Decision `acquire` or `try_acquire` returned (an owned
+    /// reference, or null), for `decision` to reuse.
+    last: AtomicPtr<pyo3::ffi::PyObject>,
+}
+
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        let p = *self.last.get_mut();
+        if !p.is_null() {
+            // SAFETY: the slot holds an owned reference.
+            Python::attach(|py| drop(unsafe { Bound::from_owned_ptr(py, p) }));
+        }
+    }
 }
 
 impl Limiter {
     #[inline]
-    fn decide(&self, py: Python<'_>, r: ql::Result<ql::Decision>) -> PyResult<Decision> {
-        r.map(|d| Decision { d }).map_err(|e| to_pyerr(py, e))
+    fn decide<'py>(&self, py: Python<'py>, r: ql::Result<ql::Decision>) -> PyResult<Bound<'py, Decision>> {
+        match r {
+            Ok(d) => self.decision(py, d),
+            Err(e) => Err(to_pyerr(py, e)),
+        }
+    }
+
+    /// `d` as a Python Decision: the one this limiter returned last when
+    /// nothing else holds it any more (its reference count is the slot's
+    /// 1), written over; else a new one. A decision still held (kept in a
+    /// variable across the next call, say) stays in the slot, to be reused
+    /// when it is dropped. Reused or not, the caller cannot tell: a
+    /// Decision is immutable, and one no reference reaches is gone.
+    #[inline]
+    fn decision<'py>(&self, py: Python<'py>, d: ql::Decision) -> PyResult<Bound<'py, Decision>> {
+        let p = self.last.swap(ptr::null_mut(), Acquire);
+        if !p.is_null() {
+            // SAFETY: `p` is the slot's owned reference to a Decision, now
+            // this call's alone (swapped out).
+            let last = unsafe { Bound::from_owned_ptr(py, p).cast_into_unchecked::<Decision>() };
+            // SAFETY: `p` is live (the reference above).
+            if unsafe { pyo3::ffi::Py_REFCNT(p) } == 1 {
+                // SAFETY: the only reference is ours and the GIL is held:
+                // nothing can read the cell while it is written.
+                unsafe { *last.get().cell.get() = d };
+                self.keep(last.clone());
+                return Ok(last);
+            }
+            self.keep(last);
+        }
+        let fresh = Bound::new(py, Decision::new(d))?;
+        if self.last.load(Relaxed).is_null() {
+            self.keep(fresh.clone());
+        }
+        Ok(fresh)
+    }
+
+    /// Put `d` in the slot, or drop it when another call filled the slot first.
+    fn keep(&self, d: Bound<'_, Decision>) {
+        let p = d.into_ptr();
+        if self
+            .last
+            .compare_exchange(ptr::null_mut(), p, Release, Relaxed)
+            .is_err()
+        {
+            // SAFETY: `p` is the owned reference `into_ptr` gave up.
+            unsafe { pyo3::ffi::Py_DECREF(p) };
+        }
     }
 }
 
@@ -853,7 +938,10 @@ impl Limiter {
         inner.on_event(move |ev: &ql::Event| {
             with_python(|py| forward_event(py, ev, callback.as_ref()));
         });
-        Ok(Limiter { inner })
+        Ok(Limiter {
+            inner,
+            last: AtomicPtr::new(ptr::null_mut()),
+        })
     }
 
     /// Take `cost` tokens for `key`; waits (GIL released, at most
@@ -866,21 +954,21 @@ impl Limiter {
         text_signature = "($self, key, cost=1, *, tier=None, wait_ms=None)"
     )]
     #[inline]
-    fn acquire(
+    fn acquire<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         key: &str,
         cost: Cost,
         tier: Option<&Bound<'_, PyAny>>,
         wait_ms: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Decision> {
+    ) -> PyResult<Bound<'py, Decision>> {
         let tier = tier_arg(tier)?;
         if let Some(wait) = wait_arg(wait_ms)? {
             let r = py.detach(|| self.inner.acquire_wait(key, cost.0, tier, wait));
             return self.decide(py, r);
         }
         match self.inner.acquire_local_with(key, cost.0, tier) {
-            Ok(Some(ref d)) => Ok(Decision { d: in_place(d) }),
+            Ok(Some(ref d)) => self.decision(py, in_place(d)),
             Ok(None) => {
                 let r = py.detach(|| self.inner.acquire_with(key, cost.0, tier));
                 self.decide(py, r)
@@ -895,13 +983,13 @@ impl Limiter {
         signature = (key, cost = Cost(1), *, tier = None),
         text_signature = "($self, key, cost=1, *, tier=None)"
     )]
-    fn try_acquire(
+    fn try_acquire<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         key: &str,
         cost: Cost,
         tier: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Decision> {
+    ) -> PyResult<Bound<'py, Decision>> {
         let r = self.inner.try_acquire_with(key, cost.0, tier_arg(tier)?);
         self.decide(py, r)
     }
@@ -928,7 +1016,7 @@ impl Limiter {
                 .acquire_local_with(key, cost.0, tier)
                 .map_err(|e| to_pyerr(py, e))?
             {
-                return Ok(Bound::new(py, Decision { d })?.into_any());
+                return Ok(Bound::new(py, Decision::new(d))?.into_any());
             }
         }
         let slot = Arc::new(Mutex::new(Slot::Empty));
@@ -940,7 +1028,7 @@ impl Limiter {
         }
         .map_err(|e| to_pyerr(py, e))?;
         if let Some(d) = now {
-            return Ok(Bound::new(py, Decision { d })?.into_any());
+            return Ok(Bound::new(py, Decision::new(d))?.into_any());
         }
         answer_or_future(py, &slot)
     }

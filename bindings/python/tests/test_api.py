@@ -42,6 +42,20 @@ def test_acquire_until_denied() -> None:
     assert got[0].reason == "lease" and got[0].retry_after_ms == 0
 
 
+def test_a_dropped_decision_reused_reads_the_new_one_and_a_held_one_never_changes() -> None:
+    # A limiter writes the next decision into its last one when nothing
+    # holds it any more (Limiter::decision): each one read, then dropped...
+    lim = Limiter(limit=6, window_ms=60_000, clock="manual")
+    assert [lim.acquire("k").remaining for _ in range(3)] == [5, 4, 3]
+    assert [lim.try_acquire("k").remaining for _ in range(2)] == [2, 1]
+    # ... while one still held keeps its values through the calls after it
+    held = lim.acquire("k")
+    later = [(d.allowed, d.remaining, d.reason) for d in (lim.acquire("k") for _ in range(2))]
+    assert later == [(False, 0, "exhausted")] * 2
+    assert (held.allowed, held.remaining, held.reason) == (True, 0, "lease")
+    assert held != lim.acquire("k") and held == held
+
+
 def test_decision_is_immutable_with_repr_and_headers() -> None:
     lim = Limiter(limit=10, window_ms=1000, clock="manual")
     d = lim.acquire("k")

@@ -23,6 +23,26 @@ def test_threads_on_memory_admit_exactly_the_limit() -> None:
     assert (m["admitted"], m["denied"]) == (5000, 3000)
 
 
+def test_decisions_held_by_threads_are_their_own() -> None:
+    # Each thread holds every decision of its own key while others drop
+    # theirs at once (the limiter reuses a dropped one): a held decision
+    # overwritten by another call would break its thread's countdown.
+    lim = Limiter(limit=3000, window_ms=DAY, clock="manual")
+
+    def countdown(i: int) -> list[int]:
+        key, kept = f"k{i}", []
+        for n in range(3000):
+            if n % 3 == 0:
+                kept.append(lim.acquire(key))
+            else:
+                lim.acquire(key)
+        return [d.remaining for d in kept]
+
+    with ThreadPoolExecutor(8) as pool:
+        for left in pool.map(countdown, range(8)):
+            assert left == list(range(2999, -1, -3)), left[:10]
+
+
 def test_threads_on_two_redis_instances_conserve_tokens(redis_server: RedisServer) -> None:
     prefix = unique("thr")
     limiters = [day_limiter(redis_server, prefix, limit=2000, lease_size=20) for _ in range(2)]
