@@ -200,6 +200,10 @@ pub struct Ask {
     /// Tokens it admitted under the failure policy since its last answer:
     /// debited from the bucket.
     pub fallback_used: u64,
+    /// Its fallback share while valid (credit units per ms; 0: none):
+    /// within `fallback_ms` of a loss the authority re-grants it, and no
+    /// more (`fallback` in ledger.lua).
+    pub share: u64,
     /// Tokens of this grant the request that asked spends as it lands (not
     /// counted as held); 0 for a prefetch or a request that does not wait.
     pub spent: u64,
@@ -332,6 +336,7 @@ pub(crate) fn args(
             ask.low_seq,
             t.chunk_ms,
             t.join_pct,
+            ask.share,
         ]
         .map(|n| n.to_string()),
     );

@@ -72,6 +72,9 @@ pub struct Ledger {
     pub alive_until: u64,
     /// `z`: Redis ms until which it learns after a loss (grants no new tokens).
     pub learning_until: u64,
+    /// `s`: Redis ms until which the fallback shares learn after a loss (a
+    /// holder is re-granted the share it reports, no more).
+    pub shares_learning_until: u64,
     /// `y`: Redis ms a saturated call last found the bucket unable to serve
     /// it (saturated holders then move onto rates; docs/design.md).
     pub dry_at: u64,
@@ -226,6 +229,7 @@ impl Stored {
                 "v" => l.version = u(),
                 "u" => l.alive_until = u(),
                 "z" => l.learning_until = u(),
+                "s" => l.shares_learning_until = u(),
                 "y" => l.dry_at = u(),
                 "O" => l.overflow = u(),
                 "P" => l.overflow_paid = u(),
@@ -296,6 +300,7 @@ mod tests {
             ("v", "9"),
             ("u", "900"),
             ("z", "0"),
+            ("s", "300001"),
             ("y", "60"),
             ("O", "2000"),
             ("P", "500"),
@@ -315,6 +320,7 @@ mod tests {
             (10, 4, 6, 40000, 2)
         );
         assert!(!l.learning(1) && Ledger { learning_until: 5, ..l }.learning(1));
+        assert_eq!(l.shares_learning_until, 300_001);
         assert_eq!(
             (
                 l.dry_at,

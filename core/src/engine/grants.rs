@@ -136,6 +136,11 @@ impl Engine {
                 rate,
                 carry: e.commit.load(Relaxed),
                 fallback_used: used,
+                share: if local < e.fallback_until.load(Relaxed) {
+                    e.fallback.load(Relaxed)
+                } else {
+                    0
+                },
                 spent,
                 // A call while the circuit is open (a probe) asks for what
                 // the request needs and no rate: its reply may be lost as

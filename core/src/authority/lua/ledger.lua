@@ -17,7 +17,9 @@
 -- (see `unseen`); then the most tokens the holder held since its call
 -- `low_seq` left and that number (0: none; see `spent_credit`); then
 -- chunk_ms (a saturated key's chunk is at most a share over it); then
--- join_pct (see `join`); last the kind of bucket: none or '' a token bucket, 'c'
+-- join_pct (see `join`); then the holder's valid fallback share now (units
+-- of 1/window token per ms; 0: none; see `fallback`); last the kind of
+-- bucket: none or '' a token bucket, 'c'
 -- a calendar quota followed by the start of the period that holds the
 -- caller's time of day, its end and the next end (on this script's
 -- clock), 'n' a concurrency limit (tokens are permits in flight).
@@ -48,6 +50,7 @@ local seq, applied = tonumber(ARGV[29]) or 0, tonumber(ARGV[30]) or 0
 local low, low_seq = tonumber(ARGV[31]) or 0, tonumber(ARGV[32]) or 0
 local chunk_ms = tonumber(ARGV[33]) or min_period
 local join_pct = tonumber(ARGV[34]) or 100
+local share_now = tonumber(ARGV[35]) or 0
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 -- numbers go to Redis as integer text (Lua's own text is %.14g); a whole
@@ -77,9 +80,9 @@ local cal_start, cal_end = nil, nil
 -- (set at every refill, grant and store), so permits come back when given
 -- back, when a holder no longer reports them held and when a commitment
 -- expires (a holder that died); nothing else refills
-local conc = ARGV[35] == 'n'
-if ARGV[35] == 'c' then
-  local b0, b1, b2 = tonumber(ARGV[36]), tonumber(ARGV[37]), tonumber(ARGV[38])
+local conc = ARGV[36] == 'n'
+if ARGV[36] == 'c' then
+  local b0, b1, b2 = tonumber(ARGV[37]), tonumber(ARGV[38]), tonumber(ARGV[39])
   if now >= b1 then
     cal_start, cal_end = b1, b2
   elseif now >= b0 then
@@ -90,7 +93,7 @@ if ARGV[35] == 'c' then
 end
 
 -- load: the key's state, created empty of commitments with a full bucket
-local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b', 'o', 'k' }
+local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b', 'o', 'k', 's' }
 local s = {}
 -- the fields as read: `store` writes the ones that changed (each field an
 -- HSET writes costs the server a search of the hash's listpack, and each
@@ -123,12 +126,12 @@ if s.c == nil or s.t == nil or s.w == nil or s.w <= 0 or s.l == nil then
 end
 -- `y` (when a saturated call last found the bucket dry), `j` (when a
 -- holder last joined), `k` (when a holder's first demand estimate last
--- brought `join_pct` of D) and the overflow's sums `O`, `P` and their epoch `b` came
--- after the other fields: a state stored before them reads as never and
--- none. (An older overflow `o` since `q` is dropped: no holder record
+-- brought `join_pct` of D), the overflow's sums `O`, `P` and their epoch `b`
+-- and `s` (until when shares learn after a loss) came after the other
+-- fields: a state stored before them reads as never and none. (An older overflow `o` since `q` is dropped: no holder record
 -- holds a snapshot of the new sums, so none pays from them yet.)
 if s.o ~= nil then redis.call('HDEL', K, 'o', 'q') end
-s.y, s.j, s.k, s.O, s.P, s.b = s.y or 0, s.j or 0, s.k or 0, s.O or 0, s.P or 0, s.b or 1
+s.y, s.j, s.k, s.O, s.P, s.b, s.s = s.y or 0, s.j or 0, s.k or 0, s.O or 0, s.P or 0, s.b or 1, s.s or 0
 -- the overflow's sums start again (their epoch `b` moves on): every
 -- holder's snapshot of them is void, so no holder pays from them until its
 -- next lease call
@@ -288,10 +291,11 @@ local function store(me, c_until, f_until, r_until)
     if r_until then redis.call('ZADD', Z, S(r_until), 'r' .. holder) end
   end
   if conc then s.c = uncommitted() end
-  local full = ceil((cap - min(s.c, cap)) / limit) + max(s.z - now, 0)
+  local learning = max(s.z - now, s.s - now, 0)
+  local full = ceil((cap - min(s.c, cap)) / limit) + learning
   if cal_start and s.c < cap then
     -- kept until the period's start that fills it (a debt: later ones)
-    full = cal_end - now + ceil(max(-s.c, 0) / cap) * 2 * window + max(s.z - now, 0)
+    full = cal_end - now + ceil(max(-s.c, 0) / cap) * 2 * window + learning
   end
   alive = max(full, max(s.u - now, 0))
   if s.n > 0 or s.F > 0 then
@@ -381,7 +385,10 @@ end
 -- told from what this holder saw: an epoch that changed while the state
 -- had to exist, or a version older than one it was answered with. A loss
 -- restarts the bucket empty and learns for the longest commitment: no
--- refill, no new tokens; holders keep (and are re-granted) what they report
+-- refill, no new tokens; holders keep (and are re-granted) what they report.
+-- The lost state's fallback shares stay valid at their holders for
+-- `fallback_ms` after their answers: until then the shares learn too
+-- (`s`, see `fallback`)
 local function guard(me)
   local lost = 0
   if g_epoch > 0 then
@@ -396,6 +403,7 @@ local function guard(me)
     overflow_restart()
     s.t = now
     s.z = max(s.z, now + learn_ms)
+    s.s = max(s.s, now + fallback_ms)
   end
   return lost
 end
@@ -580,9 +588,18 @@ local function grant(me, old_L, renewing)
 end
 
 -- fallback: a share proportional to demand, within what other valid
--- shares leave of the key's rate (I4)
+-- shares leave of the key's rate (I4). Within `fallback_ms` of a loss the
+-- lost state's shares may still be valid at holders that have not called
+-- since, and F does not count them: a holder is re-granted the share it
+-- reports, never more (one that reports none gets none), so the shares
+-- valid anywhere still sum to at most what the lost state granted (the
+-- random outages found three holders admitting 520 on their shares where
+-- 476 were allowed: one read the loss, got a share of the whole rate, and
+-- the two others ran on theirs)
 local function fallback(me)
-  me.f = max(min(share(), limit - s.F), 0)
+  local most = share()
+  if s.s > now then most = share_now end
+  me.f = max(min(most, limit - s.F), 0)
   s.F = s.F + me.f
 end
 
