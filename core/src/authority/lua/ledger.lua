@@ -128,8 +128,9 @@ end
 -- holder last joined), `k` (when a holder's first demand estimate last
 -- brought `join_pct` of D), the overflow's sums `O`, `P` and their epoch `b`
 -- and `s` (until when shares learn after a loss) came after the other
--- fields: a state stored before them reads as never and none. (An older overflow `o` since `q` is dropped: no holder record
--- holds a snapshot of the new sums, so none pays from them yet.)
+-- fields: a state stored before them reads as never and none. (An older
+-- overflow `o` since `q` is dropped: no holder record holds a snapshot of
+-- the new sums, so none pays from them yet.)
 if s.o ~= nil then redis.call('HDEL', K, 'o', 'q') end
 s.y, s.j, s.k, s.O, s.P, s.b, s.s = s.y or 0, s.j or 0, s.k or 0, s.O or 0, s.P or 0, s.b or 1, s.s or 0
 -- the overflow's sums start again (their epoch `b` moves on): every
