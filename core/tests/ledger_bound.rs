@@ -1881,7 +1881,7 @@ fn schedule_k_a_zero_fallback_share_admits_nothing() {
     }
 }
 
-/// Schedule V: an outage soon after a loss. Three holders call once each
+/// Schedule X: an outage soon after a loss. Three holders call once each
 /// (the first, alone then, gets a fallback share of the whole rate, valid
 /// for `fallback_ms`; the others none), Redis restarts empty, the second
 /// reads the loss, and the authority goes away for 10 s under
@@ -1891,7 +1891,7 @@ fn schedule_k_a_zero_fallback_share_admits_nothing() {
 /// shares where 476 were allowed). Within `fallback_ms` of a loss a holder
 /// is re-granted the share it reports, and no more.
 #[test]
-fn schedule_v_an_outage_after_a_loss_keeps_the_lost_shares_counted() {
+fn schedule_x_an_outage_after_a_loss_keeps_the_lost_shares_counted() {
     let c = Case {
         tuning: TUNING,
         n: 3,
