@@ -267,6 +267,13 @@ impl Entry {
         self.fallback.store(share_in(share, under, self.policy()), Relaxed);
     }
 
+    /// The fallback share at `now` while the answer that granted it says it
+    /// is valid (0 included: the others hold the whole rate, I4); `None`
+    /// once it lapsed, or before any answer.
+    pub fn share_at(&self, now: u64) -> Option<u64> {
+        (now < self.fallback_until.load(Relaxed)).then(|| self.fallback.load(Relaxed))
+    }
+
     /// How many further rules the key has (its `more` less the flag).
     #[inline]
     pub fn further(&self) -> usize {

@@ -123,8 +123,7 @@ impl Engine {
     /// else the static share `limit / expected_replicas`.
     fn fallback_share(&self, e: &Entry, p: Quota, now: u64) -> Quota {
         if self.r.adaptive {
-            let fb = e.fallback.load(Relaxed);
-            if now < e.fallback_until.load(Relaxed) {
+            if let Some(fb) = e.share_at(now) {
                 // A share of `r` credit units per ms is `r` tokens per window.
                 return Quota::new(fb, p.window_ms);
             }

@@ -136,11 +136,7 @@ impl Engine {
                 rate,
                 carry: e.commit.load(Relaxed),
                 fallback_used: used,
-                share: if local < e.fallback_until.load(Relaxed) {
-                    e.fallback.load(Relaxed)
-                } else {
-                    0
-                },
+                share: e.share_at(local).unwrap_or(0),
                 spent,
                 // A call while the circuit is open (a probe) asks for what
                 // the request needs and no rate: its reply may be lost as
@@ -432,7 +428,7 @@ impl Engine {
     pub(super) fn give_back(&self, e: &Entry, policy: Quota, tokens: u64) {
         let ends_rate = self.r.adaptive && e.rate.swap(0, AcqRel) > 0;
         let leaving = self.r.adaptive && self.closed.load(Acquire);
-        let share = e.fallback.load(Relaxed) > 0 && e.fallback_until.load(Relaxed) > self.clock.precise();
+        let share = e.share_at(self.clock.precise()).is_some_and(|s| s > 0);
         if tokens == 0 && !ends_rate && !(leaving && share) {
             return;
         }
