@@ -2651,3 +2651,34 @@ fn schedule_w_a_fraction_held_is_counted_in_low() {
     };
     holds_on_both(&c, Some(LULL_TTL_MS));
 }
+
+/// Found by `rates_held_through_lulls_on_the_memory_authority_keep_the_bound`
+/// (`LEDGER_SEED=192`): a holder kept its full carry through a lull while
+/// its rate ran on; the accrual taken as it spent them added no whole token
+/// (the most held since, `peak`, was the commitment) but kept the fraction
+/// of one that had accrued meanwhile, and the holder's next token came that
+/// much early: 69.2 admitted where one bucket allows 68 and its refill, on
+/// memory. A fraction is dropped now whenever the most held since the last
+/// accrual, with what it adds, reaches the commitment.
+#[test]
+fn schedule_y_a_fraction_accrued_beside_a_full_carry_is_dropped() {
+    let c = Case {
+        tuning: TUNING,
+        n: 5,
+        replicas: 0,
+        limit: 68,
+        window_ms: 1_000,
+        steps: vec![
+            burst(0, 1, 1, 0),
+            Step::Quiet(692),
+            burst(1, 1, 18, 0),
+            Step::Load { per_s: 1100, ms: 1101 },
+            Step::Quiet(2157),
+            Step::Load { per_s: 450, ms: 2311 },
+            Step::Quiet(2180),
+            Step::Load { per_s: 750, ms: 500 },
+            Step::Load { per_s: 100, ms: 1000 },
+        ],
+    };
+    holds_on_both(&c, Some(LULL_TTL_MS));
+}

@@ -345,13 +345,14 @@ impl Entry {
         // (a holder that kept a full carry through a lull, then spent it,
         // took a second carry at once: four holders of a 100/s key admitted
         // 13 over one bucket, `a_carry_kept_through_a_lull_is_one_carry`).
-        let add = tokens.min(cap.saturating_sub(held.max(acc.peak)));
+        let most = held.max(acc.peak);
+        let add = tokens.min(cap.saturating_sub(most));
         // What stays held once the caller took its tokens (if they are there).
         let stays = match lease + add {
             have if take > 0 && take <= have => held + add - take,
             _ => held + add,
         };
-        if add < tokens || held + add >= cap {
+        if add < tokens || most + add >= cap {
             // A fraction of a token beside a full commitment would be more
             // than it: held with it, even for the instant before the
             // caller's take, it is spent early, and n holders at once spend
@@ -360,6 +361,11 @@ impl Entry {
             // 102, when a take was taken to leave room for it). The ledger
             // sizes a carry a token over its rate's share for the fraction
             // (`ledger.lua` `rate_grant`), so a one-token share keeps it.
+            // Full means the most held since the last accrual, as for whole
+            // tokens: a fraction that accrued while the commitment was held
+            // full, kept once the holder had spent it, brought its next
+            // token that much early (69.2 admitted where one bucket allows
+            // 68, `schedule_y_a_fraction_accrued_beside_a_full_carry_is_dropped`).
             acc.units = 0;
         }
         // The most held since the last accrual, counted with what accrued
@@ -375,7 +381,7 @@ impl Entry {
         // token over the room its commitment left, and three at once went
         // over one bucket (83.1 admitted where it allows 82 and its refill,
         // `schedule_w_a_fraction_held_is_counted_in_low`).
-        acc.low = acc.low.max(held.max(acc.peak) + add + acc.fraction());
+        acc.low = acc.low.max(most + add + acc.fraction());
         acc.peak = stays;
         drop(acc);
         self.tokens.fetch_add(add, AcqRel);
