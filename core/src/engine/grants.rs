@@ -167,7 +167,7 @@ impl Engine {
         };
         let entry = e.clone();
         let sent_under = e.policy();
-        let done: Done = Box::new(move |r| me.lease_done(&entry, sent_under, need, used, seq, r));
+        let done: Done = Box::new(move |r| me.lease_done(&entry, sent_under, (need, spent), used, seq, r));
         if self.submit(call, done).is_err() {
             e.in_flight.store(false, Release);
         }
@@ -221,7 +221,7 @@ impl Engine {
         &self,
         e: &Entry,
         sent_under: Quota,
-        need: u64,
+        (need, spent): (u64, u64),
         used: u64,
         seq: u64,
         r: std::result::Result<Reply, String>,
@@ -257,7 +257,7 @@ impl Engine {
                     self.apply_answer(e, a, sent_under, now);
                 }
                 if g.granted > 0 || answer.is_none_or(|a| a.rate == 0) {
-                    self.apply_grant(e, g, need, now);
+                    self.apply_grant(e, g, need, spent, now);
                 }
                 // Granted under a policy the key has left meanwhile: held
                 // as what the change found (`leave_policy`; its fallback
@@ -359,7 +359,7 @@ impl Engine {
         }
     }
 
-    fn apply_grant(&self, e: &Entry, g: Grant, need: u64, now: u64) {
+    fn apply_grant(&self, e: &Entry, g: Grant, need: u64, spent: u64, now: u64) {
         Counters::add(&self.counters.tokens_leased, g.granted);
         e.auth_remaining.store(g.remaining, Relaxed);
         e.auth_at.store(now.max(1), Relaxed);
@@ -397,7 +397,7 @@ impl Engine {
             // Fresh tokens start their lease TTL now.
             e.touch(now);
             e.tokens.fetch_add(g.granted, AcqRel);
-            e.note_held();
+            e.note_landed(spent.min(g.granted));
             if e.retired.load(Acquire) || self.closed.load(Acquire) || e.access.load(Acquire) != 0 {
                 let back = e.tokens.swap(0, AcqRel);
                 self.give_back(e, e.policy(), back);

@@ -270,7 +270,7 @@ impl Engine {
                 // held now. Never past the commitment's expiry (I3): the
                 // admit path would spend what it took.
                 let until = e.lease_until.load(Acquire);
-                if until == 0 || now < until {
+                if (until == 0 || now < until) && !e.nothing_held_since_accrual() {
                     self.accrue(e, now, e.commit.load(Relaxed), 0);
                 }
             }
