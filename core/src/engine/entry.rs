@@ -438,8 +438,9 @@ impl Entry {
     /// (`Ask::spent`), so the commitment's room beside what is held leaves
     /// them out too. (Counted, a key whose holders' commitments are a token
     /// or two found its commitment full after every such grant, and the
-    /// next accrual dropped what the rate had accrued: a thousand holders of
-    /// a token a second each used 0.831 of the allowance, 0.881 without.)
+    /// next accrual dropped the fraction the rate had accrued: a thousand
+    /// holders of a token a second each used 0.831 of the allowance, 0.859
+    /// with them left out; 0.879 before fractions were held to the peak.)
     /// A request that gave up before they landed leaves them held: the
     /// design's exception (c), as at the authority.
     pub fn note_landed(&self, spent: u64) {
@@ -454,10 +455,13 @@ impl Entry {
     /// since then fits whole in the commitment, so taking it can wait for
     /// a request (the sweep leaves it). Taken by a sweep into an empty
     /// lease, it would be held, and the next accrual, which cannot tell
-    /// when the request took it, counts it held all along (`peak`): a key
-    /// whose holders' shares are a few tokens a second lost most of what
-    /// its rates accrued between requests (20 holders of a 50/s key at 2x:
-    /// 0.828 of the allowance).
+    /// when the request took it, counts it held all along (`peak`) and
+    /// drops the fraction its rate accrued meanwhile: on a key whose
+    /// holders' shares are a few tokens a second that is a part of a token
+    /// at most requests (with the grants' landing tokens left out of the
+    /// peak too, `note_landed`: 20 holders of a 50/s key at 2x 0.828 ->
+    /// 0.850 of the allowance; a thousand holders of a token a second 0.822
+    /// -> 0.859).
     pub fn nothing_held_since_accrual(&self) -> bool {
         let acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
         acc.peak == 0 && self.held() == 0

@@ -267,8 +267,10 @@ impl Engine {
                 // A running rate's accrual is taken at each sweep too: it
                 // is bounded by the most held since it was last taken
                 // (`Accrual::peak`), which a sweep brings down to what is
-                // held now. Never past the commitment's expiry (I3): the
-                // admit path would spend what it took.
+                // held now; when nothing was held since, there is nothing
+                // to bring down and the next request takes it. Never past
+                // the commitment's expiry (I3): the admit path would spend
+                // what it took.
                 let until = e.lease_until.load(Acquire);
                 if (until == 0 || now < until) && !e.nothing_held_since_accrual() {
                     self.accrue(e, now, e.commit.load(Relaxed), 0);
