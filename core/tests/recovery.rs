@@ -60,3 +60,36 @@ fn busy_limiters_recover_after_kill_and_restart() {
         t.join().unwrap();
     }
 }
+
+/// A connection the server closed between two calls (a restart here;
+/// Redis' `timeout` on an idle client, a proxy or `CLIENT KILL` close it
+/// the same way) costs no failed call: the next batch finds it closed
+/// before writing anything and goes out on a new one. Before, that batch
+/// failed unwritten ("broken pipe"): the circuit opened, the request was
+/// denied by the failure policy, and a rate that had run on was paused
+/// (after a restart empty, the learning authority then gave its holder
+/// nothing for `learn_ms`). (A restart rather than `CLIENT KILL`: the
+/// connection task sees the close while the server starts again, not
+/// within a millisecond of it.)
+#[test]
+fn a_connection_closed_between_calls_costs_no_failed_call() {
+    let server = common::redis_or_skip!(RedisServer::start());
+    let l = Limiter::builder()
+        .url(server.url())
+        .key_prefix(unique("closed"))
+        .limit(100)
+        .window_ms(1000)
+        .build()
+        .unwrap();
+    assert!(l.acquire("before", 1).unwrap().allowed);
+    server.restart();
+    // a key not seen yet: its first request waits for a lease call
+    let d = l.acquire("after", 1).unwrap();
+    let m = l.metrics();
+    assert!(d.allowed, "{d:?}");
+    assert_eq!(
+        (m.backend_errors, m.fallback_active),
+        (0, 0),
+        "the call after the restart failed"
+    );
+}

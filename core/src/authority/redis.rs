@@ -148,6 +148,31 @@ async fn replies_of<C: ConnectionLike + Clone>(
     (replies, false)
 }
 
+/// Whether `conn` is known to be closed: its connection task ended when it
+/// read the server closing the socket (a restart, a failover, Redis'
+/// `timeout` on an idle client, a proxy). A batch sent on it would fail
+/// unwritten, and the broker could not tell it from one lost in flight:
+/// each call's rate paused, the circuit opened, and after a restart empty
+/// a holder whose rate had run on reported none (the learning authority
+/// then gave it nothing for `learn_ms`: one of ten limiters idle for 7 s in
+/// `adaptive_bench … restart`). Polled once, a PING fails at once on such a
+/// connection, before anything is written; on an open one it is queued and
+/// dropped at once, and the task skips a request whose caller has gone (or,
+/// if it was already writing, the server answers a PING). The batch's own
+/// calls are never queued on a closed connection, nor sent twice.
+async fn closed(conn: &MultiplexedConnection) -> bool {
+    let mut c = conn.clone();
+    let ping = redis::cmd("PING");
+    let mut probe = c.req_packed_command(&ping);
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(matches!(
+            probe.as_mut().poll(cx),
+            std::task::Poll::Ready(Err(ref e)) if e.is_connection_dropped()
+        ))
+    })
+    .await
+}
+
 impl Connection {
     pub fn new(spec: BackendSpec, timeout: Duration) -> Self {
         Connection {
@@ -245,6 +270,7 @@ impl Connection {
         let mut out: Vec<Option<Result<Value, String>>> = (0..n).map(|_| None).collect();
         let mut todo: Vec<usize> = (0..n).collect();
         let mut use_eval = false;
+        let mut reconnected = false;
         self.check_primary().await;
         while !todo.is_empty() {
             let cmds = build(use_eval, &todo);
@@ -257,6 +283,15 @@ impl Connection {
                     return Err(silence(format_args!("connecting, after {} ms", timeout.as_millis())));
                 }
             };
+            // (once: a server that closes every new connection fails the
+            // batch as before)
+            if let (Conn::Single(c), false) = (&*conn, reconnected) {
+                if closed(c).await {
+                    self.conn = None;
+                    reconnected = true;
+                    continue;
+                }
+            }
             let (replies, silent) = match conn {
                 Conn::Single(c) => replies_of(c, &cmds, timeout).await,
                 Conn::Cluster(c) => replies_of(c, &cmds, timeout).await,
