@@ -155,15 +155,16 @@ async fn replies_of<C: ConnectionLike + Clone>(
 /// each call's rate paused, the circuit opened, and after a restart empty
 /// a holder whose rate had run on reported none (the learning authority
 /// then gave it nothing for `learn_ms`: one of ten limiters idle for 7 s in
-/// `adaptive_bench … restart`). Polled once, a PING fails at once on such a
-/// connection, before anything is written; on an open one it is queued and
-/// dropped at once, and the task skips a request whose caller has gone (or,
-/// if it was already writing, the server answers a PING). The batch's own
+/// `adaptive_bench … restart`). Polled once, a `TIME` fails at once on such
+/// a connection, before anything is written; on an open one it is queued
+/// and dropped at once, and the task skips a request whose caller has gone
+/// (or, if it was already writing, the server answers a `TIME`: read-only,
+/// and in docs/redis.md's ACL rule, where `PING` is not). The batch's own
 /// calls are never queued on a closed connection, nor sent twice.
 async fn closed(conn: &MultiplexedConnection) -> bool {
     let mut c = conn.clone();
-    let ping = redis::cmd("PING");
-    let mut probe = c.req_packed_command(&ping);
+    let time = redis::cmd("TIME");
+    let mut probe = c.req_packed_command(&time);
     std::future::poll_fn(|cx| {
         std::task::Poll::Ready(matches!(
             probe.as_mut().poll(cx),
