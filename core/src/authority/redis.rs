@@ -271,7 +271,7 @@ impl Connection {
         let mut out: Vec<Option<Result<Value, String>>> = (0..n).map(|_| None).collect();
         let mut todo: Vec<usize> = (0..n).collect();
         let mut use_eval = false;
-        let mut reconnected = false;
+        let mut probe = true;
         self.check_primary().await;
         while !todo.is_empty() {
             let cmds = build(use_eval, &todo);
@@ -284,13 +284,15 @@ impl Connection {
                     return Err(silence(format_args!("connecting, after {} ms", timeout.as_millis())));
                 }
             };
-            // (once: a server that closes every new connection fails the
-            // batch as before)
-            if let (Conn::Single(c), false) = (&*conn, reconnected) {
-                if closed(c).await {
-                    self.conn = None;
-                    reconnected = true;
-                    continue;
+            // (before the first send only: the new connection, and one that
+            // has just answered NOSCRIPT, need no probe; a server that
+            // closes every new connection fails the batch as before)
+            if std::mem::take(&mut probe) {
+                if let Conn::Single(c) = &*conn {
+                    if closed(c).await {
+                        self.conn = None;
+                        continue;
+                    }
                 }
             }
             let (replies, silent) = match conn {
