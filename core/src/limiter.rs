@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::decision::Decision;
-use crate::engine::{Engine, Waiting};
+use crate::engine::{Engine, Kept, Waiting};
 use crate::error::{Error, Result};
 use crate::events::Event;
 pub use crate::inspection::Inspection;
@@ -66,6 +66,7 @@ impl Limiter {
             key,
             cost,
             tier,
+            Kept::No,
             |d| d,
             || self.engine.acquire_slow(key, cost, how, tier),
         )
@@ -247,7 +248,7 @@ impl Limiter {
     /// [`Error::UnknownTier`].
     pub fn acquire_concurrent(&self, key: &str, tier: Option<&str>) -> Result<Permit> {
         let bucket = self.engine.in_flight_key(key)?;
-        let d = match self.engine.admit_local(&bucket, 1, tier)? {
+        let d = match self.engine.admit_local_kept(&bucket, 1, tier)? {
             Some(d) => d,
             None => self.engine.acquire_slow(&bucket, 1, Waiting::Permit, tier)?,
         };
@@ -276,7 +277,7 @@ impl Limiter {
         done: impl FnOnce(Result<Permit>) + Send + 'static,
     ) -> Result<Option<Permit>> {
         let bucket = self.engine.in_flight_key(key)?;
-        if let Some(d) = self.engine.admit_local(&bucket, 1, tier)? {
+        if let Some(d) = self.engine.admit_local_kept(&bucket, 1, tier)? {
             return Permit::new(self.engine.clone(), key, &bucket, tier, d).map(Some);
         }
         if self.engine.is_inline() {
@@ -295,7 +296,7 @@ impl Limiter {
     /// `estimate`, then settled once with [`Reservation::settle`] at the
     /// actual cost.
     pub fn reserve(&self, key: &str, estimate: u64, tier: Option<&str>) -> Result<Reservation> {
-        let d = match self.engine.admit_local(key, estimate, tier)? {
+        let d = match self.engine.admit_local_kept(key, estimate, tier)? {
             Some(d) => d,
             None => self.engine.acquire_slow(key, estimate, Waiting::Reserve, tier)?,
         };
@@ -304,7 +305,7 @@ impl Limiter {
 
     /// [`reserve`](Self::reserve), awaiting instead of blocking.
     pub async fn reserve_async(&self, key: &str, estimate: u64, tier: Option<&str>) -> Result<Reservation> {
-        if let Some(d) = self.engine.admit_local(key, estimate, tier)? {
+        if let Some(d) = self.engine.admit_local_kept(key, estimate, tier)? {
             return Reservation::new(self.engine.clone(), key, tier, estimate, d);
         }
         if self.engine.is_inline() {
@@ -328,7 +329,7 @@ impl Limiter {
         tier: Option<&str>,
         done: impl FnOnce(Result<Reservation>) + Send + 'static,
     ) -> Result<Option<Reservation>> {
-        if let Some(d) = self.engine.admit_local(key, estimate, tier)? {
+        if let Some(d) = self.engine.admit_local_kept(key, estimate, tier)? {
             return Reservation::new(self.engine.clone(), key, tier, estimate, d).map(Some);
         }
         if self.engine.is_inline() {

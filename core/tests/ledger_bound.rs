@@ -2682,3 +2682,52 @@ fn schedule_y_a_fraction_accrued_beside_a_full_carry_is_dropped() {
     };
     holds_on_both(&c, Some(LULL_TTL_MS));
 }
+
+/// Found by `LEDGER_SEED=149` on Redis: a reservation took the last 5 of
+/// its holder's lease and the take started a prefetch before the
+/// reservation was counted as held, so the call reported 0 held and the
+/// ledger counted the holder for 1 token (the prefetch's). The settle, 2
+/// under the estimate, put 2 back into the lease while that call was in
+/// flight, beside a commitment the answer cut below them: 60 admitted
+/// where one bucket allows 59 and its refill. Now nothing goes back into a
+/// lease above what a lease call in flight reported held, and a
+/// reservation's prefetch leaves after its tokens are counted.
+#[test]
+fn schedule_z_a_settle_refunds_no_more_than_a_call_in_flight_reported() {
+    let c = Case {
+        tuning: TUNING,
+        n: 2,
+        replicas: 0,
+        limit: 59,
+        window_ms: 10_000,
+        steps: vec![
+            Step::Acquire {
+                inst: 1,
+                cost: 1,
+                times: 28,
+                gap_ms: 4,
+            },
+            Step::Advance(9389),
+            Step::Reserve {
+                inst: 1,
+                estimate: 5,
+                actual: 3,
+                hold_ms: 0,
+            },
+            Step::Advance(1408),
+            Step::Acquire {
+                inst: 0,
+                cost: 3,
+                times: 37,
+                gap_ms: 0,
+            },
+            Step::Reserve {
+                inst: 1,
+                estimate: 3,
+                actual: 10,
+                hold_ms: 0,
+            },
+        ],
+    };
+    holds_on_both(&c, None);
+}

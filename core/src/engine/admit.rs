@@ -16,6 +16,14 @@ use crate::keys::validate_bucket_len;
 use crate::metrics::Counters;
 use crate::policy::{RuleSet, MAX_RULES};
 
+/// Whether an admission's tokens stay held after it ([`Engine::admit_or`]):
+/// a reservation's and a permit's do, until settled; a request's are spent.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kept {
+    No,
+    Yes,
+}
+
 impl Engine {
     /// Tokens to ask for when `need` more are needed now and `local` are held:
     /// fixed leases top up to `lease_size`; adaptive ones ask for what the
@@ -104,7 +112,14 @@ impl Engine {
     /// for another tier than `tier`).
     #[inline(always)]
     pub fn admit_local(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Option<Decision>> {
-        self.admit_or(key, cost, tier, Some, || Ok(None))
+        self.admit_or(key, cost, tier, Kept::No, Some, || Ok(None))
+    }
+
+    /// [`Self::admit_local`] for a reservation or a permit, whose tokens
+    /// stay held until it is settled: no prefetch leaves before they are
+    /// counted ([`Self::reservation_entries`] sends it then).
+    pub fn admit_local_kept(&self, key: &str, cost: u64, tier: Option<&str>) -> Result<Option<Decision>> {
+        self.admit_or(key, cost, tier, Kept::Yes, Some, || Ok(None))
     }
 
     /// The admit path with its two outcomes as continuations: `hit` takes
@@ -112,13 +127,15 @@ impl Engine {
     /// needed (after the table's guard is dropped). Each caller's result is
     /// then written once, where the caller wants it: `acquire` returns the
     /// decision without moving it out of an `Option` first (26 of the warm
-    /// admit's 262 instructions, callgrind; docs/benchmarks.md).
+    /// admit's 262 instructions, callgrind; docs/benchmarks.md). `kept`:
+    /// whether the tokens stay held (a constant at each caller).
     #[inline(always)]
     pub fn admit_or<R>(
         &self,
         key: &str,
         cost: u64,
         tier: Option<&str>,
+        kept: Kept,
         hit: impl FnOnce(Decision) -> R,
         miss: impl FnOnce() -> Result<R>,
     ) -> Result<R> {
@@ -140,7 +157,7 @@ impl Engine {
                 break 'miss true;
             }
             if e.more.load(Acquire) != 0 {
-                match self.admit_local_rules(e, cost)? {
+                match self.admit_local_rules(e, cost, kept)? {
                     Some(d) => return Ok(hit(d)),
                     None => break 'miss true,
                 }
@@ -156,7 +173,7 @@ impl Engine {
             self.count(e, &e.admitted);
             let threshold = e.threshold.load(Relaxed);
             let mut left = left;
-            if left < threshold && !e.in_flight.load(Relaxed) {
+            if kept == Kept::No && left < threshold && !e.in_flight.load(Relaxed) {
                 self.prefetch(e);
                 left = e.tokens.load(Relaxed);
             }
@@ -175,9 +192,9 @@ impl Engine {
     /// through the key's own entry (`Entry::subs`): no lookup, no allocation.
     /// (A key whose one rule is a calendar quota comes here too.)
     #[inline(never)]
-    fn admit_local_rules(&self, e: &Arc<Entry>, cost: u64) -> Result<Option<Decision>> {
+    fn admit_local_rules(&self, e: &Arc<Entry>, cost: u64, kept: Kept) -> Result<Option<Decision>> {
         if e.more.load(Acquire) == MORE_CALENDAR {
-            return self.admit_calendar(e, cost);
+            return self.admit_calendar(e, cost, kept);
         }
         let more = e.further();
         let mut subs: [Option<arc_swap::Guard<Option<Arc<Entry>>>>; MAX_RULES - 1] = [None, None, None];
@@ -205,8 +222,7 @@ impl Engine {
                 Some(l) => left[i] = l,
                 None => {
                     for t in entries[..i].iter().flatten() {
-                        t.tokens.fetch_add(cost, AcqRel);
-                        t.note_held();
+                        self.put_back(t, cost);
                     }
                     return Ok(None);
                 }
@@ -217,9 +233,8 @@ impl Engine {
         let mut best: Option<Decision> = None;
         for (i, s) in entries.iter().flatten().enumerate() {
             s.touch(now);
-            if left[i] < s.threshold.load(Relaxed) && !s.in_flight.load(Relaxed) {
-                self.prefetch(s);
-                left[i] = s.tokens.load(Relaxed);
+            if kept == Kept::No {
+                left[i] = self.prefetch_if_low(s, left[i]);
             }
             let p = s.policy();
             let d = self.decision(s, p, true, left[i], 0, self.admit_reason());
@@ -235,7 +250,7 @@ impl Engine {
     /// plain path's, with the calendar in the policy (its decision's reset
     /// is the period's end).
     #[inline(never)]
-    fn admit_calendar(&self, e: &Arc<Entry>, cost: u64) -> Result<Option<Decision>> {
+    fn admit_calendar(&self, e: &Arc<Entry>, cost: u64, kept: Kept) -> Result<Option<Decision>> {
         let p = e.policy();
         if cost == 0 || cost > p.limit {
             return Err(Error::InvalidCost { cost, limit: p.limit });
@@ -243,7 +258,14 @@ impl Engine {
         let Some(left) = e.try_take(cost) else {
             return Ok(None);
         };
-        Ok(Some(self.admit(e, p, left, self.admit_reason(), self.clock.coarse())))
+        Ok(Some(self.admit(
+            e,
+            p,
+            left,
+            self.admit_reason(),
+            self.clock.coarse(),
+            kept,
+        )))
     }
 
     #[inline(always)]
@@ -315,17 +337,29 @@ impl Engine {
         self.decision(e, p, false, local, retry_after_ms.max(1), reason)
     }
 
-    /// Count an admission; a leased admit that left few tokens prefetches.
-    pub(super) fn admit(&self, e: &Arc<Entry>, p: Quota, left: u64, reason: Reason, now: u64) -> Decision {
+    /// Count an admission; a leased admit that left few tokens prefetches
+    /// (unless they are `kept`: the caller prefetches once it counted them).
+    pub(super) fn admit(&self, e: &Arc<Entry>, p: Quota, left: u64, reason: Reason, now: u64, kept: Kept) -> Decision {
         e.touch(now);
         self.count(e, &e.admitted);
-        let threshold = e.threshold.load(Relaxed);
-        let mut left = left;
-        if (reason == Reason::Lease || reason == Reason::Local) && left < threshold && !e.in_flight.load(Relaxed) {
-            self.prefetch(e);
-            left = e.tokens.load(Relaxed);
-        }
+        let leased = reason == Reason::Lease || reason == Reason::Local;
+        let left = if leased && kept == Kept::No {
+            self.prefetch_if_low(e, left)
+        } else {
+            left
+        };
         self.decision(e, p, true, left, 0, reason)
+    }
+
+    /// `left` local tokens remain: below the prefetch threshold, start a
+    /// lease request unless one is in flight. Returns the tokens held then.
+    #[inline(always)]
+    pub(super) fn prefetch_if_low(&self, e: &Arc<Entry>, left: u64) -> u64 {
+        if left < e.threshold.load(Relaxed) && !e.in_flight.load(Relaxed) {
+            self.prefetch(e);
+            return e.tokens.load(Relaxed);
+        }
+        left
     }
 
     /// Start one asynchronous lease request for `e` unless one is in flight.

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::entry::{Entry, ACCESS_BLOCKED, ACCESS_UNLIMITED};
-use super::{lock, Engine};
+use super::{lock, Engine, Kept};
 use crate::authority::Reply;
 use crate::config::{validate_key, Mode};
 use crate::decision::{Decision, Reason};
@@ -53,6 +53,16 @@ pub(crate) enum Waiting {
     /// `acquire_concurrent`: as `Reserve`, on the bucket of a key's permits
     /// (a name with the separator callers may not use).
     Permit,
+}
+
+impl Waiting {
+    /// Whether the tokens admitted stay held (a reservation's, a permit's).
+    pub(crate) fn kept(self) -> Kept {
+        match self {
+            Waiting::Reserve | Waiting::Permit => Kept::Yes,
+            Waiting::Yes | Waiting::No => Kept::No,
+        }
+    }
 }
 
 /// The key whose policy-store entry decides `key`'s rules: a permit
@@ -268,10 +278,7 @@ impl Engine {
         match d.reason {
             Reason::Exact => self.give_back(e, e.policy(), cost),
             Reason::Fallback => self.refund_fallback(e, cost),
-            _ => {
-                e.tokens.fetch_add(cost, AcqRel);
-                e.note_held();
-            }
+            _ => self.put_back(e, cost),
         }
     }
 
@@ -337,7 +344,14 @@ impl Engine {
         }
         let local = loop {
             if let Some(left) = e.try_take(cost) {
-                return Ok(Step::Done(self.admit(e, p, left, self.admit_reason(), now)));
+                return Ok(Step::Done(self.admit(
+                    e,
+                    p,
+                    left,
+                    self.admit_reason(),
+                    now,
+                    waiting.kept(),
+                )));
             }
             // A lease may land between the failed take and this read.
             let local = e.tokens.load(Relaxed);
@@ -390,7 +404,14 @@ impl Engine {
         // Answered inline: tokens arrived, or the key is now exhausted, or
         // other threads spent what arrived (then go round again).
         if let Some(left) = e.try_take(cost) {
-            return Ok(Step::Done(self.admit(e, p, left, self.admit_reason(), now)));
+            return Ok(Step::Done(self.admit(
+                e,
+                p,
+                left,
+                self.admit_reason(),
+                now,
+                waiting.kept(),
+            )));
         }
         let local = e.tokens.load(Relaxed);
         // Read the clock again: the answer set "exhausted until" from its own
@@ -411,7 +432,7 @@ impl Engine {
     fn step_rate(&self, e: &Arc<Entry>, p: crate::bucket::Quota, cost: u64, waiting: Waiting, now: u64) -> Step {
         self.accrue(e, now, e.commit.load(Relaxed), cost);
         if let Some(left) = e.try_take(cost) {
-            return Step::Done(self.admit(e, p, left, self.admit_reason(), now));
+            return Step::Done(self.admit(e, p, left, self.admit_reason(), now, waiting.kept()));
         }
         let until = e.rate_until.load(Acquire);
         if now >= until {
@@ -431,7 +452,7 @@ impl Engine {
             let local = e.tokens.load(Relaxed).min(cost - 1);
             self.start_lease(e, self.want(e, p, cost - local, local), cost - local, 0);
             if let Some(left) = e.try_take(cost) {
-                return Step::Done(self.admit(e, p, left, self.admit_reason(), now));
+                return Step::Done(self.admit(e, p, left, self.admit_reason(), now, waiting.kept()));
             }
             if e.rate.load(Acquire) == 0 {
                 // The renewal (answered inline) ended the rate: step again.

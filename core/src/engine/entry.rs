@@ -29,8 +29,9 @@ pub(crate) const MORE_CALENDAR: u8 = 0x80;
 /// How far a rate has accrued: taken up to `at`, with `units` credit units
 /// short of a whole token carried; the most tokens held locally since `at`
 /// (`peak`); and while a renewal is in flight, the rate it replaces and
-/// that rate's end (`paused`); and the most held since the last lease call
-/// left (`low`).
+/// that rate's end (`paused`); the most held since the last lease call
+/// left (`low`); and the least held that a lease call not yet answered
+/// reported (`reported`).
 #[derive(Debug, Default)]
 pub(crate) struct Accrual {
     pub at: u64,
@@ -41,6 +42,11 @@ pub(crate) struct Accrual {
     /// `low_seq` left (0: none yet), for [`Entry::low_window`].
     pub low: u64,
     pub low_seq: u64,
+    /// The least held (local and reserved) that a lease call sent since
+    /// the last answer applied reported (`u64::MAX`: every call sent was
+    /// answered; 0 while an answer lands): what [`Entry::refill`] may fill
+    /// the lease up to.
+    pub reported: u64,
 }
 
 /// A fallback share granted under the policy `old` (1/window token per ms
@@ -215,7 +221,10 @@ impl Entry {
             demand_at: AtomicU64::new(now),
             demand_offered: AtomicU64::new(0),
             rate: AtomicU64::new(0),
-            accrued: Mutex::new(Accrual::default()),
+            accrued: Mutex::new(Accrual {
+                reported: u64::MAX,
+                ..Accrual::default()
+            }),
             rate_until: AtomicU64::new(0),
             rate_window: AtomicU64::new(policy.window_ms),
             sent_at: AtomicU64::new(0),
@@ -445,9 +454,60 @@ impl Entry {
     /// design's exception (c), as at the authority.
     pub fn note_landed(&self, spent: u64) {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        self.note_in(&mut acc, spent);
+    }
+
+    fn note_in(&self, acc: &mut Accrual, spent: u64) {
         let held = self.held();
         acc.peak = acc.peak.max(held.saturating_sub(spent));
         acc.low = acc.low.max(held + acc.fraction());
+    }
+
+    /// Put up to `n` tokens back into the lease (a reservation settled
+    /// below its estimate, tokens a request took and did not spend): as
+    /// many as fit below `commit` (`None`: no ledger counts the lease) and
+    /// below the least held a lease call in flight reported. The authority
+    /// counts such a call's holder for what it reported and what it
+    /// grants, whatever was held when the answer lands: tokens put back
+    /// meanwhile beyond what it reported are held outside the commitment
+    /// (a prefetch left while a reservation's tokens were taken and not
+    /// yet counted, reporting 0 held; the settle put 2 back beside the
+    /// answer's commitment of 1: 60 admitted where one bucket allows 59,
+    /// `schedule_z_a_settle_refunds_no_more_than_a_call_in_flight_reported`).
+    /// Under the lock a lease call reads what it reports under, so each
+    /// call either reports them or caps them. Returns how many went back.
+    pub fn refill(&self, n: u64, commit: Option<u64>) -> u64 {
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        let add = match commit {
+            None => n,
+            Some(c) => {
+                let top = acc.reported.min(c);
+                n.min(top.saturating_sub(self.held()))
+            }
+        };
+        if add > 0 {
+            self.tokens.fetch_add(add, AcqRel);
+            self.note_in(&mut acc, 0);
+        }
+        add
+    }
+
+    /// An answer starts landing: until it has ([`Self::landed`]), nothing
+    /// goes back into the lease (its commitment and its grant do not land
+    /// at once).
+    pub fn landing(&self) {
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        acc.reported = 0;
+    }
+
+    /// The answer to lease call `seq` has landed: when no later call left
+    /// meanwhile (`low_seq`: the last call that left), the commitment it
+    /// set counts what is held again.
+    pub fn landed(&self, seq: u64) {
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        if acc.low_seq == seq {
+            acc.reported = u64::MAX;
+        }
     }
 
     /// Whether nothing has been held since the rate's accrual was last
@@ -472,14 +532,18 @@ impl Entry {
         self.tokens.load(Acquire) + u64::from(self.reserved.load(Acquire))
     }
 
-    /// Lease call `seq` leaves: the most tokens held since the last one
-    /// left (what is held now included) and that one's number (0: none),
-    /// which the ledger's `spent_credit` reads; the window starts again.
-    pub fn low_window(&self, seq: u64) -> (u64, u64) {
+    /// Lease call `seq` leaves: what is held now, which it reports (and
+    /// [`Self::refill`] fills no further until it is answered); the most
+    /// tokens held since the last one left (what is held now included) and
+    /// that one's number (0: none), which the ledger's `spent_credit`
+    /// reads; the window starts again.
+    pub fn low_window(&self, seq: u64) -> (u64, u64, u64) {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
-        let held = self.held() + acc.fraction();
-        let out = (acc.low.max(held), acc.low_seq);
-        (acc.low, acc.low_seq) = (held, seq);
+        let held = self.held();
+        acc.reported = acc.reported.min(held);
+        let with_fraction = held + acc.fraction();
+        let out = (held, acc.low.max(with_fraction), acc.low_seq);
+        (acc.low, acc.low_seq) = (with_fraction, seq);
         out
     }
 
@@ -589,9 +653,9 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_is_376_bytes() {
+    fn an_entry_is_384_bytes() {
         // a field more is that many bytes more for every key (issue 26)
-        assert_eq!(size_of::<Entry>(), 376);
+        assert_eq!(size_of::<Entry>(), 384);
     }
 
     #[test]
@@ -601,6 +665,38 @@ mod tests {
         assert_eq!(offset_of!(Entry, access), offset_of!(Entry, sub) + 2);
         assert_eq!(offset_of!(Entry, reserved), offset_of!(Entry, sub) + 4);
         assert_eq!(offset_of!(Entry, denied), offset_of!(Entry, sub) + 8);
+    }
+
+    #[test]
+    fn nothing_goes_back_above_what_a_call_in_flight_reported() {
+        let e = Entry::new("k", Quota::new(10, 1000), 1, 0);
+        // no ledger counts the lease: all of it goes back
+        assert_eq!(e.refill(3, None), 3);
+        // a call leaves reporting the 3 held; then 2 are taken (a
+        // reservation not counted yet)
+        assert_eq!(e.low_window(7).0, 3);
+        assert_eq!(e.try_take(2), Some(1));
+        // a commitment of 8, but the answer will count 3 and its grant:
+        // 2 go back, not 5
+        assert_eq!(e.refill(5, Some(8)), 2);
+        // nothing while its answer lands, then up to the commitment again
+        e.landing();
+        assert_eq!(e.refill(1, Some(8)), 0);
+        e.landed(7);
+        assert_eq!(e.refill(9, Some(8)), 5);
+        // an earlier call's answer landing while a later one is out leaves
+        // the later one's cap (lowered to nothing while it landed)
+        assert_eq!(e.low_window(9).0, 8);
+        e.landing();
+        e.landed(8);
+        assert_eq!(e.take_up_to(8), 8);
+        assert_eq!(e.refill(1, Some(8)), 0);
+        e.landing();
+        e.landed(9);
+        assert_eq!(e.refill(1, Some(8)), 1);
+        // reserved tokens count as held
+        e.reserved.store(7, Relaxed);
+        assert_eq!(e.refill(3, Some(8)), 0);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::cold::{Slot, Step, Waiting};
 use super::entry::Entry;
-use super::{lock, Engine};
+use super::{lock, Engine, Kept};
 use crate::authority::{Call, Reply};
 use crate::bucket::Quota;
 use crate::decision::{Decision, Reason};
@@ -71,7 +71,7 @@ impl Engine {
                 e.auth_remaining.store(g.remaining, Relaxed);
                 e.auth_at.store(now.max(1), Relaxed);
                 if g.granted >= cost {
-                    self.admit(e, p, 0, Reason::Exact, self.clock.precise())
+                    self.admit(e, p, 0, Reason::Exact, self.clock.precise(), Kept::No)
                 } else {
                     self.deny(e, p, 0, Reason::Exact, g.wait_ms)
                 }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::Arc;
 
 use super::entry::Entry;
-use super::{lock, Engine};
+use super::{lock, Engine, Kept};
 use crate::bucket::Quota;
 use crate::circuit::Transition;
 use crate::config::{FailurePolicy, Mode};
@@ -22,7 +22,7 @@ impl Engine {
         match self.r.cfg.on_backend_failure {
             FailurePolicy::Allow => {
                 e.fallback_used.fetch_add(cost, AcqRel);
-                self.admit(e, p, 0, Reason::Fallback, now)
+                self.admit(e, p, 0, Reason::Fallback, now, Kept::No)
             }
             FailurePolicy::Deny => {
                 let retry = self.circuit.ms_to_probe(now);
@@ -40,7 +40,7 @@ impl Engine {
                 let d = if g.granted >= cost {
                     // reported with the next lease call and debited (I4)
                     e.fallback_used.fetch_add(cost, AcqRel);
-                    self.admit(e, p, 0, Reason::Fallback, now)
+                    self.admit(e, p, 0, Reason::Fallback, now, Kept::No)
                 } else {
                     self.deny(e, p, 0, Reason::Fallback, g.wait_ms)
                 };

@@ -127,12 +127,12 @@ impl Engine {
             }
             // (with no rate: a paused one of an unanswered call is forgotten)
             e.pause_rate(local);
-            let (low, low_seq) = e.low_window(seq);
+            // (tokens out on reservations stay committed until settled)
+            let (held, low, low_seq) = e.low_window(seq);
             Ask {
                 holder: self.holder.load(Relaxed),
                 demand: e.demand.load(Relaxed),
-                // tokens out on reservations stay committed until settled
-                held: e.held(),
+                held,
                 rate,
                 carry: e.commit.load(Relaxed),
                 fallback_used: used,
@@ -236,6 +236,9 @@ impl Engine {
         }
         let r = match r {
             Ok(Reply::Grant(g, answer, seen)) => {
+                if self.r.adaptive {
+                    e.landing();
+                }
                 // (before its tokens land: a call that reads `applied` later
                 // has this answer applied or being applied)
                 e.applied.fetch_max(seq, AcqRel);
@@ -271,6 +274,9 @@ impl Engine {
                 let until = e.lease_until.load(Acquire);
                 if until != 0 && now >= until {
                     self.expire_if_idle(e, e.policy(), now);
+                }
+                if self.r.adaptive {
+                    e.landed(seq);
                 }
                 Ok(())
             }

@@ -41,6 +41,7 @@ mod settle;
 mod table;
 mod wait;
 
+pub(crate) use admit::Kept;
 pub(crate) use cold::Waiting;
 use table::Table;
 

@@ -21,7 +21,8 @@ impl Engine {
     /// `estimate` tokens, is settled on: the key's rules' entries. With
     /// adaptive leasing, a reservation admitted from the lease is counted
     /// in each entry's `reserved`, so the ledger keeps its tokens committed
-    /// until it is settled or dropped ([`Self::release_reservation`]).
+    /// until it is settled or dropped ([`Self::release_reservation`]); then
+    /// an entry left low prefetches.
     pub(crate) fn reservation_entries(
         &self,
         key: &str,
@@ -39,6 +40,14 @@ impl Engine {
                 // (the request's tokens were taken before they are counted
                 // here: held rose again)
                 s.note_held();
+            }
+        }
+        // The admission sent no prefetch (`Kept`): one leaving before the
+        // tokens were counted reported them spent, and a settle below the
+        // estimate could put none of them back (`Entry::refill`).
+        if matches!(d.reason, Reason::Lease | Reason::Local) {
+            for s in &entries {
+                self.prefetch_if_low(s, s.tokens.load(Acquire));
             }
         }
         Ok(entries)
@@ -103,32 +112,14 @@ impl Engine {
 
     /// `n` tokens of an estimate went unused. They go back where they
     /// came from: to the authority (mode exact), to the failure policy's
-    /// share, or into the local lease. With adaptive leasing the lease
-    /// takes them only while the commitment they were part of is live and
-    /// up to it, less the tokens other reservations still have out (I2, I3:
-    /// a holder never holds more than the authority counts, nor past its
-    /// expiry); the rest is dropped. The ledger cannot take them: tokens of
-    /// an expired commitment count as spent there, and its refill has
-    /// filled their room since (returning them broke the bound by a token
-    /// in `ledger_bound`).
+    /// share, or into the local lease ([`Self::put_back`]).
     fn settle_back(&self, e: &Arc<Entry>, reason: Reason, n: u64) {
         match reason {
             Reason::Exact => self.give_back(e, e.policy(), n),
             Reason::Fallback => self.refund_fallback(e, n),
-            _ if self.r.adaptive => {
-                let now = self.clock.precise();
-                let until = e.lease_until.load(Acquire);
-                let live = (until == 0 || now < until) && !self.circuit.is_open();
-                let out = e.tokens.load(Relaxed) + u64::from(e.reserved.load(Relaxed));
-                let room = if live {
-                    e.commit.load(Relaxed).saturating_sub(out)
-                } else {
-                    0
-                };
-                let local = n.min(room);
-                self.refund_local(e, local);
-                Counters::add(&self.counters.tokens_expired, n - local);
-                if Calendar(e.calendar.load(Relaxed)).is_in_flight() {
+            _ => {
+                self.put_back(e, n);
+                if self.r.adaptive && Calendar(e.calendar.load(Relaxed)).is_in_flight() {
                     // A released permit goes back at once, where the first
                     // instance in the line gets it: kept idle here, this
                     // instance's next requests took it again and again while
@@ -142,17 +133,24 @@ impl Engine {
                     e.exhausted_until.store(0, Relaxed);
                 }
             }
-            _ => self.refund_local(e, n),
         }
     }
 
-    /// `n` tokens back into `e`'s local lease. An entry evicted meanwhile
-    /// drops them: the key's new entry reports its own holdings, so the
-    /// ledger no longer counts them (a give-back would take them off the
-    /// new entry's commitment). When the limiter closed, or an allow or
-    /// deny entry holds the key, they go straight on to the authority, as
-    /// the entry's other tokens did.
-    fn refund_local(&self, e: &Arc<Entry>, n: u64) {
+    /// `n` tokens taken from `e`'s local lease and not spent go back into
+    /// it. With adaptive leasing, only while the commitment they were part
+    /// of is live and up to it, less the tokens held and out on other
+    /// reservations, and no higher than a lease call in flight reported
+    /// ([`Entry::refill`]; I2, I3: a holder never holds more than the
+    /// authority counts, nor past its expiry); the rest is dropped. The
+    /// ledger cannot take them: tokens of an expired commitment count as
+    /// spent there, and its refill has filled their room since (returning
+    /// them broke the bound by a token in `ledger_bound`). An entry evicted
+    /// meanwhile drops them too: the key's new entry reports its own
+    /// holdings, so the ledger no longer counts them (a give-back would
+    /// take them off the new entry's commitment). When the limiter closed,
+    /// or an allow or deny entry holds the key, they go straight on to the
+    /// authority, as the entry's other tokens did.
+    pub(super) fn put_back(&self, e: &Arc<Entry>, n: u64) {
         if n == 0 {
             return;
         }
@@ -160,8 +158,17 @@ impl Engine {
             Counters::add(&self.counters.tokens_expired, n);
             return;
         }
-        e.tokens.fetch_add(n, AcqRel);
-        e.note_held();
+        let commit = self.r.adaptive.then(|| {
+            let until = e.lease_until.load(Acquire);
+            let live = (until == 0 || self.clock.precise() < until) && !self.circuit.is_open();
+            if live {
+                e.commit.load(Relaxed)
+            } else {
+                0
+            }
+        });
+        let local = e.refill(n, commit);
+        Counters::add(&self.counters.tokens_expired, n - local);
         if e.retired.load(Acquire) {
             // evicted between the check and the add: whatever the eviction
             // did not take is dropped
