@@ -233,3 +233,24 @@ pub(crate) fn silence(detail: std::fmt::Arguments) -> String {
 pub(crate) fn is_silence(err: &str) -> bool {
     err.starts_with(SILENCE)
 }
+
+/// How the failure of a call that certainly never reached the authority
+/// ends (see [`unsent`]).
+const UNSENT: &str = " (not sent)";
+
+/// The failure `err` of a call that certainly never reached the authority
+/// (no connection could be opened before anything was written, or the
+/// authority is down in a simulated outage): the authority's state is as
+/// if the call had not been made.
+pub(crate) fn unsent(err: String) -> String {
+    if is_unsent(&err) {
+        err
+    } else {
+        err + UNSENT
+    }
+}
+
+/// Whether a failed call certainly never reached the authority.
+pub(crate) fn is_unsent(err: &str) -> bool {
+    err.ends_with(UNSENT)
+}

@@ -193,7 +193,9 @@ impl MemoryAuthority {
     /// Answer one call inline (an error only during a simulated outage).
     pub fn answer(&self, call: Call) -> Result<Reply, String> {
         if self.down.load(std::sync::atomic::Ordering::Acquire) {
-            return Err("the memory authority is unreachable (simulated outage)".into());
+            return Err(crate::wire::unsent(
+                "the memory authority is unreachable (simulated outage)".into(),
+            ));
         }
         if self.mute.load(std::sync::atomic::Ordering::Acquire) {
             let _ = self.answer_up(call);

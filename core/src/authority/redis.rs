@@ -34,7 +34,7 @@ use super::{Call, Reply};
 use crate::bucket::Grant;
 use crate::config::{tls_files, BackendSpec};
 use crate::guard::Seen;
-use crate::wire::{misconfigured, silence};
+use crate::wire::{misconfigured, silence, unsent};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const LEASE: &str = include_str!("lua/lease.lua");
@@ -277,8 +277,13 @@ impl Connection {
             let cmds = build(use_eval, &todo);
             // The whole connection set-up is bounded too: a black-holed or
             // paused server must not stall the broker (and every key behind it).
+            // (a connection that cannot be opened before the first send
+            // leaves every call of the batch certainly unsent)
+            let first = !use_eval;
             let conn = match within(timeout, self.connect()).await {
-                Ok(conn) => conn?,
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) if first => return Err(unsent(e)),
+                Ok(Err(e)) => return Err(e),
                 Err(()) => {
                     self.conn = None;
                     return Err(silence(format_args!("connecting, after {} ms", timeout.as_millis())));
@@ -513,7 +518,8 @@ impl Connection {
         }
         if !leases.is_empty() {
             let replies = match &transport {
-                Some(e) => Err(e.clone()),
+                // (the leases were never sent)
+                Some(e) => Err(unsent(e.clone())),
                 None => {
                     let batch: Vec<ScriptCall> = leases.iter().map(|(_, c, _)| c.clone()).collect();
                     self.script_batch(&batch).await

@@ -405,6 +405,29 @@ impl Entry {
         acc.paused = (self.rate.load(Acquire), self.rate_until.swap(now, AcqRel));
     }
 
+    /// The renewal that paused the rate ([`Self::pause_rate`]) certainly
+    /// never reached the authority: the rate runs on to its end as if the
+    /// call had not left (the authority still counts it, I1; what the
+    /// flight accrued is taken from where the pause left it). Not when a
+    /// give-back ended the rate since ([`Self::end_rate`]).
+    pub fn resume_rate(&self) {
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        let (rate, until) = std::mem::take(&mut acc.paused);
+        if rate > 0 {
+            self.rate_until.store(until, Release);
+            self.rate.store(rate, Release);
+        }
+    }
+
+    /// End the rate (a give-back ends it at the authority): returns whether
+    /// one ran or was paused by a renewal in flight. A paused one is
+    /// forgotten, so a renewal that fails unsent does not resume it.
+    pub fn end_rate(&self) -> bool {
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        let paused = std::mem::take(&mut acc.paused).0 > 0;
+        self.rate.swap(0, AcqRel) > 0 || paused
+    }
+
     /// Start accruing a new rate grant of `rate` units of 1/`window` token
     /// per ms at `now`, the answer to a call sent at `sent`. The last rate's
     /// fraction of a token carries over, in the same window, only when it

@@ -281,7 +281,18 @@ impl Engine {
                 Ok(())
             }
             Ok(other) => Err(format!("unexpected answer to a lease: {other:?}")),
-            Err(err) => Err(err),
+            Err(err) => {
+                // Never sent: the renewal changed nothing at the authority,
+                // so the rate it paused runs on to its end, and the next
+                // probe renews it (a renewal due while Redis restarts fails
+                // so; paused, its holder reported no rate to the restarted
+                // authority, which grants such a holder nothing while it
+                // learns: `a_renewal_that_fails_unsent_keeps_its_rate`).
+                if self.r.adaptive && crate::wire::is_unsent(&err) {
+                    e.resume_rate();
+                }
+                Err(err)
+            }
         };
         e.in_flight.store(false, Release);
         self.finish(r.as_ref().map(|_| ()).map_err(String::as_str));
@@ -432,7 +443,7 @@ impl Engine {
     /// key where it holds a valid fallback share gets the call, which frees
     /// the share for the holders that stay.
     pub(super) fn give_back(&self, e: &Entry, policy: Quota, tokens: u64) {
-        let ends_rate = self.r.adaptive && e.rate.swap(0, AcqRel) > 0;
+        let ends_rate = self.r.adaptive && e.end_rate();
         let leaving = self.r.adaptive && self.closed.load(Acquire);
         let share = e.share_at(self.clock.precise()).is_some_and(|s| s > 0);
         if tokens == 0 && !ends_rate && !(leaving && share) {

@@ -138,7 +138,7 @@ impl Table {
             dropped += e.tokens.swap(0, AcqRel);
             // the parent's reservations are not this process's to report
             e.reserved.store(0, Release);
-            e.rate.store(0, Release);
+            let _ = e.end_rate();
             e.in_flight.store(false, Release);
         }
         dropped
