@@ -984,8 +984,23 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                 for l in f.limiters.iter().flatten() {
                     l.set_limit("k", *limit, *window_ms).map_err(|e| e.to_string())?;
                 }
+                // An exception still running goes on under the new policy:
+                // the commitments it names are spent whatever the policy
+                // (without it, a jump of the authority's clock and then a
+                // new limit: 60 admitted where one bucket allows 58,
+                // `schedule_jump_then_set_limit_keeps_the_exception`).
+                let now = f.now;
+                let span = exception_ms(&c.tuning);
+                let running: Vec<(u64, u64)> = f.books.last().map_or(Vec::new(), |b| {
+                    b.exceptions
+                        .iter()
+                        .filter(|&&(from, _)| from + span >= now)
+                        .copied()
+                        .collect()
+                });
                 f.books.push(Books {
                     losses,
+                    exceptions: running,
                     ..Books::new(*limit, *window_ms, c.tuning)
                 });
             }
@@ -2726,6 +2741,41 @@ fn schedule_z_a_settle_refunds_no_more_than_a_call_in_flight_reported() {
                 estimate: 3,
                 actual: 10,
                 hold_ms: 0,
+            },
+        ],
+    };
+    holds_on_both(&c, None);
+}
+
+/// Found by `LEDGER_SEED=163` on Redis (and then on memory): the
+/// authority's clock jumps 50 s forward (exception (e): the commitments out
+/// expire there while their holders still spend them), then the limit
+/// changes. The test's books started the new policy with no exception, so
+/// the tokens instance 0 held from before the jump, spent with the bucket's
+/// 58, read as 60 admitted where one bucket allows 58. A gap in the test's
+/// books, not the ledger's: an exception still running now goes on under
+/// the new policy.
+#[test]
+fn schedule_jump_then_set_limit_keeps_the_exception() {
+    let c = Case {
+        tuning: TUNING,
+        n: 3,
+        replicas: 0,
+        limit: 56,
+        window_ms: 2_427,
+        steps: vec![
+            Step::Load { per_s: 3, ms: 345 },
+            Step::JumpAuthority(49_926),
+            Step::Advance(1_567),
+            Step::SetLimit {
+                limit: 58,
+                window_ms: 10_000,
+            },
+            Step::Acquire {
+                inst: 0,
+                cost: 3,
+                times: 36,
+                gap_ms: 0,
             },
         ],
     };
