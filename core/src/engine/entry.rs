@@ -420,12 +420,14 @@ impl Entry {
     }
 
     /// End the rate (a give-back ends it at the authority): returns whether
-    /// one ran or was paused by a renewal in flight. A paused one is
-    /// forgotten, so a renewal that fails unsent does not resume it.
+    /// one ran. One paused by a renewal in flight is forgotten too, so that
+    /// renewal, failing unsent, does not resume it (the give-back may have
+    /// reached the authority; a renewal's answer landing later accrues its
+    /// flight at no old rate).
     pub fn end_rate(&self) -> bool {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
-        let paused = std::mem::take(&mut acc.paused).0 > 0;
-        self.rate.swap(0, AcqRel) > 0 || paused
+        acc.paused = (0, 0);
+        self.rate.swap(0, AcqRel) > 0
     }
 
     /// Start accruing a new rate grant of `rate` units of 1/`window` token
