@@ -501,6 +501,69 @@ mod tests {
         assert_eq!(lease(&host, 1_500, ask(7, 3, 1, 50, 1), 1), (0, 0));
     }
 
+    /// `give_back` in ledger.lua: a give-back that reaches the ledger after
+    /// a renewal its holder has not seen answered yet (sent while the
+    /// renewal was in flight) leaves that renewal's rate counted, as the
+    /// holder runs it once the answer lands: another holder gets no part of
+    /// it (I1). A give-back that has seen it ends it.
+    #[test]
+    fn a_give_back_ends_only_a_rate_its_holder_has_seen() {
+        let policy = Quota::new(100, 1_000);
+        let lease = |host: &crate::authority::embedded::Host, ask: Ask, need: u64| {
+            let argv = args("l", policy, (1_000, true, 1_000), &ask, 100, need, (0, 0, 0));
+            let r = host.eval(&keys("k"), &argv, 1_000).expect("the script answers");
+            let ((granted, _, _), answer, _) = parse(&r).expect("a lease reply");
+            (granted, answer.rate)
+        };
+        let ask = |holder, seq, applied, rate| Ask {
+            holder,
+            demand: 200_000,
+            seq,
+            applied,
+            rate,
+            commit_ms: 7_000,
+            tuning: TUNING,
+            ..Ask::default()
+        };
+        // holder 7, at twice the key's rate alone, takes chunks until the
+        // bucket runs dry and it is granted a rate (call n, applied), then
+        // renews it (call n + 1, in flight); its give-back says which it
+        // had applied (`seen` calls after n); then holder 8 joins
+        let run = |seen: u64| {
+            let host = crate::authority::embedded::Host::new(SCRIPT);
+            let mut n = 1;
+            let first = loop {
+                let (_, rate) = lease(&host, ask(7, n, n - 1, 0), 1);
+                if rate > 0 || n == 10 {
+                    break rate;
+                }
+                n += 1;
+            };
+            assert!(first > 0, "a saturated key grants a rate once dry");
+            let (_, renewed) = lease(&host, ask(7, n + 1, n, first), 1);
+            assert!(renewed > 0);
+            let back = Ask {
+                holder: 7,
+                applied: n + seen,
+                tuning: TUNING,
+                ..Ask::default()
+            };
+            let argv = args("g", policy, (1_000, true, 1_000), &back, 0, 0, (0, 0, 0));
+            host.eval(&keys("k"), &argv, 1_000).expect("the script answers");
+            let (_, other) = lease(&host, ask(8, n + 2, 0, 0), 1);
+            (renewed, other)
+        };
+        let (renewed, other) = run(0);
+        assert!(
+            renewed + other <= policy.limit,
+            "rates {renewed} (running once its answer lands) and {other}: over the key's {}",
+            policy.limit
+        );
+        // seen: the rate ended, and the other holder's share is free
+        let (_, other) = run(1);
+        assert!(other > 0);
+    }
+
     #[test]
     fn the_tuning_keeps_the_bound() {
         assert_eq!(TUNING.check(), Ok(()));

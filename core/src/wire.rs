@@ -35,6 +35,11 @@ pub(crate) enum Call {
         /// the ledger's sums goes too (its demand, fallback share, the spent
         /// rest of its commitment).
         leaving: bool,
+        /// With `adaptive`: the last lease call whose answer the holder had
+        /// applied when it gave back. The ledger ends only a rate that such
+        /// a call set: one set by a later call runs on at the holder when
+        /// that answer lands (docs/design.md, "Tokens put back").
+        seen: u64,
         /// Which tokens: see [`Back`].
         what: Back,
         /// The holder's tuning (with `adaptive`: the ledger's arguments).

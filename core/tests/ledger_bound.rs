@@ -45,6 +45,12 @@ enum Step {
         per_s: u64,
         ms: u64,
     },
+    /// One `try_acquire` at an instance: with no tokens it leaves a lease
+    /// call in flight (on Redis) and is denied `pending`.
+    TryAcquire {
+        inst: usize,
+        cost: u64,
+    },
     /// `Load` on the first `first` instances only (the others are quiet).
     LoadFirst {
         per_s: u64,
@@ -94,6 +100,11 @@ enum Step {
     /// a Redis whose `TIME` stepped: every instance's calls carry it, their
     /// own clocks do not move.
     JumpAuthority(i64),
+    /// Every call to Redis and its answer take this many ms more on the
+    /// way (the fault proxy's `latency`; 0: none): calls are in flight while
+    /// the fleet goes on, as on a loaded network. The memory authority
+    /// answers inline: no effect there.
+    Latency(u64),
     /// `set_limit` on every live instance (a policy change).
     SetLimit {
         limit: u64,
@@ -633,6 +644,12 @@ impl Fleet {
     }
 
     fn acquire(&mut self, inst: usize, cost: u64, policy: FailurePolicy) -> Result<bool, String> {
+        self.take(inst, cost, policy, true)
+    }
+
+    /// `acquire` (`wait`) or `try_acquire` at `inst`: the second leaves
+    /// its lease call in flight (on Redis) while the fleet goes on.
+    fn take(&mut self, inst: usize, cost: u64, policy: FailurePolicy, wait: bool) -> Result<bool, String> {
         if self.limiters.get(inst).is_some_and(Option::is_some) {
             self.first_read(inst);
         }
@@ -641,7 +658,12 @@ impl Fleet {
         };
         let limit = self.books.last().map_or(1, |b| b.limit);
         let cost = cost.min(limit).max(1);
-        match l.acquire("k", cost) {
+        let d = if wait {
+            l.acquire("k", cost)
+        } else {
+            l.try_acquire("k", cost)
+        };
+        match d {
             Ok(d) if d.allowed => {
                 if d.reason == Reason::Fallback {
                     if policy == FailurePolicy::Deny {
@@ -840,6 +862,9 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                     f.acquire(*inst, *cost, o.policy)?;
                 }
             }
+            Step::TryAcquire { inst, cost } => {
+                f.take(*inst, *cost, o.policy, false)?;
+            }
             Step::Reserve {
                 inst,
                 estimate,
@@ -968,6 +993,15 @@ fn run(c: &Case, o: &Options) -> Result<Fleet, String> {
                     quotalease::testing::memory_restore(name, s);
                     let now = f.now;
                     f.books.last_mut().unwrap().except(now);
+                }
+            }
+            Step::Latency(ms) => {
+                if let Some(p) = o.proxy {
+                    p.set(&if *ms > 0 {
+                        format!("latency {ms}")
+                    } else {
+                        "pass".into()
+                    });
                 }
             }
             Step::JumpAuthority(ms) => {
@@ -1301,7 +1335,7 @@ fn both(c: &Case, policy: FailurePolicy, lease_ttl_ms: Option<u64>) -> Vec<(Stri
     let outages = c
         .steps
         .iter()
-        .any(|s| matches!(s, Step::Outage(_) | Step::LoseReplies(_)));
+        .any(|s| matches!(s, Step::Outage(_) | Step::LoseReplies(_) | Step::Latency(_)));
     let proxy = outages.then(|| common::FaultProxy::start(server.port));
     let direct = server.url();
     let url = proxy.as_ref().map_or_else(|| direct.clone(), |p| p.url());
@@ -2780,4 +2814,42 @@ fn schedule_jump_then_set_limit_keeps_the_exception() {
         ],
     };
     holds_on_both(&c, None);
+}
+
+/// A give-back that leaves while a renewal is in flight (the holder went
+/// idle for a lease TTL with tokens held, and a request it could not cover
+/// sent the renewal without waiting) reaches the ledger after the renewal.
+/// It must not end the rate that renewal set: its answer starts it here.
+/// Each round, the rate the ledger stopped counting went into the bucket's
+/// refill as well: the saturated key then admitted it twice. Four rounds:
+/// more than the bucket's capacity over. Redis only (through the proxy's
+/// latency: the memory authority answers inline).
+#[test]
+fn schedule_a_give_back_behind_a_renewal_ends_no_rate_it_set() {
+    let mut steps = vec![Step::Load { per_s: 400, ms: 2_000 }];
+    for _ in 0..4 {
+        steps.extend([
+            Step::Latency(100),
+            // instance 1 quiet for most of a lease TTL (its rate runs)
+            Step::LoadFirst {
+                per_s: 400,
+                ms: 450,
+                first: 1,
+            },
+            // its renewal leaves; then its tokens, idle a TTL, go back
+            Step::TryAcquire { inst: 1, cost: 10 },
+            Step::Advance(100),
+            Step::Latency(0),
+            Step::Load { per_s: 400, ms: 1_000 },
+        ]);
+    }
+    let c = Case {
+        tuning: TUNING,
+        n: 2,
+        replicas: 0,
+        limit: 100,
+        window_ms: 1_000,
+        steps,
+    };
+    holds_on_both(&c, Some(500));
 }

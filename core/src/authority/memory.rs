@@ -286,12 +286,14 @@ impl MemoryAuthority {
                 holder,
                 adaptive: true,
                 leaving,
+                seen,
                 what,
                 tuning,
             } => {
                 let ask = ledger::Ask {
                     holder,
                     held: tokens,
+                    applied: seen,
                     tuning,
                     ..Default::default()
                 };

@@ -413,6 +413,7 @@ impl Connection {
                     holder,
                     adaptive,
                     leaving,
+                    seen,
                     what,
                     tuning,
                 } => backs.push((
@@ -421,6 +422,7 @@ impl Connection {
                         let ask = crate::ledger::Ask {
                             holder: *holder,
                             held: *tokens,
+                            applied: *seen,
                             tuning: *tuning,
                             ..Default::default()
                         };

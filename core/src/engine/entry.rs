@@ -420,14 +420,22 @@ impl Entry {
     }
 
     /// End the rate (a give-back ends it at the authority): returns whether
-    /// one ran. One paused by a renewal in flight is forgotten too, so that
-    /// renewal, failing unsent, does not resume it (the give-back may have
-    /// reached the authority; a renewal's answer landing later accrues its
-    /// flight at no old rate).
-    pub fn end_rate(&self) -> bool {
+    /// one ran, and the last lease call counted applied, which the
+    /// give-back sends: the authority ends only a rate that call or an
+    /// earlier one set. An answer counts applied once its rate started
+    /// (`Engine::lease_done`), and this reads it under the lock that start
+    /// takes: a rate read here as applied is ended here too. The rate of a
+    /// later call's answer (in flight, or landing) stays counted at the
+    /// authority and runs here when it lands (or, started already, is ended
+    /// here: that only accrues less than the authority counts). A rate
+    /// paused by a renewal in flight is forgotten, so that renewal, failing
+    /// unsent, does not resume it (the give-back may have reached the
+    /// authority; a renewal's answer landing later accrues its flight at no
+    /// old rate).
+    pub fn end_rate(&self) -> (bool, u64) {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
         acc.paused = (0, 0);
-        self.rate.swap(0, AcqRel) > 0
+        (self.rate.swap(0, AcqRel) > 0, self.applied.load(Acquire))
     }
 
     /// Start accruing a new rate grant of `rate` units of 1/`window` token

@@ -107,6 +107,7 @@ impl Engine {
                 holder: 0,
                 adaptive: false,
                 leaving: false,
+                seen: 0,
                 what: crate::wire::Back::Held,
                 tuning: self.r.cfg.tuning,
             });

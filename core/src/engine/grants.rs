@@ -239,9 +239,6 @@ impl Engine {
                 if self.r.adaptive {
                     e.landing();
                 }
-                // (before its tokens land: a call that reads `applied` later
-                // has this answer applied or being applied)
-                e.applied.fetch_max(seq, AcqRel);
                 if answer.is_some() && used > 0 {
                     // the authority debited them
                     let _ = e
@@ -259,6 +256,12 @@ impl Engine {
                 if let Some(a) = answer {
                     self.apply_answer(e, a, sent_under, now);
                 }
+                // Applied once its rate runs (a give-back from here on ends
+                // that rate at the authority as it ends it here,
+                // `Entry::end_rate`), and before its tokens land (a call
+                // that reads `applied` later has this answer applied or
+                // being applied).
+                e.applied.fetch_max(seq, AcqRel);
                 if g.granted > 0 || answer.is_none_or(|a| a.rate == 0) {
                     self.apply_grant(e, g, need, spent, now);
                 }
@@ -443,13 +446,13 @@ impl Engine {
     /// key where it holds a valid fallback share gets the call, which frees
     /// the share for the holders that stay.
     pub(super) fn give_back(&self, e: &Entry, policy: Quota, tokens: u64) {
-        let ends_rate = self.r.adaptive && e.end_rate();
+        let (ends_rate, seen) = if self.r.adaptive { e.end_rate() } else { (false, 0) };
         let leaving = self.r.adaptive && self.closed.load(Acquire);
         let share = e.share_at(self.clock.precise()).is_some_and(|s| s > 0);
         if tokens == 0 && !ends_rate && !(leaving && share) {
             return;
         }
-        self.send_tokens(e, policy, tokens, leaving, Back::Held);
+        self.send_tokens(e, policy, tokens, (leaving, seen), Back::Held);
     }
 
     /// Take `tokens` more of `e`'s bucket at the authority, whatever it
@@ -457,12 +460,14 @@ impl Engine {
     /// pay becomes a debt its refill pays before anything is granted.
     pub(super) fn debit(&self, e: &Entry, tokens: u64) {
         if tokens > 0 {
-            self.send_tokens(e, e.policy(), tokens, false, Back::Debit);
+            self.send_tokens(e, e.policy(), tokens, (false, 0), Back::Debit);
         }
     }
 
-    /// One give-back call (or a debit) of `tokens` of `e`.
-    fn send_tokens(&self, e: &Entry, policy: Quota, tokens: u64, leaving: bool, what: Back) {
+    /// One give-back call (or a debit) of `tokens` of `e`; `leaving`: the
+    /// limiter is closing; `seen`: the last lease call whose answer `e` had
+    /// applied when its rate ended here ([`Entry::end_rate`]).
+    fn send_tokens(&self, e: &Entry, policy: Quota, tokens: u64, (leaving, seen): (bool, u64), what: Back) {
         let Some(me) = self.me.upgrade() else { return };
         let call = Call::GiveBack {
             key: e.key.to_string(),
@@ -472,6 +477,7 @@ impl Engine {
             holder: self.holder.load(Relaxed),
             adaptive: self.r.adaptive,
             leaving,
+            seen,
             what,
             tuning: self.r.cfg.tuning,
         };

@@ -14,7 +14,7 @@
 -- tokens of a grant the request that asked spends as it lands; then
 -- debt_pay_pct, rate_start_pct; then the call's sequence number (per
 -- holder, rising; 0: none) and that of the last answer the holder applied
--- (see `unseen`); then the most tokens the holder held since its call
+-- (see `unseen`; a give-back sends the latter only, see `give_back`); then the most tokens the holder held since its call
 -- `low_seq` left and that number (0: none; see `spent_credit`); then
 -- chunk_ms (a saturated key's chunk is at most a share over it); then
 -- join_pct (see `join`); then the holder's valid fallback share now (units
@@ -360,23 +360,46 @@ local function leave(me)
   if conc then redis.call('ZREM', W, holder) end
 end
 
+-- the last grant to this holder (`g<id>` = "seq chunk rate from until
+-- window debited": the call's number, the chunk less what the asking
+-- request spent, the rate and its span, and the fallback admissions it
+-- debited), if its record is still kept
+local function last_grant()
+  local raw = redis.call('HGET', K, 'g' .. holder)
+  if not raw then return nil end
+  local a, b, c, d, e, f, u = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) ?(%d*)$')
+  if not a then return nil end
+  return { seq = tonumber(a), chunk = tonumber(b), rate = tonumber(c), from = tonumber(d), to = tonumber(e),
+    w = tonumber(f), debited = tonumber(u) or 0 }
+end
+
 -- give back (op "g"): unspent tokens of this holder's commitment return to
 -- the bucket, and its rate (if any) ends; tokens of an expired commitment
--- were already forgotten and are not credited
+-- were already forgotten and are not credited. `applied` is the last lease
+-- call whose answer the holder had applied when it gave back: a rate set by
+-- a later call (its answer in flight, or lost) runs on at the holder when
+-- that answer lands, so it stays counted (I1) until its end, and its grant
+-- is still credited back at the next call if its reply never lands
+-- (`unseen`). A holder leaving (op "x") ends it whatever it saw: it admits
+-- nothing more
 local function give_back()
   if fresh then return whole() end
   local me = record(holder)
+  local g = last_grant()
+  local ahead = op == 'g' and g ~= nil and g.seq > applied
   if me.live then
     local back = min(held, me.L)
     me.L = me.L - back
     s.L = s.L - back
     s.c = s.c + back * window
-    s.R = max(s.R - conv(me.r, me.w), 0)
-    me.r = 0
+    if not ahead then
+      s.R = max(s.R - conv(me.r, me.w), 0)
+      me.r = 0
+    end
   end
-  -- (a grant this holder may not have seen is no longer credited later:
-  -- its rate ended here, and what it gives back is what it has)
-  redis.call('HDEL', K, 'g' .. holder)
+  -- (a grant this holder has seen is no longer credited later: its rate
+  -- ended here, and what it gives back is what it has)
+  if not ahead then redis.call('HDEL', K, 'g' .. holder) end
   if op == 'x' and me.known then leave(me) end
   store_known(me)
   return whole()
@@ -654,14 +677,6 @@ end
 -- hold unspent) is unchanged by it, and I2 holds, since the commitment
 -- leaves `L` as they land in `c`. A commitment already reaped counted them
 -- as spent (the refill has filled their room since): nothing comes back.
-local function last_grant()
-  local raw = redis.call('HGET', K, 'g' .. holder)
-  if not raw then return nil end
-  local a, b, c, d, e, f, u = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) ?(%d*)$')
-  if not a then return nil end
-  return { seq = tonumber(a), chunk = tonumber(b), rate = tonumber(c), from = tonumber(d), to = tonumber(e),
-    w = tonumber(f), debited = tonumber(u) or 0 }
-end
 local function unseen(me, g)
   if g == nil or g.seq <= applied or not me.live or s.z > now then return 0 end
   local units = g.chunk * window
