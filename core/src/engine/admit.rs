@@ -171,6 +171,8 @@ impl Engine {
             };
             e.touch(self.clock.coarse());
             self.count(e, &e.admitted);
+            // (`prefetch_if_low` inline, by hand: called here it cost 1
+            // instruction more on one key and 12 on 100 000, callgrind)
             let threshold = e.threshold.load(Relaxed);
             let mut left = left;
             if kept == Kept::No && left < threshold && !e.in_flight.load(Relaxed) {
