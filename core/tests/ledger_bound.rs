@@ -1273,6 +1273,58 @@ fn rates_held_through_lulls_on_redis_keep_the_bound() {
     });
 }
 
+/// Schedules with calls in flight while the fleet goes on: Redis behind the
+/// fault proxy's latency (0-80 ms each way), `try_acquire` leaving its
+/// lease call out, lulls and loads, lease TTLs short and long, so that
+/// give-backs (idle tokens, expired commitments, flushes) and new limits
+/// meet renewals not answered yet. Redis only: the memory authority
+/// answers inline.
+fn flight_case() -> impl Strategy<Value = (Case, Option<u64>)> {
+    (
+        2usize..5,
+        50u64..300,
+        // (a window under a rate's period: a rate counted twice for a
+        // period then exceeds the bucket's capacity, which hides less)
+        prop_oneof![Just(1_000u64), 100u64..1_000],
+        prop_oneof![Just(None), (300u64..3_000).prop_map(Some)],
+    )
+        .prop_flat_map(|(n, limit, window_ms, ttl)| {
+            let step = prop_oneof![
+                3 => (100u64..1_500, 100u64..1_500).prop_map(|(per_s, ms)| Step::Load { per_s, ms }),
+                2 => (100u64..1_500, 100u64..1_500, 1..n).prop_map(|(per_s, ms, first)| Step::LoadFirst { per_s, ms, first }),
+                3 => (0..n, 1u64..12).prop_map(|(inst, cost)| Step::TryAcquire { inst, cost }),
+                3 => (10u64..800).prop_map(Step::Quiet),
+                2 => (10u64..3_000).prop_map(Step::Advance),
+                2 => (0..n, 1u64..3, 1u32..30).prop_map(|(inst, cost, times)| burst(inst, cost, times, 0)),
+                2 => prop_oneof![Just(0u64), 20u64..80].prop_map(Step::Latency),
+                1 => (0..n).prop_map(Step::Flush),
+            ];
+            schedule(n, limit, window_ms, step, 5..30).prop_map(move |c| (c, ttl))
+        })
+}
+
+#[test]
+fn calls_in_flight_on_redis_keep_the_bound() {
+    let server = common::redis_or_skip!(common::RedisServer::start());
+    let proxy = common::FaultProxy::start(server.port);
+    let direct = server.url();
+    each_schedule(8, flight_case(), |(c, ttl)| {
+        proxy.set("pass");
+        let prefix = common::unique("fl");
+        let o = Options {
+            url: &proxy.url(),
+            prefix: &prefix,
+            name: None,
+            policy: FailurePolicy::Deny,
+            lease_ttl_ms: *ttl,
+            proxy: Some(&proxy),
+            server: Some(&direct),
+            calendar: None,
+        };
+        checked(run(c, &o), check)
+    });
+}
+
 /// Reservations keep the bound: what goes back into a lease is what its
 /// commitment still counts (tokens out on reservations are reported held),
 /// never past its expiry; an overage is charged at once and owed by the
