@@ -14,8 +14,9 @@
 -- tokens of a grant the request that asked spends as it lands; then
 -- debt_pay_pct, rate_start_pct; then the call's sequence number (per
 -- holder, rising; 0: none) and that of the last answer the holder applied
--- (see `unseen`; a give-back sends the latter only, see `give_back`); then the most tokens the holder held since its call
--- `low_seq` left and that number (0: none; see `spent_credit`); then
+-- (see `unseen`; a give-back sends the latter only, see `give_back`); then
+-- the most tokens the holder held since its call `low_seq` left and that
+-- number (0: none; see `spent_credit`); then
 -- chunk_ms (a saturated key's chunk is at most a share over it); then
 -- join_pct (see `join`); then the holder's valid fallback share now (units
 -- of 1/window token per ms; 0: none; see `fallback`); last the kind of
