@@ -38,7 +38,7 @@ pub(crate) enum Call {
         /// With `adaptive`: the last lease call whose answer the holder had
         /// applied when it gave back. The ledger ends only a rate that such
         /// a call set: one set by a later call runs on at the holder when
-        /// that answer lands (docs/design.md, "Tokens put back").
+        /// that answer lands (docs/design.md, "Lost replies").
         seen: u64,
         /// Which tokens: see [`Back`].
         what: Back,

@@ -386,8 +386,11 @@ end
 local function give_back()
   if fresh then return whole() end
   local me = record(holder)
-  local g = last_grant()
-  local ahead = op == 'g' and g ~= nil and g.seq > applied
+  local ahead = false
+  if op == 'g' then
+    local g = last_grant()
+    ahead = g ~= nil and g.seq > applied
+  end
   if me.live then
     local back = min(held, me.L)
     me.L = me.L - back
