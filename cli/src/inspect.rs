@@ -147,6 +147,13 @@ pub fn run(o: &Options) -> Result<String, String> {
             l.epoch,
             l.version
         );
+        if l.tails > 0 {
+            let _ = writeln!(
+                out,
+                "tails      {:.2}/s of rates that ran out kept from new rates while their holders may report them",
+                per_s(l.tails)
+            );
+        }
         if l.learning(now) {
             let _ = writeln!(
                 out,

@@ -564,6 +564,63 @@ mod tests {
         assert!(other > 0);
     }
 
+    /// Tails (`A` in ledger.lua): a rate that ran out at its end keeps its
+    /// room from new rates for its renewal grace, unless it was one of the
+    /// shortest period (split while the holders joined), which keeps none.
+    #[test]
+    fn a_rate_that_ran_out_keeps_its_room_for_its_grace() {
+        let policy = Quota::new(100, 1_000);
+        let min = TUNING.min_period_ms;
+        // holder 7 alone, at twice the key's rate, drains the bucket from
+        // 1 s on and gets the whole rate, the shortest as it has just
+        // joined; `lease(holder, now, rate)`: the rate granted and its period
+        let fleet = || {
+            let host = crate::authority::embedded::Host::new(SCRIPT);
+            let mut seq = 0;
+            let mut lease = move |holder, now, rate| {
+                seq += 1;
+                let ask = Ask {
+                    holder,
+                    demand: 200_000,
+                    seq,
+                    applied: seq - 1,
+                    rate,
+                    commit_ms: 7_000,
+                    tuning: TUNING,
+                    ..Ask::default()
+                };
+                let argv = args("l", policy, (now, true, now), &ask, 100, 1, (0, 0, 0));
+                let r = host.eval(&keys("k"), &argv, now).expect("the script answers");
+                let (_, answer, _) = parse(&r).expect("a lease reply");
+                (answer.rate, answer.rate_ms)
+            };
+            let mut now = 1_000;
+            let first = loop {
+                let got = lease(7, now, 0);
+                if got.0 > 0 || now > 1_100 {
+                    break got;
+                }
+                now += 1;
+            };
+            assert_eq!(first, (100, min));
+            (lease, now + min)
+        };
+        // the shortest rate runs out: holder 8 gets a part of it at once
+        let (mut lease, end) = fleet();
+        assert!(lease(8, end + 10, 0).0 > 0, "a shortest rate keeps no tail");
+        // holder 7 renews after it, for longer; that rate runs out
+        // unrenewed: holder 8 gets none of its room within the grace, and
+        // its part once the grace is over
+        let (mut lease, end) = fleet();
+        let (rate, ms) = lease(7, end + 100, 100);
+        assert!(rate == 100 && ms > min, "rate {rate} for {ms} ms");
+        let end = end + 100 + ms;
+        let (within, _) = lease(8, end + 10, 0);
+        assert_eq!(within, 0, "holder 8 took the room of a rate in its grace");
+        let (after, _) = lease(8, end + min + 10, 0);
+        assert!(after > 0, "the tail outlived its grace");
+    }
+
     #[test]
     fn the_tuning_keeps_the_bound() {
         assert_eq!(TUNING.check(), Ok(()));

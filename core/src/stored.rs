@@ -58,6 +58,10 @@ pub struct Ledger {
     pub committed: u64,
     /// `R`: sum of the active rates.
     pub rates: u64,
+    /// `A`: sum of the tails, the rooms of rates that ran out at their end,
+    /// kept from new rates while their holders may report them (I1 is
+    /// `R + A <= l`).
+    pub tails: u64,
     /// `F`: sum of the valid fallback shares.
     pub fallback: u64,
     /// `D`: the live holders' demand, milli-tokens per second.
@@ -222,6 +226,7 @@ impl Stored {
                 "l" => l.limit = u(),
                 "L" => l.committed = u(),
                 "R" => l.rates = u(),
+                "A" => l.tails = u(),
                 "F" => l.fallback = u(),
                 "D" => l.demand = u(),
                 "n" => l.holders = u(),
@@ -293,6 +298,7 @@ mod tests {
             ("t", "77"),
             ("L", "4"),
             ("R", "6"),
+            ("A", "3"),
             ("F", "10"),
             ("D", "40000"),
             ("n", "2"),
@@ -316,8 +322,8 @@ mod tests {
         assert_eq!((s.bucket.credit, s.bucket.tokens()), (Some(-2500), Some(0)));
         let l = s.ledger.unwrap();
         assert_eq!(
-            (l.limit, l.committed, l.rates, l.demand, l.holders),
-            (10, 4, 6, 40000, 2)
+            (l.limit, l.committed, l.rates, l.tails, l.demand, l.holders),
+            (10, 4, 6, 3, 40000, 2)
         );
         assert!(!l.learning(1) && Ledger { learning_until: 5, ..l }.learning(1));
         assert_eq!(l.shares_learning_until, 300_001);

@@ -2905,3 +2905,43 @@ fn schedule_a_give_back_behind_a_renewal_ends_no_rate_it_set() {
     };
     holds_on_both(&c, Some(500));
 }
+
+/// A rate that runs out at its end keeps its room from new rates for its
+/// renewal grace (its tail, `A`): its holder may still report it, and an
+/// authority that lost the state re-grants what holders report. Without
+/// the tail, on a 100/s key (400 tokens a rate's grant, so rates last 4 to
+/// 5 s): instance 0 alone takes a rate of 100 at a known moment (after a
+/// flush) and goes quiet; instance 1 joins and asks at 1000/s, and once
+/// that rate has run out takes its room; Redis restarts empty within the
+/// grace; instance 0 reports its rate and is re-granted it while instance
+/// 1 runs on its own.
+#[test]
+fn schedule_a_rate_that_ran_out_keeps_its_room_while_it_may_be_reported() {
+    let c = Case {
+        tuning: Tuning {
+            grant_tokens: 400,
+            ..TUNING
+        },
+        n: 2,
+        replicas: 0,
+        limit: 100,
+        window_ms: 1_000,
+        steps: vec![
+            Step::LoadFirst {
+                per_s: 400,
+                ms: 6_000,
+                first: 1,
+            },
+            // a new rate now, for 4 s
+            Step::Flush(0),
+            burst(0, 1, 5, 1),
+            Step::Quiet(500),
+            // instance 1 asks from 0.5 s to 4.8 s after it
+            burst(1, 1, 4_300, 1),
+            Step::RestartEmpty,
+            burst(0, 1, 60, 1),
+            Step::Load { per_s: 400, ms: 6_000 },
+        ],
+    };
+    holds_on_both(&c, Some(60_000));
+}

@@ -436,7 +436,7 @@ impl Engine {
         }
         let until = e.rate_until.load(Acquire);
         if now >= until {
-            e.rate.store(0, Release);
+            e.rate_ran_out();
             return Step::Again;
         }
         // Renew from a little before the period's end (the grace after it

@@ -28,8 +28,10 @@ pub(crate) const MORE_CALENDAR: u8 = 0x80;
 
 /// How far a rate has accrued: taken up to `at`, with `units` credit units
 /// short of a whole token carried; the most tokens held locally since `at`
-/// (`peak`); and while a renewal is in flight, the rate it replaces and
-/// that rate's end (`paused`); the most held since the last lease call
+/// (`peak`); the last rate this holder may report that no longer accrues,
+/// and its end (`paused`): while a lease call is in flight, the one it
+/// reported (the call replaces it), else the one that last ran out at its
+/// end (see [`Entry::pause_rate`]); the most held since the last lease call
 /// left (`low`); and the least held that a lease call not yet answered
 /// reported (`reported`).
 #[derive(Debug, Default)]
@@ -126,6 +128,12 @@ pub(crate) struct Entry {
     /// [`ACCESS_BLOCKED`]; 0: none): the cold path decides every request,
     /// and tokens granted to it go straight back. Also in that padding.
     pub access: AtomicU8,
+    /// Whether the running rate keeps a tail at the authority once it runs
+    /// out (it was granted for longer than the shortest period): only then
+    /// may it be reported after its end ([`Entry::pause_rate`]). Read and
+    /// written under `accrued`'s lock, with [`Accrual::paused`]. Also in
+    /// that padding.
+    pub tails: AtomicBool,
     /// Adaptive leasing: tokens of this entry's lease out on reservations
     /// not settled yet (`Limiter::reserve`). Reported as held, so the
     /// ledger keeps them committed until they are settled. Also in that
@@ -213,6 +221,7 @@ impl Entry {
             sub,
             shadow: AtomicBool::new(false),
             access: AtomicU8::new(0),
+            tails: AtomicBool::new(false),
             reserved: AtomicU32::new(0),
             denied: AtomicU64::new(0),
             exhausted_until: AtomicU64::new(0),
@@ -397,19 +406,61 @@ impl Entry {
         add
     }
 
-    /// A renewal leaves at `now`: the rate stops accruing (what it accrued
-    /// up to `now` must be taken first) and is kept, with its end, in
-    /// [`Accrual::paused`] until the answer lands.
-    pub fn pause_rate(&self, now: u64) {
+    /// A lease call leaves at `now`: the rate stops accruing (what it
+    /// accrued up to `now` must be taken first) and is kept, with its end,
+    /// in [`Accrual::paused`] until the answer lands. Returns the rate the
+    /// call reports (0: none): the running one, or the one that last ran
+    /// out ([`Self::rate_ran_out`]) while the authority keeps its room for
+    /// it, `tail_ms` (the ledger's renewal grace, `min_period_ms`) after its
+    /// end and within the commitment (`commit_until`, 0: none), so that an
+    /// authority that lost the key's state re-grants it (docs/design.md,
+    /// "State loss": a rate that ran out while Redis restarted was reported
+    /// as none, and its holder got nothing while the new state learned).
+    /// The holder's end is before the authority's (it counts from when its
+    /// call left), and so is the grace's. A rate in the units of another
+    /// window than the call's (`window`: the key's policy changed) is not
+    /// reported.
+    pub fn pause_rate(&self, now: u64, window: u64, tail_ms: u64, commit_until: u64) -> u64 {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
-        acc.paused = (self.rate.load(Acquire), self.rate_until.swap(now, AcqRel));
+        let rate = self.rate.load(Acquire);
+        let until = self.rate_until.swap(now, AcqRel);
+        let last = if rate > 0 { (rate, until) } else { acc.paused };
+        let tail = if self.tails.load(Relaxed) { tail_ms } else { 0 };
+        let reported = last.0 > 0
+            && now < last.1.saturating_add(tail)
+            && (commit_until == 0 || now < commit_until)
+            && self.rate_window.load(Acquire) == window.max(1);
+        acc.paused = if reported { last } else { (0, 0) };
+        acc.paused.0
+    }
+
+    /// The rate ran out at its end: it accrues no more, and until the next
+    /// lease call it is the last rate this holder may report, if it keeps a
+    /// tail ([`Self::pause_rate`]), unless a call in flight holds one
+    /// already.
+    pub fn rate_ran_out(&self) {
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        let rate = self.rate.swap(0, AcqRel);
+        if rate > 0 && acc.paused.0 == 0 && self.tails.load(Relaxed) {
+            acc.paused = (rate, self.rate_until.load(Acquire));
+        }
+    }
+
+    /// The rate and any the holder may still report are gone: an answer
+    /// without one, or a call that failed after it may have reached the
+    /// authority (which may then have replaced the rate it reported).
+    pub fn forget_rate(&self) {
+        let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        acc.paused = (0, 0);
+        self.rate.store(0, Release);
     }
 
     /// The renewal that paused the rate ([`Self::pause_rate`]) certainly
     /// never reached the authority: the rate runs on to its end as if the
     /// call had not left (the authority still counts it, I1; what the
-    /// flight accrued is taken from where the pause left it). Not when a
-    /// give-back ended the rate since ([`Self::end_rate`]).
+    /// flight accrued is taken from where the pause left it), and one that
+    /// ran out may still be reported. Not when a give-back ended the rate
+    /// since ([`Self::end_rate`]).
     pub fn resume_rate(&self) {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
         let (rate, until) = std::mem::take(&mut acc.paused);
@@ -452,8 +503,9 @@ impl Entry {
     /// and the new one (until the paused one's end): the authority counted
     /// the old rate until the call arrived and the new one from then, so
     /// all along the flight it paid for at least that much (I3).
-    pub fn start_rate(&self, rate: u64, window: u64, until: u64, covered: bool, sent: u64, now: u64) {
+    pub fn start_rate(&self, rate: u64, window: u64, (until, tails): (u64, bool), covered: bool, sent: u64, now: u64) {
         let mut acc = self.accrued.lock().unwrap_or_else(|e| e.into_inner());
+        self.tails.store(tails, Relaxed);
         let (old, old_until) = std::mem::take(&mut acc.paused);
         if self.rate_window.swap(window.max(1), AcqRel) != window.max(1) || !covered {
             acc.units = 0;
@@ -747,7 +799,7 @@ mod tests {
         let p = Quota::new(10, 1000);
         let e = Entry::new("k", p, 1, 0);
         // 3 credit units per ms: a token every 333.3 ms, until 2000
-        e.start_rate(3, p.window_ms, 2_000, true, 0, 0);
+        e.start_rate(3, p.window_ms, (2_000, false), true, 0, 0);
         assert_eq!(e.accrue(333, 5, 0), 0, "999 units: not a whole token yet");
         assert_eq!(e.accrue(334, 5, 0), 1, "1002 units");
         assert_eq!(e.accrue(1_000, 5, 0), 2, "3000 units in all, no fraction lost");
@@ -762,7 +814,7 @@ mod tests {
         let p = Quota::new(10, 1000);
         let e = Entry::new("k", p, 1, 0);
         // 10 credit units per ms: a token every 100 ms; a commitment of 5
-        e.start_rate(10, p.window_ms, 100_000, true, 0, 0);
+        e.start_rate(10, p.window_ms, (100_000, false), true, 0, 0);
         assert_eq!(e.accrue(400, 5, 0), 4);
         // 4 held through a quiet second, then spent: the accrual filled the
         // one token of room beside them, not the 5 of an empty lease
@@ -784,9 +836,9 @@ mod tests {
         // 3 credit units per ms: a token every 333.3 ms; a commitment of
         // two (a one-token share and a token for the fraction) and of one
         let roomy = Entry::new("k", p, 1, 0);
-        roomy.start_rate(3, p.window_ms, 10_000, true, 0, 0);
+        roomy.start_rate(3, p.window_ms, (10_000, false), true, 0, 0);
         let full = Entry::new("k", p, 1, 0);
-        full.start_rate(3, p.window_ms, 10_000, true, 0, 0);
+        full.start_rate(3, p.window_ms, (10_000, false), true, 0, 0);
         // at 500: 1.5 tokens accrued; one whole token each
         assert_eq!(roomy.accrue(500, 2, 1), 1);
         assert_eq!(roomy.try_take(1), Some(0));
@@ -799,7 +851,7 @@ mod tests {
         assert_eq!(full.accrue(700, 1, 1), 0, "the half token was dropped at the cap");
         // capped accrual keeps no fraction either
         let capped = Entry::new("k", p, 1, 0);
-        capped.start_rate(3, p.window_ms, 10_000, true, 0, 0);
+        capped.start_rate(3, p.window_ms, (10_000, false), true, 0, 0);
         assert_eq!(capped.accrue(1_100, 2, 0), 2, "3.3 accrued, 2 fit");
         assert_eq!(capped.take_up_to(2), 2);
         assert_eq!(

@@ -93,7 +93,9 @@ impl Engine {
             // Its answer could still land after the new call left: count
             // it as applied, so the ledger never gives back a grant this
             // holder may yet spend (a grant lost for good is then lost).
+            // Its rate may have been replaced: the new call reports none.
             e.applied.fetch_max(crate::ledger::CALLS.load(SeqCst), AcqRel);
+            e.forget_rate();
         } else {
             // The claim's time at once, so that a thread finding this call in
             // flight judges it by its own time, not by the last call's (an
@@ -121,12 +123,11 @@ impl Engine {
             // when the call arrives, later), and the new one accrues from
             // when its answer lands (the authority pays from before); the
             // flight accrues the smaller of the two then (`start_rate`).
-            let rate = e.rate.load(Acquire);
-            if rate > 0 {
+            if e.rate.load(Acquire) > 0 {
                 self.accrue(e, local, e.commit.load(Relaxed), 0);
             }
-            // (with no rate: a paused one of an unanswered call is forgotten)
-            e.pause_rate(local);
+            let t = &self.r.cfg.tuning;
+            let rate = e.pause_rate(local, policy.window_ms, t.min_period_ms, e.lease_until.load(Acquire));
             // (tokens out on reservations stay committed until settled)
             let (held, low, low_seq) = e.low_window(seq);
             Ask {
@@ -291,8 +292,13 @@ impl Engine {
                 // so; paused, its holder reported no rate to the restarted
                 // authority, which grants such a holder nothing while it
                 // learns: `a_renewal_that_fails_unsent_keeps_its_rate`).
+                // A call that may have reached it: the authority may have
+                // replaced the rate it reported, which is no longer this
+                // holder's to report.
                 if self.r.adaptive && crate::wire::is_unsent(&err) {
                     e.resume_rate();
+                } else if self.r.adaptive {
+                    e.forget_rate();
                 }
                 Err(err)
             }
@@ -345,12 +351,12 @@ impl Engine {
         if a.rate > 0 {
             // What the old grant accrued was taken when the call left; the
             // new one accrues from now (its answer), until its end.
-            e.start_rate(a.rate, p.window_ms, sent + a.rate_ms, covered, sent, now);
+            let tails = a.rate_ms > self.r.cfg.tuning.min_period_ms;
+            e.start_rate(a.rate, p.window_ms, (sent + a.rate_ms, tails), covered, sent, now);
             e.exhausted_until.store(0, Relaxed);
         } else {
-            if e.rate.load(Acquire) > 0 {
-                e.rate.store(0, Release);
-            }
+            // (the authority ended the rate: none to report either)
+            e.forget_rate();
             // a chunk's commitment holds the chunk: no room for a fraction
             e.drop_fraction();
         }

@@ -221,7 +221,7 @@ impl Engine {
                 if !expired {
                     self.accrue(e, now, e.commit.load(Relaxed), 0);
                 }
-                e.rate.store(0, Release);
+                e.rate_ran_out();
             } else if idle
                 && e.rate.load(Acquire) > 0
                 && now.saturating_sub(e.sent_at.load(Relaxed)) >= self.r.cfg.lease_ttl_ms

@@ -28,7 +28,8 @@
 -- Units: credit `c` in 1/w token (w the stored window), rates in those
 -- units per ms (the key's refill rate is `l`), commitments in tokens.
 -- Invariants kept by every step (the bound's proof in docs/design.md):
---   I1  R (sum of active rates) <= l
+--   I1  R + A <= l (R: sum of active rates; A: rooms of rates that ran
+--       out, kept from new rates while their holders may report them)
 --   I2  max(c, 0) + L * w <= l * w (L: sum of live commitments)
 --   I3  a holder spends a commitment only before its expiry (engine)
 --   I4  F (sum of valid fallback shares) <= l
@@ -94,7 +95,7 @@ if ARGV[36] == 'c' then
 end
 
 -- load: the key's state, created empty of commitments with a full bucket
-local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b', 'o', 'k', 's' }
+local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b', 'o', 'k', 's', 'A' }
 local s = {}
 -- the fields as read: `store` writes the ones that changed (each field an
 -- HSET writes costs the server a search of the hash's listpack, and each
@@ -127,13 +128,15 @@ if s.c == nil or s.t == nil or s.w == nil or s.w <= 0 or s.l == nil then
 end
 -- `y` (when a saturated call last found the bucket dry), `j` (when a
 -- holder last joined), `k` (when a holder's first demand estimate last
--- brought `join_pct` of D), the overflow's sums `O`, `P` and their epoch `b`
--- and `s` (until when shares learn after a loss) came after the other
--- fields: a state stored before them reads as never and none. (An older
+-- brought `join_pct` of D), the overflow's sums `O`, `P` and their epoch `b`,
+-- `s` (until when shares learn after a loss) and `A` (see `tail_end`) came
+-- after the other fields: a state stored before them reads as never and
+-- none. (An older
 -- overflow `o` since `q` is dropped: no holder record holds a snapshot of
 -- the new sums, so none pays from them yet.)
 if s.o ~= nil then redis.call('HDEL', K, 'o', 'q') end
 s.y, s.j, s.k, s.O, s.P, s.b, s.s = s.y or 0, s.j or 0, s.k or 0, s.O or 0, s.P or 0, s.b or 1, s.s or 0
+s.A = s.A or 0
 -- the overflow's sums start again (their epoch `b` moves on): every
 -- holder's snapshot of them is void, so no holder pays from them until its
 -- next lease call
@@ -155,6 +158,7 @@ if s.w ~= window or s.l ~= limit then
   s.c = min(floor(s.c * r), uncommitted())
   overflow_restart()
   s.R = ceil(s.R * r)
+  s.A = ceil(s.A * r)
   s.F = ceil(s.F * r)
   s.l, s.w = limit, window
 end
@@ -236,8 +240,33 @@ local function save(id, r)
   end
 end
 
+-- tails: a rate that runs out at its end (not renewed before it) leaves R,
+-- so the refill runs at the whole rate again, but its room stays out of new
+-- rates (`A`, I1) for a shortest period, the renewal grace `e`: until then
+-- its holder may still report it (`Ask::rate`), and an authority that lost
+-- the state re-grants what holders report (`relearn`). Kept so, the rates
+-- reported to it were all counted at once in the lost state, whenever it
+-- was lost (a rate that ran out during an outage, before its holder's
+-- first probe after a restart, was reported as none, and the holder got
+-- nothing while the new state learned). A tail ends at its grace's end, at
+-- its holder's next lease call (which reports it, if it still may) or
+-- give-back, or with its commitment. A rate of the shortest period keeps
+-- none, and its holder does not report it after its end (`Entry::tails`):
+-- it was split while the holders' sum of demand moved (or cut short by
+-- tails), and kept, such a stale rate's room squeezed the holders renewing
+-- meanwhile. `a<id>` = "rate window": the tail's rate in units of that
+-- window.
+local function tail_end(id)
+  local raw = redis.call('HGET', K, 'a' .. id)
+  if not raw then return end
+  redis.call('HDEL', K, 'a' .. id)
+  local a, w = string.match(raw, '^(%d+) (%d+)$')
+  if a then s.A = max(s.A - conv(tonumber(a), tonumber(w)), 0) end
+end
+
 -- reap: expired commitments and fallback shares leave the sums, in expiry
 -- order, each after the refill up to its expiry (its rate ran until then)
+local last_grant
 local function reap()
   local due = redis.call('ZRANGEBYSCORE', Z, '-inf', S(now), 'WITHSCORES')
   if #due == 0 then return end
@@ -253,16 +282,28 @@ local function reap()
       s.D = s.D - r.d
       s.n = s.n - 1
       r.L, r.r, r.d, r.live = 0, 0, 0, false
+      tail_end(id)
     elseif kind == 'r' then
       -- a rate ends before its commitment (the carry stays committed);
       -- the refill runs at the whole rate from its end (the holder accrues
       -- nothing after it, I3). For a shortest period the holder is known
-      -- to be renewing (`e`): it renews at its first request after the end
-      s.R = s.R - conv(r.r, r.w)
+      -- to be renewing (`e`): it renews at its first request after the end,
+      -- and the rate's room is its tail (`tail_end`; none when the grace
+      -- is over already: the reap is lazy)
+      local x = conv(r.r, r.w)
+      s.R = s.R - x
       r.r = 0
+      local gr = nil
+      if x > 0 and at + min_period > now then gr = last_grant(id) end
+      if gr and gr.to == at and gr.to - gr.from > min_period then
+        tail_end(id)
+        s.A = s.A + x
+        redis.call('HSET', K, 'a' .. id, S(x) .. ' ' .. S(window))
+      end
       redis.call('ZADD', Z, S(at + min_period), 'e' .. id)
     elseif kind == 'e' then
-      -- (the renewal's grace ended)
+      -- the renewal's grace ended, and the tail with it
+      tail_end(id)
     elseif kind == 'w' then
       -- a waiter that stopped asking leaves the line
       redis.call('ZREM', W, id)
@@ -273,7 +314,7 @@ local function reap()
     r.dirty = true
   end
   redis.call('ZREMRANGEBYSCORE', Z, '-inf', S(now))
-  if s.n <= 0 then s.n, s.L, s.R, s.D = 0, 0, 0, 0 end
+  if s.n <= 0 then s.n, s.L, s.R, s.D, s.A = 0, 0, 0, 0, 0 end
   s.L, s.R, s.F, s.D = max(s.L, 0), max(s.R, 0), max(s.F, 0), max(s.D, 0)
   for id, r in pairs(recs) do
     if r.dirty and id ~= holder then save(id, r) end
@@ -309,7 +350,8 @@ local function store(me, c_until, f_until, r_until)
   -- (all but the older overflow `o`, which `load` deleted)
   for _, f in ipairs(FIELDS) do
     local x = s[f]
-    if f ~= 'o' and x ~= was[f] then
+    -- (`A` 0 is not stored where it never was: one field less a key)
+    if f ~= 'o' and x ~= was[f] and not (f == 'A' and x == 0 and was[f] == nil) then
       set[#set + 1] = f
       set[#set + 1] = S(x)
       was[f] = x
@@ -356,6 +398,7 @@ local function leave(me)
   end
   s.F = max(s.F - conv(me.f, me.w), 0)
   me.L, me.r, me.d, me.f, me.live = 0, 0, 0, 0, false
+  tail_end(holder)
   redis.call('HDEL', K, 'g' .. holder)
   redis.call('ZREM', Z, 'c' .. holder, 'r' .. holder, 'f' .. holder, 'e' .. holder, 'w' .. holder)
   if conc then redis.call('ZREM', W, holder) end
@@ -365,8 +408,8 @@ end
 -- window debited": the call's number, the chunk less what the asking
 -- request spent, the rate and its span, and the fallback admissions it
 -- debited), if its record is still kept
-local function last_grant()
-  local raw = redis.call('HGET', K, 'g' .. holder)
+function last_grant(id)
+  local raw = redis.call('HGET', K, 'g' .. (id or holder))
   if not raw then return nil end
   local a, b, c, d, e, f, u = string.match(raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) ?(%d*)$')
   if not a then return nil end
@@ -402,8 +445,12 @@ local function give_back()
     end
   end
   -- (a grant this holder has seen is no longer credited later: its rate
-  -- ended here, and what it gives back is what it has)
-  if not ahead then redis.call('HDEL', K, 'g' .. holder) end
+  -- ended here, and what it gives back is what it has; nor does it report
+  -- a rate that ran out any more)
+  if not ahead then
+    redis.call('HDEL', K, 'g' .. holder)
+    tail_end(holder)
+  end
   if op == 'x' and me.known then leave(me) end
   store_known(me)
   return whole()
@@ -440,7 +487,13 @@ end
 -- grants back); its demand replaces the one it reported last
 local function join(me)
   local old_L, old_r, old_f = me.L, conv(me.r, me.w), conv(me.f, me.w)
-  local renewing = old_r > 0 or redis.call('ZSCORE', Z, 'e' .. holder) ~= false
+  -- (within a rate's grace its tail ends here: this call reports it, and
+  -- the decision below counts what it grants)
+  local renewing = old_r > 0
+  if not renewing and redis.call('ZSCORE', Z, 'e' .. holder) ~= false then
+    renewing = true
+    tail_end(holder)
+  end
   if not me.live then s.n, s.j = s.n + 1, now end
   -- `k`: when a holder last brought `join_pct` % of the sum D or more
   -- with its first demand estimate (as it joins, or at a later call: it
@@ -467,7 +520,7 @@ local function relearn(me)
   local h = min(held, limit)
   local rate, period = 0, 0
   if rate_now > 0 then
-    rate = min(rate_now, max(limit - s.R, 0))
+    rate = min(rate_now, max(limit - s.R - s.A, 0))
     period = min(max_period, s.z - now)
   end
   me.L = h
@@ -488,10 +541,16 @@ local function rate_grant(me, h, avail, part)
   -- the key's rate to the refill, which pays the debt back
   local room = limit
   if s.c < 0 then room = floor(limit * (100 - debt_pay_pct) / 100) end
-  local rate = max(min(sh, cap_r, room - s.R), 0)
+  local want_r = min(sh, cap_r)
+  local rate = max(min(want_r, room - s.R - s.A), 0)
+  -- a rate the tails cut short is the shortest (their room comes back when
+  -- their holders call, or within a shortest period); any other longer, by
+  -- a millisecond at least: a rate keeps a tail when it runs out only if
+  -- it lasted longer than the shortest period (see `tail_end`)
   local period = min_period
-  if rate * 2 >= sh and rate > 0 then
-    period = min(max(ceil(grant_tokens * window / rate), min_period), max_period)
+  local cut = rate < want_r and room - s.R > rate
+  if rate * 2 >= sh and rate > 0 and not cut then
+    period = min(max(ceil(grant_tokens * window / rate), min_period + 1), max_period)
   end
   local granted = 0
   if avail >= need then
