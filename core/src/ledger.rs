@@ -621,6 +621,54 @@ mod tests {
         assert!(after > 0, "the tail outlived its grace");
     }
 
+    /// `guard` in ledger.lua: a loss is found once. A holder whose answer
+    /// to the call that found it was lost calls again with the same stamp:
+    /// that call finds no loss (before, each emptied the bucket again and
+    /// moved the learning's end).
+    #[test]
+    fn a_loss_is_found_once() {
+        let policy = Quota::new(100, 1_000);
+        // one call of holder 7 at `now` with the stamp `seen`: the answer's
+        // stamp, whether it found a loss, and how long it learns
+        let call = |host: &crate::authority::embedded::Host, now: u64, seq: u64, seen: (u64, u64, u64)| {
+            let ask = Ask {
+                holder: 7,
+                demand: 10_000,
+                seq,
+                applied: 1,
+                commit_ms: 7_000,
+                tuning: TUNING,
+                ..Ask::default()
+            };
+            let argv = args("l", policy, (now, true, now), &ask, 1, 1, seen);
+            let r = host.eval(&keys("k"), &argv, now).expect("the script answers");
+            let (_, answer, (e, v, alive, lost)) = parse(&r).expect("a lease reply");
+            ((e, v, alive), lost, answer.learning_ms)
+        };
+        let learn = TUNING.learn_ms;
+        // restarted empty: the first call with the old stamp finds the
+        // loss, the next with the same stamp does not
+        let old = crate::authority::embedded::Host::new(SCRIPT);
+        let (stamp, ..) = call(&old, 1_000, 1, (0, 0, 0));
+        let new = crate::authority::embedded::Host::new(SCRIPT);
+        let (_, lost, learning) = call(&new, 2_000, 2, stamp);
+        assert!(lost && learning == learn, "the restart is found");
+        let (_, lost, learning) = call(&new, 3_000, 3, stamp);
+        assert!(!lost && learning == learn - 1_000, "found again: learning {learning}");
+        // rolled back to an older version: the same
+        let newer = crate::authority::embedded::Host::new(SCRIPT);
+        let _ = call(&newer, 1_000, 1, (0, 0, 0));
+        let mut stamp = (0, 0, 0);
+        for seq in 2..6 {
+            stamp = call(&newer, 1_000 + 100 * seq, seq, (0, 0, 0)).0;
+        }
+        let older = crate::authority::embedded::Host::new(SCRIPT);
+        let _ = call(&older, 1_000, 1, (0, 0, 0));
+        assert!(call(&older, 2_000, 6, stamp).1, "the rollback is found");
+        let (_, lost, learning) = call(&older, 3_000, 7, stamp);
+        assert!(!lost && learning == learn - 1_000, "found again: learning {learning}");
+    }
+
     #[test]
     fn the_tuning_keeps_the_bound() {
         assert_eq!(TUNING.check(), Ok(()));

@@ -95,7 +95,7 @@ if ARGV[36] == 'c' then
 end
 
 -- load: the key's state, created empty of commitments with a full bucket
-local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b', 'o', 'k', 's', 'A' }
+local FIELDS = { 'l', 'w', 'c', 't', 'L', 'R', 'F', 'D', 'n', 'e', 'v', 'u', 'z', 'y', 'j', 'O', 'P', 'b', 'o', 'k', 's', 'A', 'E' }
 local s = {}
 -- the fields as read: `store` writes the ones that changed (each field an
 -- HSET writes costs the server a search of the hash's listpack, and each
@@ -129,14 +129,14 @@ end
 -- `y` (when a saturated call last found the bucket dry), `j` (when a
 -- holder last joined), `k` (when a holder's first demand estimate last
 -- brought `join_pct` of D), the overflow's sums `O`, `P` and their epoch `b`,
--- `s` (until when shares learn after a loss) and `A` (see `tail_end`) came
--- after the other fields: a state stored before them reads as never and
--- none. (An older
+-- `s` (until when shares learn after a loss), `A` (see `tail_end`) and `E`
+-- (see `guard`) came after the other fields: a state stored before them
+-- reads as never and none. (An older
 -- overflow `o` since `q` is dropped: no holder record holds a snapshot of
 -- the new sums, so none pays from them yet.)
 if s.o ~= nil then redis.call('HDEL', K, 'o', 'q') end
 s.y, s.j, s.k, s.O, s.P, s.b, s.s = s.y or 0, s.j or 0, s.k or 0, s.O or 0, s.P or 0, s.b or 1, s.s or 0
-s.A = s.A or 0
+s.A, s.E = s.A or 0, s.E or 0
 -- the overflow's sums start again (their epoch `b` moves on): every
 -- holder's snapshot of them is void, so no holder pays from them until its
 -- next lease call
@@ -350,8 +350,9 @@ local function store(me, c_until, f_until, r_until)
   -- (all but the older overflow `o`, which `load` deleted)
   for _, f in ipairs(FIELDS) do
     local x = s[f]
-    -- (`A` 0 is not stored where it never was: one field less a key)
-    if f ~= 'o' and x ~= was[f] and not (f == 'A' and x == 0 and was[f] == nil) then
+    -- (`A` and `E` 0 are not stored where they never were: fields less a key)
+    local unset = (f == 'A' or f == 'E') and x == 0 and was[f] == nil
+    if f ~= 'o' and x ~= was[f] and not unset then
       set[#set + 1] = f
       set[#set + 1] = S(x)
       was[f] = x
@@ -463,12 +464,17 @@ end
 -- refill, no new tokens; holders keep (and are re-granted) what they report.
 -- The lost state's fallback shares stay valid at their holders for
 -- `fallback_ms` after their answers: until then the shares learn too
--- (`s`, see `fallback`)
+-- (`s`, see `fallback`). A loss is found once: the lost epoch is kept
+-- (`E`), and the version moves past the one the holder saw, so that its
+-- next call with the same stamp (its answer lost, as under a CPU hog,
+-- where a call times out) finds none; each found it again, emptied the
+-- bucket and moved the learning's end, as long as the holder's replies
+-- were lost, even after the learning (a loss on a healthy Redis)
 local function guard(me)
   local lost = 0
   if g_epoch > 0 then
     if g_epoch ~= s.e then
-      if g_alive > 0 then lost = 1 end
+      if g_alive > 0 and g_epoch ~= s.E then lost = 1 end
     elseif g_version > s.v or (me.known and g_version > me.v) then
       lost = 1
     end
@@ -479,6 +485,7 @@ local function guard(me)
     s.t = now
     s.z = max(s.z, now + learn_ms)
     s.s = max(s.s, now + fallback_ms)
+    if g_epoch ~= s.e then s.E = g_epoch else s.v = max(s.v, g_version) end
   end
   return lost
 end
